@@ -1,0 +1,115 @@
+//! The one error type of siphon-core, with a kind that tells whether retrying can help.
+
+use std::path::PathBuf;
+
+/// Whether an operation that failed may succeed if tried again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// Retrying may help: a connection was refused or dropped, a timeout, a server busy.
+    Transient,
+    /// Retrying will not help: bad data, corruption, a misconfiguration, a bug.
+    Permanent,
+}
+
+/// Errors of siphon's core: the change log, offsets and the contracts between parts.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An I/O operation on a file of the data directory failed.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What was being done ("open", "fsync", …).
+        op: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+    /// A stored record failed its checksum or could not be decoded.
+    #[error("corrupt data in {path} at byte {position}: {reason}")]
+    Corrupt {
+        /// The file holding the record.
+        path: PathBuf,
+        /// Byte position of the record in the file.
+        position: u64,
+        /// What was wrong.
+        reason: String,
+    },
+    /// A reader asked for an offset the log no longer (or not yet) holds.
+    #[error(
+        "offset {requested} is outside the log (it holds {start}..{end}); records before {start} \
+         were removed by retention"
+    )]
+    OffsetOutOfRange {
+        /// The offset asked for.
+        requested: u64,
+        /// The first offset the log holds.
+        start: u64,
+        /// The offset the next append will get.
+        end: u64,
+    },
+    /// An event could not be encoded or decoded.
+    #[error("event codec: {0}")]
+    Codec(String),
+    /// A setting is invalid; the message names it.
+    #[error("{0}")]
+    Config(String),
+    /// A sink or source failed; `kind` says whether to retry.
+    #[error("{message}")]
+    Connector {
+        /// Whether retrying may help.
+        kind: ErrorKind,
+        /// What failed, for humans (never containing a password).
+        message: String,
+    },
+    /// The operation was cancelled by shutdown.
+    #[error("cancelled by shutdown")]
+    Cancelled,
+}
+
+impl Error {
+    /// Whether a retry may succeed.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Io { source, .. } => match source.kind() {
+                std::io::ErrorKind::Interrupted
+                | std::io::ErrorKind::WouldBlock
+                | std::io::ErrorKind::TimedOut => ErrorKind::Transient,
+                _ => ErrorKind::Permanent,
+            },
+            Error::Connector { kind, .. } => *kind,
+            _ => ErrorKind::Permanent,
+        }
+    }
+
+    /// Shorthand for [`ErrorKind::Transient`].
+    pub fn is_transient(&self) -> bool {
+        self.kind() == ErrorKind::Transient
+    }
+
+    /// A transient connector error: retrying may help.
+    pub fn transient(message: impl Into<String>) -> Self {
+        Error::Connector {
+            kind: ErrorKind::Transient,
+            message: message.into(),
+        }
+    }
+
+    /// A permanent connector error: retrying will not help.
+    pub fn permanent(message: impl Into<String>) -> Self {
+        Error::Connector {
+            kind: ErrorKind::Permanent,
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn io(
+        op: &'static str,
+        path: impl Into<PathBuf>,
+    ) -> impl FnOnce(std::io::Error) -> Self {
+        let path = path.into();
+        move |source| Error::Io { op, path, source }
+    }
+}
+
+/// The result type of siphon-core.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,674 @@
+//! Debezium-compatible JSON: the change event envelope (`payload`, optionally with `schema`)
+//! and the lossless JSON encoding of each value (see DESIGN.md, "JSON encoding of values").
+//!
+//! Decoding a value back needs its schema field, because JSON alone cannot tell a decimal
+//! from text; [`decode_value`] takes the field that [`value_schema`] produced.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use chrono::{DateTime, NaiveDate, NaiveTime, Timelike};
+use serde_json::{Map, Value as Json, json};
+
+use crate::event::{Event, Row, SnapshotMarker, SourcePosition, Value};
+
+/// Debezium's placeholder for a value that was not sent (an unchanged TOAST column).
+pub const UNAVAILABLE: &str = "__debezium_unavailable_value";
+
+/// Largest integer a JSON reader using doubles holds exactly (2^53).
+const MAX_SAFE_INT: i64 = 1 << 53;
+
+/// Whether to wrap each event as `{"schema":…,"payload":…}` or write the payload alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct JsonFormat {
+    /// Include Kafka Connect's `schema` next to the payload.
+    pub schemas: bool,
+}
+
+impl JsonFormat {
+    /// The event as one JSON document in this format.
+    pub fn encode(self, event: &Event) -> Json {
+        let payload = envelope(event);
+        if self.schemas {
+            json!({ "schema": envelope_schema(event), "payload": payload })
+        } else {
+            payload
+        }
+    }
+}
+
+/// The Debezium change event envelope (the `payload`).
+pub fn envelope(event: &Event) -> Json {
+    let row = |r: &Option<Row>| r.as_ref().map_or(Json::Null, row_json);
+    json!({
+        "before": row(&event.before),
+        "after": row(&event.after),
+        "source": source_json(event),
+        "op": event.op.code(),
+        "ts_ms": event.ts_ms,
+        "transaction": event.transaction.as_ref().map_or(Json::Null, |t| json!({
+            "id": t.id,
+            "total_order": t.total_order,
+            "data_collection_order": t.data_collection_order,
+        })),
+    })
+}
+
+/// A row as a JSON object.
+pub fn row_json(row: &Row) -> Json {
+    Json::Object(
+        row.iter()
+            .map(|(c, v)| (c.to_owned(), value_json(v)))
+            .collect(),
+    )
+}
+
+fn source_json(event: &Event) -> Json {
+    let s = &event.source;
+    let mut m = Map::new();
+    m.insert(
+        "version".into(),
+        json!(concat!("siphon-", env!("CARGO_PKG_VERSION"))),
+    );
+    m.insert("connector".into(), json!(s.connector));
+    m.insert("name".into(), json!(s.name));
+    m.insert("ts_ms".into(), json!(s.ts_ms));
+    let snapshot = match s.snapshot {
+        SnapshotMarker::False => "false",
+        SnapshotMarker::True => "true",
+        SnapshotMarker::Last => "last",
+    };
+    m.insert("snapshot".into(), json!(snapshot));
+    m.insert("db".into(), json!(s.db));
+    match &s.position {
+        SourcePosition::Postgres {
+            commit_lsn, lsn, ..
+        } => {
+            m.insert(
+                "sequence".into(),
+                json!(format!("[\"{commit_lsn}\",\"{lsn}\"]")),
+            );
+            m.insert("schema".into(), json!(s.schema));
+            m.insert("table".into(), json!(s.table));
+            m.insert("txId".into(), json!(s.tx_id));
+            m.insert("lsn".into(), json!(lsn));
+            m.insert("xmin".into(), Json::Null);
+        }
+        SourcePosition::Mysql {
+            file,
+            pos,
+            row,
+            gtid,
+            server_id,
+        } => {
+            m.insert("table".into(), json!(s.table));
+            m.insert("server_id".into(), json!(server_id));
+            m.insert("gtid".into(), json!(gtid));
+            m.insert("file".into(), json!(file));
+            m.insert("pos".into(), json!(pos));
+            m.insert("row".into(), json!(row));
+        }
+        SourcePosition::Sequence(seq) => {
+            m.insert("schema".into(), json!(s.schema));
+            m.insert("table".into(), json!(s.table));
+            m.insert("txId".into(), json!(s.tx_id));
+            m.insert("seq".into(), json!(seq));
+        }
+    }
+    Json::Object(m)
+}
+
+fn int_json(v: i128) -> Json {
+    if v.unsigned_abs() <= MAX_SAFE_INT as u128 {
+        json!(v as i64)
+    } else {
+        json!(v.to_string())
+    }
+}
+
+fn float_json(v: f64) -> Json {
+    if v.is_nan() {
+        json!("NaN")
+    } else if v.is_infinite() {
+        json!(if v > 0.0 { "Infinity" } else { "-Infinity" })
+    } else {
+        json!(v)
+    }
+}
+
+/// One value in siphon's default, lossless JSON encoding.
+pub fn value_json(value: &Value) -> Json {
+    match value {
+        Value::Null => Json::Null,
+        Value::Bool(b) => json!(b),
+        Value::Int(i) => int_json(i128::from(*i)),
+        Value::UInt(u) => int_json(i128::from(*u)),
+        // Through its shortest text so that 0.1f32 prints "0.1", not 0.10000000149011612.
+        Value::Float32(f) => float_json(f.to_string().parse().unwrap_or(f64::from(*f))),
+        Value::Float64(f) => float_json(*f),
+        Value::Decimal(s) | Value::Text(s) | Value::Json(s) | Value::Enum(s) => json!(s),
+        Value::Other { text, .. } => json!(text),
+        Value::Bytes(b) => json!(BASE64.encode(b)),
+        Value::Uuid(u) => json!(format_uuid(u)),
+        Value::Date(d) => json!(format_date(*d)),
+        Value::Time(us) => json!(format_time(*us)),
+        Value::TimeTz {
+            micros,
+            offset_seconds,
+        } => {
+            json!(format!(
+                "{}{}",
+                format_time(*micros),
+                format_offset(*offset_seconds)
+            ))
+        }
+        Value::Timestamp(us) => json!(format_timestamp(*us, "")),
+        Value::TimestampTz(us) => json!(format_timestamp(*us, "Z")),
+        Value::Interval {
+            months,
+            days,
+            micros,
+        } => json!(format_interval(*months, *days, *micros)),
+        Value::Array(items) => Json::Array(items.iter().map(value_json).collect()),
+        Value::Unchanged => json!(UNAVAILABLE),
+    }
+}
+
+fn format_uuid(u: &[u8; 16]) -> String {
+    let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+const EPOCH: NaiveDate = NaiveDate::from_ymd_opt(1970, 1, 1).unwrap();
+
+fn format_date(days: i32) -> String {
+    match days {
+        i32::MAX => "infinity".into(),
+        i32::MIN => "-infinity".into(),
+        d => EPOCH
+            .checked_add_signed(chrono::TimeDelta::days(i64::from(d)))
+            .map_or_else(|| d.to_string(), |date| date.format("%Y-%m-%d").to_string()),
+    }
+}
+
+fn format_time(micros: i64) -> String {
+    // 24:00:00 is a valid SQL time that chrono cannot hold.
+    if micros == 86_400_000_000 {
+        return "24:00:00".into();
+    }
+    let secs = micros.div_euclid(1_000_000);
+    let frac = micros.rem_euclid(1_000_000);
+    let t = NaiveTime::from_num_seconds_from_midnight_opt(secs as u32, 0).unwrap_or_default();
+    format!("{}{}", t.format("%H:%M:%S"), format_fraction(frac))
+}
+
+fn format_fraction(micros: i64) -> String {
+    if micros == 0 {
+        String::new()
+    } else {
+        format!(".{micros:06}")
+    }
+}
+
+fn format_offset(seconds: i32) -> String {
+    if seconds == 0 {
+        return "Z".into();
+    }
+    let sign = if seconds < 0 { '-' } else { '+' };
+    let s = seconds.unsigned_abs();
+    if s % 60 == 0 {
+        format!("{sign}{:02}:{:02}", s / 3600, s / 60 % 60)
+    } else {
+        format!("{sign}{:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+    }
+}
+
+fn format_timestamp(micros: i64, zone: &str) -> String {
+    match micros {
+        i64::MAX => "infinity".into(),
+        i64::MIN => "-infinity".into(),
+        us => match DateTime::from_timestamp_micros(us) {
+            Some(dt) => {
+                let dt = dt.naive_utc();
+                let frac = i64::from(dt.nanosecond() / 1000);
+                format!(
+                    "{}{}{zone}",
+                    dt.format("%Y-%m-%dT%H:%M:%S"),
+                    format_fraction(frac)
+                )
+            }
+            None => us.to_string(),
+        },
+    }
+}
+
+fn format_interval(months: i32, days: i32, micros: i64) -> String {
+    let (years, months) = (months / 12, months % 12);
+    let hours = micros / 3_600_000_000;
+    let minutes = micros % 3_600_000_000 / 60_000_000;
+    let rest = micros % 60_000_000;
+    let (sign, rest) = if rest < 0 { ("-", -rest) } else { ("", rest) };
+    let seconds = format!(
+        "{sign}{}{}",
+        rest / 1_000_000,
+        format_fraction(rest % 1_000_000)
+    );
+    format!("P{years}Y{months}M{days}DT{hours}H{minutes}M{seconds}S")
+}
+
+/// Kafka Connect's schema of one value, as [`decode_value`] reads it back.
+pub fn value_schema(value: &Value) -> Json {
+    let (ty, name): (&str, Option<&str>) = match value {
+        Value::Null | Value::Unchanged | Value::Text(_) => ("string", None),
+        Value::Bool(_) => ("boolean", None),
+        Value::Int(_) => ("int64", None),
+        Value::UInt(_) => ("int64", Some("siphon.UInt64")),
+        Value::Float32(_) => ("float", None),
+        Value::Float64(_) => ("double", None),
+        Value::Decimal(_) => ("string", Some("siphon.Decimal")),
+        Value::Bytes(_) => ("bytes", None),
+        Value::Json(_) => ("string", Some("io.debezium.data.Json")),
+        Value::Uuid(_) => ("string", Some("io.debezium.data.Uuid")),
+        Value::Date(_) => ("string", Some("siphon.IsoDate")),
+        Value::Time(_) => ("string", Some("siphon.IsoTime")),
+        Value::TimeTz { .. } => ("string", Some("io.debezium.time.ZonedTime")),
+        Value::Timestamp(_) => ("string", Some("siphon.IsoTimestamp")),
+        Value::TimestampTz(_) => ("string", Some("io.debezium.time.ZonedTimestamp")),
+        Value::Interval { .. } => ("string", Some("io.debezium.time.Interval")),
+        Value::Enum(_) => ("string", Some("io.debezium.data.Enum")),
+        Value::Other { type_name, .. } => {
+            return json!({"type": "string", "optional": true, "name": "siphon.Other",
+                          "parameters": {"type": type_name}});
+        }
+        Value::Array(items) => {
+            let item = items
+                .iter()
+                .find(|v| !matches!(v, Value::Null))
+                .unwrap_or(&Value::Null);
+            return json!({"type": "array", "optional": true, "items": value_schema(item)});
+        }
+    };
+    let mut m = Map::new();
+    m.insert("type".into(), json!(ty));
+    m.insert("optional".into(), json!(true));
+    if let Some(name) = name {
+        m.insert("name".into(), json!(name));
+    }
+    Json::Object(m)
+}
+
+fn row_schema(row: Option<&Row>, name: &str, field: &str) -> Json {
+    let fields: Vec<Json> = row
+        .map(|r| {
+            r.iter()
+                .map(|(c, v)| {
+                    let mut s = value_schema(v);
+                    s["field"] = json!(c);
+                    s
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    json!({"type": "struct", "fields": fields, "optional": true, "name": name, "field": field})
+}
+
+fn envelope_schema(event: &Event) -> Json {
+    let prefix = format!("{}.{}", event.source.name, event.source.qualified_table());
+    let value_name = format!("{prefix}.Value");
+    // before and after share the table's columns; take them from whichever row is present.
+    let shape = event.after.as_ref().or(event.before.as_ref());
+    let source_fields: Vec<Json> = source_json(event)
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| {
+                    let ty = match v {
+                        Json::Number(_) => "int64",
+                        Json::Bool(_) => "boolean",
+                        _ => "string",
+                    };
+                    json!({"type": ty, "optional": true, "field": k})
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    json!({
+        "type": "struct",
+        "optional": false,
+        "name": format!("{prefix}.Envelope"),
+        "fields": [
+            row_schema(shape, &value_name, "before"),
+            row_schema(shape, &value_name, "after"),
+            {"type": "struct", "fields": source_fields, "optional": false,
+             "name": "io.siphon.connector.Source", "field": "source"},
+            {"type": "string", "optional": false, "field": "op"},
+            {"type": "int64", "optional": true, "field": "ts_ms"},
+            {"type": "struct", "optional": true, "name": "event.block", "field": "transaction",
+             "fields": [
+                {"type": "string", "optional": false, "field": "id"},
+                {"type": "int64", "optional": false, "field": "total_order"},
+                {"type": "int64", "optional": false, "field": "data_collection_order"}]},
+        ],
+    })
+}
+
+/// Reads back one value that [`value_json`] wrote, given the schema [`value_schema`] gave it.
+pub fn decode_value(json: &Json, schema: &Json) -> Result<Value, String> {
+    if json.is_null() {
+        return Ok(Value::Null);
+    }
+    if json.as_str() == Some(UNAVAILABLE) {
+        return Ok(Value::Unchanged);
+    }
+    let ty = schema["type"].as_str().unwrap_or("string");
+    let name = schema["name"].as_str().unwrap_or("");
+    let text = || {
+        json.as_str()
+            .ok_or_else(|| format!("expected a string, found {json}"))
+    };
+    let bad = |what: &str| format!("bad {what}: {json}");
+    Ok(match (ty, name) {
+        ("boolean", _) => Value::Bool(json.as_bool().ok_or_else(|| bad("boolean"))?),
+        ("int64", "siphon.UInt64") => Value::UInt(parse_number(json).ok_or_else(|| bad("u64"))?),
+        ("int64", _) => Value::Int(parse_number(json).ok_or_else(|| bad("integer"))?),
+        ("float", _) => Value::Float32(parse_float(json).ok_or_else(|| bad("float"))? as f32),
+        ("double", _) => Value::Float64(parse_float(json).ok_or_else(|| bad("double"))?),
+        ("bytes", _) => Value::Bytes(BASE64.decode(text()?).map_err(|e| e.to_string())?),
+        ("array", _) => Value::Array(
+            json.as_array()
+                .ok_or_else(|| bad("array"))?
+                .iter()
+                .map(|item| decode_value(item, &schema["items"]))
+                .collect::<Result<_, _>>()?,
+        ),
+        (_, "siphon.Decimal") => Value::Decimal(text()?.to_owned()),
+        (_, "io.debezium.data.Json") => Value::Json(text()?.to_owned()),
+        (_, "io.debezium.data.Enum") => Value::Enum(text()?.to_owned()),
+        (_, "siphon.Other") => Value::Other {
+            type_name: schema["parameters"]["type"]
+                .as_str()
+                .unwrap_or("unknown")
+                .to_owned(),
+            text: text()?.to_owned(),
+        },
+        (_, "io.debezium.data.Uuid") => {
+            Value::Uuid(parse_uuid(text()?).ok_or_else(|| bad("uuid"))?)
+        }
+        (_, "siphon.IsoDate") => Value::Date(parse_date(text()?).ok_or_else(|| bad("date"))?),
+        (_, "siphon.IsoTime") => Value::Time(parse_time(text()?).ok_or_else(|| bad("time"))?),
+        (_, "io.debezium.time.ZonedTime") => {
+            let (micros, offset_seconds) = parse_timetz(text()?).ok_or_else(|| bad("timetz"))?;
+            Value::TimeTz {
+                micros,
+                offset_seconds,
+            }
+        }
+        (_, "siphon.IsoTimestamp") => {
+            Value::Timestamp(parse_timestamp(text()?, false).ok_or_else(|| bad("timestamp"))?)
+        }
+        (_, "io.debezium.time.ZonedTimestamp") => {
+            Value::TimestampTz(parse_timestamp(text()?, true).ok_or_else(|| bad("timestamptz"))?)
+        }
+        (_, "io.debezium.time.Interval") => {
+            let (months, days, micros) = parse_interval(text()?).ok_or_else(|| bad("interval"))?;
+            Value::Interval {
+                months,
+                days,
+                micros,
+            }
+        }
+        _ => Value::Text(text()?.to_owned()),
+    })
+}
+
+fn parse_number<T: std::str::FromStr + TryFrom<i64> + TryFrom<u64>>(json: &Json) -> Option<T> {
+    match json {
+        Json::Number(n) => n
+            .as_i64()
+            .and_then(|i| T::try_from(i).ok())
+            .or_else(|| n.as_u64().and_then(|u| T::try_from(u).ok())),
+        Json::String(s) => s.parse().ok(),
+        _ => None,
+    }
+}
+
+fn parse_float(json: &Json) -> Option<f64> {
+    match json {
+        Json::Number(n) => n.as_f64(),
+        Json::String(s) => match s.as_str() {
+            "NaN" => Some(f64::NAN),
+            "Infinity" => Some(f64::INFINITY),
+            "-Infinity" => Some(f64::NEG_INFINITY),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+fn parse_uuid(s: &str) -> Option<[u8; 16]> {
+    let hex: String = s.chars().filter(|c| *c != '-').collect();
+    if hex.len() != 32 {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+fn parse_date(s: &str) -> Option<i32> {
+    match s {
+        "infinity" => Some(i32::MAX),
+        "-infinity" => Some(i32::MIN),
+        _ => {
+            let d = NaiveDate::parse_from_str(s, "%Y-%m-%d").ok()?;
+            i32::try_from(d.signed_duration_since(EPOCH).num_days()).ok()
+        }
+    }
+}
+
+fn parse_time(s: &str) -> Option<i64> {
+    if s == "24:00:00" {
+        return Some(86_400_000_000);
+    }
+    let t = NaiveTime::parse_from_str(s, "%H:%M:%S%.f").ok()?;
+    Some(i64::from(t.num_seconds_from_midnight()) * 1_000_000 + i64::from(t.nanosecond() / 1000))
+}
+
+fn parse_timetz(s: &str) -> Option<(i64, i32)> {
+    if let Some(t) = s.strip_suffix('Z') {
+        return Some((parse_time(t)?, 0));
+    }
+    let at = s.rfind(['+', '-'])?;
+    let (t, off) = s.split_at(at);
+    let sign = if off.starts_with('-') { -1 } else { 1 };
+    let parts: Vec<i32> = off[1..]
+        .split(':')
+        .map(|p| p.parse().ok())
+        .collect::<Option<_>>()?;
+    let secs = parts.first()? * 3600 + parts.get(1).unwrap_or(&0) * 60 + parts.get(2).unwrap_or(&0);
+    Some((parse_time(t)?, sign * secs))
+}
+
+fn parse_timestamp(s: &str, zoned: bool) -> Option<i64> {
+    match s {
+        "infinity" => return Some(i64::MAX),
+        "-infinity" => return Some(i64::MIN),
+        _ => {}
+    }
+    let s = if zoned { s.strip_suffix('Z')? } else { s };
+    let dt = chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S%.f").ok()?;
+    Some(dt.and_utc().timestamp_micros())
+}
+
+fn parse_interval(s: &str) -> Option<(i32, i32, i64)> {
+    let rest = s.strip_prefix('P')?;
+    let (date, time) = rest.split_once('T')?;
+    let mut date_parts = [0i64; 3];
+    let mut d = date;
+    for (i, unit) in ['Y', 'M', 'D'].into_iter().enumerate() {
+        let (n, r) = d.split_once(unit)?;
+        date_parts[i] = n.parse().ok()?;
+        d = r;
+    }
+    let (h, r) = time.split_once('H')?;
+    let (m, r) = r.split_once('M')?;
+    let sec = r.strip_suffix('S')?;
+    let negative = sec.starts_with('-');
+    let sec = sec.trim_start_matches('-');
+    let (whole, frac) = sec.split_once('.').unwrap_or((sec, ""));
+    let frac_us: i64 = if frac.is_empty() {
+        0
+    } else {
+        format!("{frac:0<6}").get(..6)?.parse().ok()?
+    };
+    let mut sec_us = whole.parse::<i64>().ok()? * 1_000_000 + frac_us;
+    if negative {
+        sec_us = -sec_us;
+    }
+    let micros =
+        h.parse::<i64>().ok()? * 3_600_000_000 + m.parse::<i64>().ok()? * 60_000_000 + sec_us;
+    let months = i32::try_from(date_parts[0] * 12 + date_parts[1]).ok()?;
+    Some((months, i32::try_from(date_parts[2]).ok()?, micros))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn every_value() -> Vec<Value> {
+        vec![
+            Value::Null,
+            Value::Bool(true),
+            Value::Int(-42),
+            Value::Int(i64::MAX),
+            Value::Int(i64::MIN),
+            Value::Int(MAX_SAFE_INT + 1),
+            Value::UInt(u64::MAX),
+            Value::Float32(0.1),
+            Value::Float32(f32::INFINITY),
+            Value::Float64(1.0e-300),
+            Value::Float64(f64::NEG_INFINITY),
+            Value::Decimal("12.3400".into()),
+            Value::Decimal("NaN".into()),
+            Value::Decimal("-123456789012345678901234567890.000000000000000000001".into()),
+            Value::Text("héllo \"quoted\" \n".into()),
+            Value::Bytes(vec![0, 1, 254, 255]),
+            Value::Json(r#"{"a": [1, 2.50, null]}"#.into()),
+            Value::Uuid(*b"\x12\x34\x56\x78\x9a\xbc\xde\xf0\x12\x34\x56\x78\x9a\xbc\xde\xf0"),
+            Value::Date(0),
+            Value::Date(-719_528),
+            Value::Date(i32::MAX),
+            Value::Date(i32::MIN),
+            Value::Time(0),
+            Value::Time(86_399_999_999),
+            Value::Time(86_400_000_000),
+            Value::TimeTz {
+                micros: 45_296_000_001,
+                offset_seconds: -(5 * 3600 + 30 * 60),
+            },
+            Value::TimeTz {
+                micros: 1,
+                offset_seconds: 3,
+            },
+            Value::Timestamp(1_700_000_000_123_456),
+            Value::Timestamp(-62_135_596_800_000_000),
+            Value::TimestampTz(1),
+            Value::TimestampTz(i64::MAX),
+            Value::TimestampTz(i64::MIN),
+            Value::Interval {
+                months: 14,
+                days: 3,
+                micros: 4 * 3_600_000_000 + 5_000_007,
+            },
+            Value::Interval {
+                months: -1,
+                days: -2,
+                micros: -3_000_001,
+            },
+            Value::Interval {
+                months: 0,
+                days: 0,
+                micros: 0,
+            },
+            Value::Array(vec![Value::Int(1), Value::Null, Value::Int(3)]),
+            Value::Array(vec![
+                Value::Array(vec![Value::Text("a".into()), Value::Text("b".into())]),
+                Value::Array(vec![Value::Text("c".into()), Value::Null]),
+            ]),
+            Value::Array(vec![]),
+            Value::Enum("happy".into()),
+            Value::Other {
+                type_name: "inet".into(),
+                text: "192.168.0.1/24".into(),
+            },
+            Value::Unchanged,
+        ]
+    }
+
+    #[test]
+    fn every_value_round_trips_through_json() {
+        for value in every_value() {
+            let schema = value_schema(&value);
+            let encoded = value_json(&value);
+            let text = serde_json::to_string(&encoded).unwrap();
+            let reparsed: Json = serde_json::from_str(&text).unwrap();
+            let decoded = decode_value(&reparsed, &schema)
+                .unwrap_or_else(|e| panic!("{value:?} as {text}: {e}"));
+            // NaN != NaN: compare the bits of floats.
+            match (&value, &decoded) {
+                (Value::Float64(a), Value::Float64(b)) => assert_eq!(a.to_bits(), b.to_bits()),
+                _ => assert_eq!(decoded, value, "{text} with schema {schema}"),
+            }
+        }
+    }
+
+    #[test]
+    fn encodings_are_readable() {
+        let cases = [
+            (Value::Int(MAX_SAFE_INT + 1), json!("9007199254740993")),
+            (Value::Int(MAX_SAFE_INT), json!(9007199254740992i64)),
+            (Value::Float32(0.1), json!(0.1)),
+            (Value::Float64(f64::NAN), json!("NaN")),
+            (Value::Decimal("12.3400".into()), json!("12.3400")),
+            (
+                Value::TimestampTz(1_700_000_000_123_456),
+                json!("2023-11-14T22:13:20.123456Z"),
+            ),
+            (Value::Timestamp(0), json!("1970-01-01T00:00:00")),
+            (Value::Date(19_000), json!("2022-01-08")),
+            (Value::Time(3_723_000_004), json!("01:02:03.000004")),
+            (
+                Value::TimeTz {
+                    micros: 0,
+                    offset_seconds: 3600,
+                },
+                json!("00:00:00+01:00"),
+            ),
+            (
+                Value::Interval {
+                    months: 14,
+                    days: 3,
+                    micros: 4 * 3_600_000_000 + 5_500_000,
+                },
+                json!("P1Y2M3DT4H0M5.500000S"),
+            ),
+            (Value::Bytes(b"hi".to_vec()), json!("aGk=")),
+            (
+                Value::Uuid([0xab; 16]),
+                json!("abababab-abab-abab-abab-abababababab"),
+            ),
+            (Value::Unchanged, json!(UNAVAILABLE)),
+        ];
+        for (value, expected) in cases {
+            assert_eq!(value_json(&value), expected, "{value:?}");
+        }
+    }
+}

@@ -1,0 +1,28 @@
+//! siphon-core: the contracts between siphon's parts.
+//!
+//! - [`event`]: the change event (Debezium envelope semantics, exact values) and [`json`], its
+//!   Debezium-compatible JSON form;
+//! - [`log`]: the change log trait and the embedded [`log::file`] backend;
+//! - [`offsets`]: sink cursors and source checkpoints, persisted atomically;
+//! - [`source`] and [`sink`]: the traits connectors and sinks implement, with their guarantees;
+//! - [`testing`] (feature `testing`): the sink compliance suite and event builders.
+//!
+//! No database client lives here.
+
+pub mod error;
+pub mod event;
+mod fsutil;
+pub mod json;
+pub mod log;
+pub mod offsets;
+pub mod sink;
+pub mod source;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+pub mod units;
+
+pub use error::{Error, ErrorKind, Result};
+pub use event::{
+    Event, Op, Row, SnapshotMarker, SourceInfo, SourcePosition, TransactionInfo, Value,
+};
+pub use fsutil::write_atomic;

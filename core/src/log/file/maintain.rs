@@ -1,0 +1,183 @@
+//! Retention (delete whole closed segments) and key compaction (rewrite closed segments keeping
+//! the newest record of each key).
+//!
+//! Compaction keeps a map of every key in the log to its newest offset in memory while it runs:
+//! its memory grows with the number of distinct keys, not with the log's size.
+
+use std::collections::HashMap;
+use std::fs;
+
+use super::segment::{self, Next, Segment, SegmentCursor, index_path, log_path};
+use super::{FileLog, now_ms};
+use crate::log::record::encode_frame;
+use crate::log::{Consumer, MaintenanceReport, RecordFlags};
+use crate::{Error, Result, fsutil};
+
+pub(super) fn run(log: &FileLog, consumers: &[Consumer]) -> Result<MaintenanceReport> {
+    let inner = &log.inner;
+    if inner.writer.is_none() {
+        return Err(super::read_only());
+    }
+    let mut state = inner.maintenance.lock().unwrap();
+    let end = inner.durable_end();
+    let min_all = consumers.iter().map(|c| c.next_offset).min().unwrap_or(end);
+    let mut report = MaintenanceReport::default();
+    apply_retention(log, consumers, min_all, &mut report)?;
+    if inner.config.compaction {
+        let min_history = consumers
+            .iter()
+            .filter(|c| c.keeps_history)
+            .map(|c| c.next_offset)
+            .min()
+            .unwrap_or(u64::MAX);
+        // Compaction reads the whole log: only when a segment closed or a history sink moved.
+        let closed_end = {
+            let segments = inner.segments.read().unwrap();
+            segments
+                .len()
+                .checked_sub(2)
+                .map_or(0, |i| segments[i].end())
+        };
+        if (closed_end, min_history) != state.compacted {
+            compact(log, min_all, min_history, &mut report)?;
+            state.compacted = (closed_end, min_history);
+        }
+    }
+    Ok(report)
+}
+
+fn apply_retention(
+    log: &FileLog,
+    consumers: &[Consumer],
+    min_all: u64,
+    report: &mut MaintenanceReport,
+) -> Result<()> {
+    let inner = &log.inner;
+    let cfg = &inner.config;
+    let now = now_ms();
+    loop {
+        let (oldest, total) = {
+            let segments = inner.segments.read().unwrap();
+            if segments.len() < 2 {
+                return Ok(()); // the active segment is never deleted
+            }
+            (
+                segments[0].clone(),
+                segments.iter().map(|s| s.size).sum::<u64>(),
+            )
+        };
+        let expired = cfg
+            .retention
+            .is_some_and(|r| oldest.last_timestamp_ms < now - r.0.as_millis() as i64)
+            || cfg.retention_size.is_some_and(|s| total > s.0);
+        let read_by_all = oldest.end() <= min_all;
+        let over_cap = cfg.max_size.is_some_and(|m| total > m.0);
+        if !(expired && read_by_all || over_cap) {
+            return Ok(());
+        }
+        if !read_by_all {
+            for c in consumers.iter().filter(|c| c.next_offset < oldest.end()) {
+                let lost = c.next_offset.max(oldest.base)..oldest.end();
+                tracing::error!(
+                    sink = %c.name, first_lost = lost.start, end_lost = lost.end,
+                    "the change log reached max_size: deleting records this sink has not read; \
+                     it must be rebuilt with `siphon replay`"
+                );
+                report.lost.push((c.name.clone(), lost));
+            }
+        }
+        inner.segments.write().unwrap().remove(0);
+        let log_file = log_path(&inner.dir, oldest.base);
+        fs::remove_file(&log_file).map_err(Error::io("remove", &log_file))?;
+        let _ = fs::remove_file(index_path(&inner.dir, oldest.base));
+        fsutil::sync_dir(&inner.dir)?;
+        report.segments_deleted += 1;
+        report.bytes_freed += oldest.size;
+    }
+}
+
+/// Reads every record of a segment up to `limit`, calling `f` with each.
+fn for_each_record(
+    log: &FileLog,
+    seg: &Segment,
+    limit: u64,
+    mut f: impl FnMut(crate::log::LogRecord) -> Result<()>,
+) -> Result<()> {
+    let mut cursor = SegmentCursor::open(log_path(&log.inner.dir, seg.base), 0)?;
+    while let Next::Record(rec) = cursor.next(limit)? {
+        f(rec)?;
+    }
+    Ok(())
+}
+
+fn compact(
+    log: &FileLog,
+    min_all: u64,
+    min_history: u64,
+    report: &mut MaintenanceReport,
+) -> Result<()> {
+    let inner = &log.inner;
+    let segments = inner.segments.read().unwrap().clone();
+    let closed = &segments[..segments.len().saturating_sub(1)];
+    // Only closed segments that every history-keeping sink has read completely.
+    let eligible: Vec<&Segment> = closed.iter().filter(|s| s.end() <= min_history).collect();
+    if eligible.is_empty() {
+        return Ok(());
+    }
+    let limit = inner.durable_end();
+    let mut newest: HashMap<Vec<u8>, u64> = HashMap::new();
+    for seg in &segments {
+        for_each_record(log, seg, limit, |rec| {
+            if !rec.key.is_empty() {
+                newest.insert(rec.key, rec.offset);
+            }
+            Ok(())
+        })?;
+    }
+    let delete_horizon = now_ms() - inner.config.delete_retention.0.as_millis() as i64;
+    let interval = inner.config.index_interval.0;
+    for seg in eligible {
+        let mut kept = Vec::new();
+        let mut compacted = Segment::empty(seg.base);
+        let mut dropped = 0u64;
+        for_each_record(log, seg, limit, |rec| {
+            // The last record of a segment stays: it carries the segment's end position.
+            let is_last = Some(rec.offset) == seg.last_offset;
+            let superseded = !rec.key.is_empty() && newest.get(&rec.key) != Some(&rec.offset);
+            let expired_delete = rec.flags.contains(RecordFlags::TOMBSTONE)
+                && rec.offset < min_all
+                && rec.timestamp_ms < delete_horizon;
+            if !is_last && (superseded || expired_delete) {
+                dropped += 1;
+                return Ok(());
+            }
+            // A compacted stretch no longer holds whole transactions: every record stands alone.
+            let start = kept.len();
+            let flags = rec.flags.with(RecordFlags::TXN_END);
+            encode_frame(
+                &mut kept,
+                rec.offset,
+                rec.timestamp_ms,
+                flags,
+                &rec.key,
+                &rec.value,
+            );
+            let len = (kept.len() - start) as u64;
+            compacted.note(rec.offset, rec.timestamp_ms, start as u64, len, interval);
+            Ok(())
+        })?;
+        if dropped == 0 {
+            continue;
+        }
+        let path = log_path(&inner.dir, seg.base);
+        fsutil::write_atomic(&path, &kept)?;
+        segment::write_index(&inner.dir, &compacted)?;
+        report.records_compacted += dropped;
+        report.bytes_freed += seg.size - compacted.size;
+        let mut live = inner.segments.write().unwrap();
+        if let Some(s) = live.iter_mut().find(|s| s.base == seg.base) {
+            *s = compacted;
+        }
+    }
+    Ok(())
+}

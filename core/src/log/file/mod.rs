@@ -1,0 +1,468 @@
+//! The embedded file log: segment files of length-prefixed, CRC32C-checked records.
+//!
+//! ```text
+//! <dir>/LOCK                          held by the one process that writes
+//! <dir>/00000000000000000000.log      records, each framed (see `record`)
+//! <dir>/00000000000000000000.idx      sparse index, written when the segment is closed
+//! <dir>/00000000000000052113.log      the next segment starts at its first offset
+//! ```
+//!
+//! On open the last segment is scanned and cut at the first torn or damaged record, which can
+//! only be one that was never fsynced (a closed segment is fsynced before the next opens).
+
+mod config;
+mod maintain;
+mod reader;
+mod segment;
+
+use std::fs::{self, File};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use tokio::sync::watch;
+
+pub use config::{FileLogConfig, FsyncPolicy};
+pub use reader::FileLogReader;
+
+use self::segment::{ScanEnd, Segment, SegmentCursor, SegmentWriter, log_path};
+use crate::log::record::encode_frame;
+use crate::log::{
+    ChangeLog, Consumer, LogReader, LogRecord, LogStats, MaintenanceReport, NewRecord,
+};
+use crate::{Error, Result, fsutil};
+
+/// The embedded file log. Cheap to clone; all clones share one log.
+#[derive(Clone, Debug)]
+pub struct FileLog {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    dir: PathBuf,
+    config: FileLogConfig,
+    /// Closed segments and, last, the active one.
+    segments: RwLock<Vec<Segment>>,
+    /// `None` when opened read-only.
+    writer: Option<Mutex<Writer>>,
+    /// Offset after the last durable record.
+    durable: watch::Sender<u64>,
+    /// Serializes retention and compaction.
+    maintenance: Mutex<MaintenanceState>,
+}
+
+/// What the last compaction saw: the end of the closed segments and the history horizon.
+#[derive(Debug, Default)]
+struct MaintenanceState {
+    compacted: (u64, u64),
+}
+
+#[derive(Debug)]
+struct Writer {
+    file: SegmentWriter,
+    next_offset: u64,
+    last_timestamp_ms: i64,
+    buf: Vec<u8>,
+    /// Offset after the last record written but not yet fsynced (with `fsync != batch`).
+    unsynced_end: Option<u64>,
+    last_sync: Instant,
+    _lock: File,
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+impl FileLog {
+    /// Opens (or creates) the log in `dir` for writing, recovering from a crash: the last
+    /// segment is cut at its first torn or damaged record. Fails if another process has it.
+    pub fn open(dir: impl AsRef<Path>, config: FileLogConfig) -> Result<Self> {
+        config.validate().map_err(Error::Config)?;
+        let dir = dir.as_ref().to_path_buf();
+        fs::create_dir_all(&dir).map_err(Error::io("create", &dir))?;
+        let lock_path = dir.join("LOCK");
+        let lock = File::create(&lock_path).map_err(Error::io("create", &lock_path))?;
+        lock.try_lock().map_err(|_| {
+            Error::Config(format!(
+                "the change log in {} is in use by another siphon process (stop it, or use its \
+                 admin API)",
+                dir.display()
+            ))
+        })?;
+        let mut segments = load_segments(&dir, &config, true)?;
+        if segments.is_empty() {
+            segments.push(Segment::empty(0));
+        }
+        let active = segments.last().unwrap();
+        let file = SegmentWriter::open(log_path(&dir, active.base), active.size)?;
+        fsutil::sync_dir(&dir)?;
+        let end = active.end();
+        let writer = Writer {
+            file,
+            next_offset: end,
+            last_timestamp_ms: active.last_timestamp_ms,
+            buf: Vec::with_capacity(1 << 20),
+            unsynced_end: None,
+            last_sync: Instant::now(),
+            _lock: lock,
+        };
+        let log = FileLog {
+            inner: Arc::new(Inner {
+                dir,
+                config,
+                segments: RwLock::new(segments),
+                writer: Some(Mutex::new(writer)),
+                durable: watch::Sender::new(end),
+                maintenance: Mutex::default(),
+            }),
+        };
+        if log.inner.config.fsync == FsyncPolicy::Interval {
+            spawn_flusher(
+                Arc::downgrade(&log.inner),
+                log.inner.config.fsync_interval.0,
+            );
+        }
+        Ok(log)
+    }
+
+    /// Opens the log of a running (or stopped) daemon for reading only: nothing is changed on
+    /// disk; [`FileLog::refresh`] picks up what the writer appended since.
+    pub fn open_read_only(dir: impl AsRef<Path>, config: FileLogConfig) -> Result<Self> {
+        let dir = dir.as_ref().to_path_buf();
+        if !dir.is_dir() {
+            return Err(Error::Config(format!("no change log in {}", dir.display())));
+        }
+        let segments = load_segments(&dir, &config, false)?;
+        let end = segments.last().map_or(0, Segment::end);
+        Ok(FileLog {
+            inner: Arc::new(Inner {
+                dir,
+                config,
+                segments: RwLock::new(segments),
+                writer: None,
+                durable: watch::Sender::new(end),
+                maintenance: Mutex::default(),
+            }),
+        })
+    }
+
+    /// Read-only logs: rescans for records the writing process appended since.
+    pub fn refresh(&self) -> Result<()> {
+        if self.inner.writer.is_some() {
+            return Ok(());
+        }
+        let segments = load_segments(&self.inner.dir, &self.inner.config, false)?;
+        let end = segments.last().map_or(0, Segment::end);
+        *self.inner.segments.write().unwrap() = segments;
+        self.inner
+            .durable
+            .send_if_modified(|e| std::mem::replace(e, end) != end);
+        Ok(())
+    }
+
+    /// The directory of the log.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// Appends, blocking the calling thread (see [`ChangeLog::append`]).
+    pub fn append_blocking(&self, records: &[NewRecord]) -> Result<Range<u64>> {
+        let inner = &self.inner;
+        let mut w = inner.writer.as_ref().ok_or_else(read_only)?.lock().unwrap();
+        let first = w.next_offset;
+        let mut pending: Vec<(u64, i64, u64, u64)> = Vec::with_capacity(records.len());
+        let mut active_size = inner.segments.read().unwrap().last().map_or(0, |s| s.size);
+        let timestamp_ms = now_ms().max(w.last_timestamp_ms);
+        w.buf.clear();
+        for rec in records {
+            let frame_start = w.buf.len();
+            let offset = w.next_offset;
+            encode_frame(
+                &mut w.buf,
+                offset,
+                timestamp_ms,
+                rec.flags,
+                &rec.key,
+                &rec.value,
+            );
+            let len = (w.buf.len() - frame_start) as u64;
+            if active_size > 0 && active_size + len > inner.config.segment_size.0 {
+                // Close the active segment before this record, which starts the next one.
+                let frame = w.buf.split_off(frame_start);
+                inner.write_pending(&mut w, &mut pending)?;
+                inner.roll(&mut w, offset)?;
+                w.buf = frame;
+                active_size = 0;
+            }
+            pending.push((offset, timestamp_ms, active_size, len));
+            active_size += len;
+            w.next_offset += 1;
+        }
+        inner.write_pending(&mut w, &mut pending)?;
+        w.last_timestamp_ms = timestamp_ms;
+        let end = w.next_offset;
+        match inner.config.fsync {
+            FsyncPolicy::Batch => {
+                w.file.sync()?;
+                inner.publish(end);
+            }
+            FsyncPolicy::Never => inner.publish(end),
+            FsyncPolicy::Interval => {
+                w.unsynced_end = Some(end);
+                if w.last_sync.elapsed() >= inner.config.fsync_interval.0 {
+                    inner.sync(&mut w)?;
+                }
+            }
+        }
+        Ok(first..end)
+    }
+
+    /// Fsyncs what is appended, blocking the calling thread; returns the durable end.
+    pub fn flush_blocking(&self) -> Result<u64> {
+        if let Some(w) = &self.inner.writer {
+            let mut w = w.lock().unwrap();
+            self.inner.sync(&mut w)?;
+        }
+        Ok(self.inner.durable_end())
+    }
+
+    /// A reader from `from`, with its concrete type.
+    pub fn file_reader(&self, from: u64) -> Result<FileLogReader> {
+        let start = self.inner.start_offset();
+        if from < start {
+            return Err(Error::OffsetOutOfRange {
+                requested: from,
+                start,
+                end: self.inner.durable_end(),
+            });
+        }
+        Ok(FileLogReader::new(self.clone(), from))
+    }
+
+    /// The last durable record, blocking the calling thread.
+    pub fn last_record_blocking(&self) -> Result<Option<LogRecord>> {
+        let limit = self.inner.durable_end();
+        let segments = self.inner.segments.read().unwrap().clone();
+        for seg in segments.iter().rev() {
+            let Some(last) = seg.last_offset.map(|l| l.min(limit.saturating_sub(1))) else {
+                continue;
+            };
+            if limit == 0 || last < seg.base {
+                continue;
+            }
+            let mut cursor =
+                SegmentCursor::open(log_path(&self.inner.dir, seg.base), seg.seek_position(last))?;
+            let mut found = None;
+            while let segment::Next::Record(rec) = cursor.next(limit)? {
+                found = Some(rec);
+            }
+            if found.is_some() {
+                return Ok(found);
+            }
+        }
+        Ok(None)
+    }
+
+    /// Retention and compaction, blocking the calling thread (see [`ChangeLog::maintain`]).
+    pub fn maintain_blocking(&self, consumers: &[Consumer]) -> Result<MaintenanceReport> {
+        maintain::run(self, consumers)
+    }
+}
+
+fn read_only() -> Error {
+    Error::Config("this change log was opened read-only".into())
+}
+
+/// Lists and loads the segments of `dir`: index files for closed segments, a scan of the last
+/// one. With `repair`, a damaged tail of the last segment is cut off.
+fn load_segments(dir: &Path, config: &FileLogConfig, repair: bool) -> Result<Vec<Segment>> {
+    let bases = segment::list_bases(dir)?;
+    let interval = config.index_interval.0;
+    let mut segments = Vec::with_capacity(bases.len());
+    for (i, &base) in bases.iter().enumerate() {
+        let path = log_path(dir, base);
+        let file_len = fs::metadata(&path).map_err(Error::io("stat", &path))?.len();
+        let is_last = i + 1 == bases.len();
+        if !is_last && let Some(seg) = segment::read_index(dir, base, file_len) {
+            segments.push(seg);
+            continue;
+        }
+        let mut seg = Segment::empty(base);
+        match segment::scan(&path, &mut seg, 0, interval)? {
+            ScanEnd::Clean => {}
+            ScanEnd::Damaged { position, reason } if is_last => {
+                if repair {
+                    tracing::warn!(
+                        segment = %path.display(), position, reason,
+                        cut = file_len - position,
+                        "recovering the change log: cutting a torn tail that was never fsynced"
+                    );
+                    let f = fs::OpenOptions::new()
+                        .write(true)
+                        .open(&path)
+                        .map_err(Error::io("open", &path))?;
+                    f.set_len(position).map_err(Error::io("truncate", &path))?;
+                    f.sync_all().map_err(Error::io("fsync", &path))?;
+                }
+            }
+            ScanEnd::Damaged { position, reason } => {
+                return Err(Error::Corrupt {
+                    path,
+                    position,
+                    reason,
+                });
+            }
+        }
+        if !is_last && repair {
+            segment::write_index(dir, &seg)?;
+        }
+        segments.push(seg);
+    }
+    Ok(segments)
+}
+
+fn spawn_flusher(log: Weak<Inner>, every: Duration) {
+    std::thread::Builder::new()
+        .name("siphon-log-fsync".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(every);
+                let Some(inner) = log.upgrade() else { return };
+                let Some(writer) = &inner.writer else { return };
+                let mut w = writer.lock().unwrap();
+                if let Err(e) = inner.sync(&mut w) {
+                    tracing::error!(error = %e, "change log fsync failed");
+                }
+            }
+        })
+        .expect("spawning the log's fsync thread");
+}
+
+impl Inner {
+    fn start_offset(&self) -> u64 {
+        self.segments.read().unwrap().first().map_or(0, |s| s.base)
+    }
+
+    fn durable_end(&self) -> u64 {
+        *self.durable.borrow()
+    }
+
+    fn publish(&self, end: u64) {
+        self.durable.send_if_modified(|e| {
+            let advanced = end > *e;
+            *e = (*e).max(end);
+            advanced
+        });
+    }
+
+    fn sync(&self, w: &mut Writer) -> Result<()> {
+        if let Some(end) = w.unsynced_end.take() {
+            w.file.sync()?;
+            self.publish(end);
+        }
+        w.last_sync = Instant::now();
+        Ok(())
+    }
+
+    /// Writes the buffered frames and notes them in the active segment's metadata.
+    fn write_pending(&self, w: &mut Writer, pending: &mut Vec<(u64, i64, u64, u64)>) -> Result<()> {
+        let buf = std::mem::take(&mut w.buf);
+        w.file.write(&buf)?;
+        w.buf = buf;
+        w.buf.clear();
+        let interval = self.config.index_interval.0;
+        let mut segments = self.segments.write().unwrap();
+        let active = segments
+            .last_mut()
+            .expect("a writable log has an active segment");
+        for (offset, ts, position, len) in pending.drain(..) {
+            active.note(offset, ts, position, len, interval);
+        }
+        Ok(())
+    }
+
+    /// Closes the active segment (fsync, index file) and starts a new one at `base`.
+    fn roll(&self, w: &mut Writer, base: u64) -> Result<()> {
+        w.file.sync()?;
+        let closed = self
+            .segments
+            .read()
+            .unwrap()
+            .last()
+            .cloned()
+            .expect("active segment");
+        segment::write_index(&self.dir, &closed)?;
+        w.file = SegmentWriter::open(log_path(&self.dir, base), 0)?;
+        fsutil::sync_dir(&self.dir)?;
+        self.segments.write().unwrap().push(Segment::empty(base));
+        // Everything before the new segment is fsynced now.
+        if let Some(end) = w.unsynced_end.take() {
+            self.publish(end);
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl ChangeLog for FileLog {
+    async fn append(&self, records: Vec<NewRecord>) -> Result<Range<u64>> {
+        let log = self.clone();
+        blocking(move || log.append_blocking(&records)).await
+    }
+
+    async fn flush(&self) -> Result<u64> {
+        let log = self.clone();
+        blocking(move || log.flush_blocking()).await
+    }
+
+    fn start_offset(&self) -> u64 {
+        self.inner.start_offset()
+    }
+
+    fn durable_end(&self) -> u64 {
+        self.inner.durable_end()
+    }
+
+    fn subscribe(&self) -> watch::Receiver<u64> {
+        self.inner.durable.subscribe()
+    }
+
+    fn reader(&self, from: u64) -> Result<Box<dyn LogReader>> {
+        Ok(Box::new(self.file_reader(from)?))
+    }
+
+    async fn last_record(&self) -> Result<Option<LogRecord>> {
+        let log = self.clone();
+        blocking(move || log.last_record_blocking()).await
+    }
+
+    async fn maintain(&self, consumers: &[Consumer]) -> Result<MaintenanceReport> {
+        let log = self.clone();
+        let consumers = consumers.to_vec();
+        blocking(move || log.maintain_blocking(&consumers)).await
+    }
+
+    fn stats(&self) -> LogStats {
+        let segments = self.inner.segments.read().unwrap();
+        LogStats {
+            start_offset: segments.first().map_or(0, |s| s.base),
+            end_offset: self.inner.durable_end(),
+            size_bytes: segments.iter().map(|s| s.size).sum(),
+            segments: segments.len(),
+        }
+    }
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::permanent(format!("log task failed: {e}")))?
+}
+
+#[cfg(test)]
+mod tests;

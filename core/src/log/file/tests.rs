@@ -1,0 +1,402 @@
+use std::collections::HashMap;
+use std::time::Duration;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::log::RecordFlags;
+use crate::units::{ByteSize, HumanDuration};
+
+fn small_config() -> FileLogConfig {
+    FileLogConfig {
+        segment_size: ByteSize(4096),
+        index_interval: ByteSize(256),
+        ..FileLogConfig::default()
+    }
+}
+
+fn rec(key: &str, value: &str) -> NewRecord {
+    NewRecord {
+        key: key.as_bytes().to_vec(),
+        value: value.as_bytes().to_vec(),
+        flags: RecordFlags::default(),
+    }
+}
+
+fn read_all(log: &FileLog, from: u64) -> Vec<LogRecord> {
+    let mut reader = log.file_reader(from).unwrap();
+    let mut out = Vec::new();
+    loop {
+        let batch = reader.read_available(1000).unwrap();
+        if batch.is_empty() {
+            return out;
+        }
+        out.extend(batch);
+    }
+}
+
+#[test]
+fn appends_read_back_in_order_across_segments_and_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = FileLog::open(dir.path(), small_config()).unwrap();
+    let mut expected = Vec::new();
+    for batch in 0..50 {
+        let records: Vec<_> = (0..7)
+            .map(|i| rec(&format!("k{i}"), &format!("v{batch}-{i}")))
+            .collect();
+        let range = log.append_blocking(&records).unwrap();
+        assert_eq!(range, batch * 7..batch * 7 + 7);
+        expected.extend(records);
+    }
+    assert!(
+        log.stats().segments > 3,
+        "small segments roll: {:?}",
+        log.stats()
+    );
+    let check = |log: &FileLog| {
+        let all = read_all(log, 0);
+        assert_eq!(all.len(), expected.len());
+        for (i, (got, want)) in all.iter().zip(&expected).enumerate() {
+            assert_eq!(got.offset, i as u64);
+            assert_eq!((&got.key, &got.value), (&want.key, &want.value));
+        }
+        // Seeking into the middle of a segment through the sparse index.
+        for from in [0, 1, 13, 100, 200, 349] {
+            assert_eq!(read_all(log, from).first().map(|r| r.offset), Some(from));
+        }
+        assert!(read_all(log, 350).is_empty());
+    };
+    check(&log);
+    drop(log);
+    let log = FileLog::open(dir.path(), small_config()).unwrap();
+    check(&log);
+    assert_eq!(
+        log.append_blocking(&[rec("k", "after reopen")]).unwrap(),
+        350..351
+    );
+    assert_eq!(
+        log.last_record_blocking().unwrap().unwrap().value,
+        b"after reopen"
+    );
+}
+
+#[test]
+fn a_second_writer_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let _log = FileLog::open(dir.path(), small_config()).unwrap();
+    let err = FileLog::open(dir.path(), small_config()).unwrap_err();
+    assert!(
+        err.to_string().contains("in use by another siphon"),
+        "{err}"
+    );
+    // Readers are welcome.
+    FileLog::open_read_only(dir.path(), small_config()).unwrap();
+}
+
+#[tokio::test]
+async fn readers_wake_on_append() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = FileLog::open(dir.path(), small_config()).unwrap();
+    let mut reader = log.file_reader(0).unwrap();
+    let waiter = tokio::spawn(async move { reader.next_batch(10).await.unwrap() });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        !waiter.is_finished(),
+        "the reader returned before anything was appended"
+    );
+    ChangeLog::append(&log, vec![rec("a", "1"), rec("b", "2")])
+        .await
+        .unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.iter().map(|r| r.offset).collect::<Vec<_>>(), [0, 1]);
+}
+
+#[tokio::test]
+async fn interval_fsync_makes_records_visible_within_the_interval() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = FileLogConfig {
+        fsync: FsyncPolicy::Interval,
+        fsync_interval: HumanDuration(Duration::from_millis(20)),
+        ..small_config()
+    };
+    let log = FileLog::open(dir.path(), config).unwrap();
+    log.append_blocking(&[rec("a", "1")]).unwrap();
+    let mut reader = log.file_reader(0).unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(5), reader.next_batch(10))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.len(), 1);
+}
+
+#[test]
+fn read_only_refresh_sees_new_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = FileLog::open(dir.path(), small_config()).unwrap();
+    log.append_blocking(&[rec("a", "1")]).unwrap();
+    let ro = FileLog::open_read_only(dir.path(), small_config()).unwrap();
+    assert_eq!(ro.durable_end(), 1);
+    let more: Vec<_> = (0..100).map(|i| rec("b", &format!("{i:0100}"))).collect();
+    log.append_blocking(&more).unwrap();
+    ro.refresh().unwrap();
+    assert_eq!(ro.durable_end(), 101);
+    assert_eq!(read_all(&ro, 0).len(), 101);
+}
+
+#[test]
+fn reading_below_the_start_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = FileLogConfig {
+        retention_size: Some(ByteSize(1)),
+        compaction: false,
+        ..small_config()
+    };
+    let log = FileLog::open(dir.path(), config).unwrap();
+    for _ in 0..20 {
+        log.append_blocking(&[rec("", &"x".repeat(1000))]).unwrap();
+    }
+    let report = log.maintain_blocking(&[]).unwrap();
+    assert!(report.segments_deleted > 0);
+    let start = ChangeLog::start_offset(&log);
+    assert!(start > 0);
+    match log.file_reader(0) {
+        Err(Error::OffsetOutOfRange {
+            requested: 0,
+            start: s,
+            ..
+        }) => assert_eq!(s, start),
+        other => panic!("expected OffsetOutOfRange, got {other:?}"),
+    }
+}
+
+#[test]
+fn max_size_drops_unread_records_and_reports_who_lost_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = FileLogConfig {
+        max_size: Some(ByteSize(8192)),
+        compaction: false,
+        ..small_config()
+    };
+    let log = FileLog::open(dir.path(), config).unwrap();
+    for _ in 0..40 {
+        log.append_blocking(&[rec("", &"y".repeat(500))]).unwrap();
+    }
+    let consumers = [
+        Consumer {
+            name: "slow".into(),
+            next_offset: 2,
+            keeps_history: false,
+        },
+        Consumer {
+            name: "fast".into(),
+            next_offset: 40,
+            keeps_history: false,
+        },
+    ];
+    let report = log.maintain_blocking(&consumers).unwrap();
+    assert!(log.stats().size_bytes <= 8192, "{:?}", log.stats());
+    assert_eq!(report.lost.len(), report.segments_deleted, "{report:?}");
+    assert!(report.lost.iter().all(|(name, _)| name == "slow"));
+    assert_eq!(report.lost[0].1.start, 2);
+    assert_eq!(
+        report.lost.last().unwrap().1.end,
+        ChangeLog::start_offset(&log)
+    );
+}
+
+#[test]
+fn compaction_keeps_the_newest_record_per_key_and_history_readers_get_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = FileLog::open(dir.path(), small_config()).unwrap();
+    for round in 0..30 {
+        let records: Vec<_> = (0..10)
+            .map(|k| rec(&format!("key{k}"), &format!("{round}:{k:>80}")))
+            .collect();
+        log.append_blocking(&records).unwrap();
+    }
+    // A history sink at offset 100: nothing from 100 on may be compacted.
+    let history = Consumer {
+        name: "audit".into(),
+        next_offset: 100,
+        keeps_history: true,
+    };
+    let report = log
+        .maintain_blocking(std::slice::from_ref(&history))
+        .unwrap();
+    assert!(report.records_compacted > 0, "{report:?}");
+    let all = read_all(&log, 0);
+    let offsets: Vec<u64> = all.iter().map(|r| r.offset).collect();
+    assert!(
+        (100..300).all(|o| offsets.contains(&o)),
+        "a record the history sink had not read was compacted"
+    );
+    assert!(all.iter().filter(|r| r.offset < 100).count() < 100);
+    // Folding the compacted log gives the same state as folding the full one.
+    let state: HashMap<_, _> = all
+        .iter()
+        .map(|r| (r.key.clone(), r.value.clone()))
+        .collect();
+    assert_eq!(state.len(), 10);
+    for k in 0..10 {
+        assert_eq!(
+            state[format!("key{k}").as_bytes()],
+            format!("29:{k:>80}").into_bytes()
+        );
+    }
+}
+
+#[test]
+fn torn_tail_is_cut_on_reopen_and_appends_continue() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = FileLog::open(dir.path(), small_config()).unwrap();
+    log.append_blocking(&[rec("a", "first"), rec("b", "second")])
+        .unwrap();
+    drop(log);
+    let path = segment::log_path(dir.path(), 0);
+    let mut bytes = fs::read(&path).unwrap();
+    bytes.extend_from_slice(&[40, 0, 0, 0, 1, 2, 3]); // half a frame header and body
+    fs::write(&path, &bytes).unwrap();
+    let log = FileLog::open(dir.path(), small_config()).unwrap();
+    assert_eq!(log.durable_end(), 2);
+    assert_eq!(log.append_blocking(&[rec("c", "third")]).unwrap(), 2..3);
+    let values: Vec<_> = read_all(&log, 0).into_iter().map(|r| r.value).collect();
+    assert_eq!(
+        values,
+        [b"first".to_vec(), b"second".to_vec(), b"third".to_vec()]
+    );
+}
+
+#[test]
+fn corruption_in_a_closed_segment_is_reported_not_hidden() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = FileLog::open(dir.path(), small_config()).unwrap();
+    for _ in 0..20 {
+        log.append_blocking(&[rec("k", &"z".repeat(400))]).unwrap();
+    }
+    drop(log);
+    let path = segment::log_path(dir.path(), 0);
+    let mut bytes = fs::read(&path).unwrap();
+    bytes[100] ^= 0xff;
+    fs::write(&path, &bytes).unwrap();
+    let log = FileLog::open(dir.path(), small_config()).unwrap();
+    let mut reader = log.file_reader(0).unwrap();
+    let err = reader.read_available(100).unwrap_err();
+    assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+}
+
+#[derive(Debug, Clone)]
+enum Step {
+    Append(Vec<(u8, u16, bool)>),
+    Reopen,
+    Maintain { consumer: u8, history: bool },
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        6 => prop::collection::vec((0u8..6, 0u16..300, any::<bool>()), 1..20).prop_map(Step::Append),
+        1 => Just(Step::Reopen),
+        2 => (any::<u8>(), any::<bool>()).prop_map(|(consumer, history)| Step::Maintain { consumer, history }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// Append, reopen, retention and compaction in any order: the log always returns, in
+    /// offset order, every record a consumer still needs, byte for byte.
+    #[test]
+    fn log_model(steps in prop::collection::vec(step(), 1..40), retention in prop::option::of(2000u64..20000)) {
+        let dir = tempfile::tempdir().unwrap();
+        let config = FileLogConfig { retention_size: retention.map(ByteSize), ..small_config() };
+        let mut log = FileLog::open(dir.path(), config.clone()).unwrap();
+        // The model: every record ever appended, by offset.
+        let mut model: Vec<NewRecord> = Vec::new();
+        // Two consumers whose cursors only move forward: a plain sink and a history sink.
+        let mut plain = 0u64;
+        let mut audit = 0u64;
+        for step in steps {
+            match step {
+                Step::Append(items) => {
+                    let records: Vec<NewRecord> = items.iter().map(|(k, len, tomb)| NewRecord {
+                        // Key 0 stands for a keyless table: never compacted.
+                        key: if *k == 0 { vec![] } else { vec![*k] },
+                        value: vec![*k; *len as usize],
+                        flags: if *tomb { RecordFlags::TOMBSTONE } else { RecordFlags::default() },
+                    }).collect();
+                    let range = log.append_blocking(&records).unwrap();
+                    prop_assert_eq!(range.start, model.len() as u64);
+                    model.extend(records);
+                }
+                Step::Reopen => {
+                    drop(log);
+                    log = FileLog::open(dir.path(), config.clone()).unwrap();
+                }
+                Step::Maintain { consumer, history } => {
+                    let cursor = if history { &mut audit } else { &mut plain };
+                    *cursor = (*cursor).max(u64::from(consumer) * model.len() as u64 / 255);
+                    let consumers = [
+                        Consumer { name: "plain".into(), next_offset: plain, keeps_history: false },
+                        Consumer { name: "audit".into(), next_offset: audit, keeps_history: true },
+                    ];
+                    log.maintain_blocking(&consumers).unwrap();
+                }
+            }
+            prop_assert_eq!(log.durable_end(), model.len() as u64);
+            let start = ChangeLog::start_offset(&log);
+            prop_assert!(start <= plain.min(audit), "retention deleted unread records: start {}", start);
+            let all = read_all(&log, start);
+            let mut newest: HashMap<&[u8], u64> = HashMap::new();
+            for (o, r) in model.iter().enumerate() {
+                newest.insert(&r.key, o as u64);
+            }
+            let mut last = None;
+            for r in &all {
+                prop_assert!(last.is_none_or(|l| r.offset > l));
+                last = Some(r.offset);
+                let want = &model[r.offset as usize];
+                prop_assert_eq!(&r.key, &want.key);
+                prop_assert_eq!(&r.value, &want.value);
+                prop_assert_eq!(r.flags.contains(RecordFlags::TOMBSTONE), want.flags.contains(RecordFlags::TOMBSTONE));
+            }
+            let present: std::collections::HashSet<u64> = all.iter().map(|r| r.offset).collect();
+            for (o, r) in model.iter().enumerate().skip(start as usize) {
+                let o = o as u64;
+                let needed = r.key.is_empty() || newest[r.key.as_slice()] == o || o >= audit;
+                prop_assert!(!needed || present.contains(&o), "record {} is missing", o);
+            }
+        }
+    }
+
+    /// A cut anywhere in the last segment loses exactly the records from the cut on.
+    #[test]
+    fn recovery_after_a_cut_anywhere(count in 1usize..60, cut_back in 1u64..400) {
+        let dir = tempfile::tempdir().unwrap();
+        let log = FileLog::open(dir.path(), small_config()).unwrap();
+        let records: Vec<_> = (0..count).map(|i| rec("k", &format!("{i:040}"))).collect();
+        for r in &records {
+            log.append_blocking(std::slice::from_ref(r)).unwrap();
+        }
+        let segments = log.inner.segments.read().unwrap().clone();
+        drop(log);
+        let last = segments.last().unwrap();
+        let cut = last.size.saturating_sub(cut_back);
+        let f = fs::OpenOptions::new().write(true).open(segment::log_path(dir.path(), last.base)).unwrap();
+        f.set_len(cut).unwrap();
+        drop(f);
+        let log = FileLog::open(dir.path(), small_config()).unwrap();
+        // Records wholly before the cut survive; the rest is gone.
+        let frame = records[0].value.len() as u64 + 8 + 21 + 1;
+        let survivors_in_last = cut / frame;
+        let expected = last.base + survivors_in_last;
+        prop_assert_eq!(log.durable_end(), expected);
+        let all = read_all(&log, 0);
+        prop_assert_eq!(all.len() as u64, expected);
+        for r in &all {
+            prop_assert_eq!(&r.value, &records[r.offset as usize].value);
+        }
+        prop_assert_eq!(log.append_blocking(&[rec("k", "next")]).unwrap().start, expected);
+    }
+}

@@ -1,0 +1,52 @@
+//! The sink side: what a derived store implements.
+
+use async_trait::async_trait;
+
+use crate::Result;
+use crate::event::Event;
+use crate::source::TableInfo;
+
+/// One event as a sink receives it: its log offset (the row's version) and whether it ends a
+/// source transaction.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SinkRecord {
+    /// Log offset: the version of the row it writes.
+    pub offset: u64,
+    /// The last event of its source transaction.
+    pub ends_transaction: bool,
+    /// The change.
+    pub event: Event,
+}
+
+/// A derived store that follows the log.
+///
+/// Guarantees a sink must keep:
+/// - [`Sink::apply`] is idempotent: applying a batch again changes nothing;
+/// - it is version-guarded by log offset: a record never overwrites what a record with a
+///   higher offset wrote, so a replay of any prefix of the log is harmless;
+/// - a delete needs only the key (no before-image);
+/// - a value [`Value::Unchanged`](crate::Value::Unchanged) leaves the stored column as it is;
+/// - where the store allows it, the cursor is written in the same transaction as the data and
+///   [`Sink::open`] returns it; otherwise the runtime saves it after `apply` returns;
+/// - errors say whether retrying helps ([`crate::Error::kind`]); a permanent error names the
+///   record's offset and table.
+#[async_trait]
+pub trait Sink: Send {
+    /// Connects and prepares the store. Refuses (permanent error) a table it cannot take,
+    /// such as a table without a primary key for a keyed store. Returns the next offset to
+    /// apply if the store keeps the cursor itself.
+    async fn open(&mut self, tables: &[TableInfo]) -> Result<Option<u64>>;
+
+    /// Applies records in log order. A batch ends on a transaction boundary whenever the log
+    /// has one within the batch size.
+    async fn apply(&mut self, records: &[SinkRecord]) -> Result<()>;
+
+    /// Removes everything this sink wrote (for `siphon replay --reset`).
+    async fn reset(&mut self) -> Result<()>;
+
+    /// Whether it keeps every event (an audit or history table): then the log never compacts
+    /// what it has not read.
+    fn keeps_history(&self) -> bool {
+        false
+    }
+}

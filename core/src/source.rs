@@ -1,0 +1,91 @@
+//! The source side: what a connector implements, and the context through which it appends.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+
+use crate::Result;
+use crate::event::{Event, Op};
+use crate::log::{ChangeLog, NewRecord, RecordFlags};
+use crate::offsets::OffsetStore;
+
+/// A table a source captures, as sinks must know it before the first event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableInfo {
+    /// `schema.table` (or `db.table`).
+    pub name: String,
+    /// Primary-key columns; empty for a table without a primary key.
+    pub key_columns: Vec<String>,
+}
+
+/// A change-data-capture source.
+///
+/// Guarantees a source must keep:
+/// - it appends each change to the log once: on start it resumes after the position of the
+///   last durable record ([`SourceContext::last_event`]) and drops what it sees again;
+/// - it confirms a position upstream (PostgreSQL flush LSN, MySQL binlog position) only once
+///   [`SourceContext::append`] has returned for every event up to it, so the database never
+///   discards a change the log does not hold;
+/// - it marks the last event of each source transaction (`ends_transaction`), so that a sink
+///   can apply whole transactions;
+/// - it stops promptly when the context's cancellation token fires.
+#[async_trait]
+pub trait Source: Send {
+    /// The tables it captures, with their keys (checked against the sinks before starting).
+    async fn tables(&mut self) -> Result<Vec<TableInfo>>;
+
+    /// Snapshots and streams into the log until cancelled (`Ok`) or failed. A transient error
+    /// makes the runtime call `run` again after a backoff.
+    async fn run(&mut self, ctx: &SourceContext) -> Result<()>;
+}
+
+/// What a source runs with: the pipeline's log, its checkpoint, and the shutdown signal.
+#[derive(Debug, Clone)]
+pub struct SourceContext {
+    /// The pipeline's name.
+    pub pipeline: String,
+    /// The pipeline's change log.
+    pub log: Arc<dyn ChangeLog>,
+    /// Where the source keeps its checkpoint.
+    pub offsets: OffsetStore,
+    /// Fires on shutdown.
+    pub cancel: CancellationToken,
+}
+
+impl SourceContext {
+    /// Appends events in order and returns once they are durable; `ends_transaction` marks the
+    /// last one as the end of its source transaction.
+    pub async fn append(&self, events: &[Event], ends_transaction: bool) -> Result<Range<u64>> {
+        let mut records = Vec::with_capacity(events.len());
+        for event in events {
+            let flags = if event.op == Op::Delete {
+                RecordFlags::TOMBSTONE
+            } else {
+                RecordFlags::default()
+            };
+            records.push(NewRecord {
+                key: event.log_key(),
+                value: event.encode()?,
+                flags,
+            });
+        }
+        if ends_transaction && let Some(last) = records.last_mut() {
+            last.flags = last.flags.with(RecordFlags::TXN_END);
+        }
+        let range = self.log.append(records).await?;
+        if self.log.durable_end() < range.end {
+            self.log.flush().await?;
+        }
+        Ok(range)
+    }
+
+    /// The last event the log holds durably: where the source resumes.
+    pub async fn last_event(&self) -> Result<Option<Event>> {
+        match self.log.last_record().await? {
+            Some(rec) => Event::decode(&rec.value).map(Some),
+            None => Ok(None),
+        }
+    }
+}

@@ -1,0 +1,257 @@
+//! Test utilities for sinks and sources: event builders and the sink compliance suite that
+//! every sink runs.
+
+use std::collections::BTreeMap;
+
+use crate::event::{Event, Op, Row, SnapshotMarker, SourceInfo, SourcePosition, Value};
+use crate::sink::{Sink, SinkRecord};
+use crate::source::TableInfo;
+
+/// The table the compliance suite writes: `public.compliance (id bigint primary key, name
+/// text, note text)`.
+pub const TABLE: &str = "compliance";
+
+/// Its description, as a source would give it.
+pub fn compliance_table() -> TableInfo {
+    TableInfo {
+        name: format!("public.{TABLE}"),
+        key_columns: vec!["id".into()],
+    }
+}
+
+/// A row of the compliance table.
+pub fn row(id: i64, name: &str, note: Value) -> Row {
+    Row(vec![
+        ("id".into(), Value::Int(id)),
+        ("name".into(), Value::Text(name.into())),
+        ("note".into(), note),
+    ])
+}
+
+/// An event on `public.<table>` keyed by `id`.
+pub fn event(table: &str, op: Op, id: i64, before: Option<Row>, after: Option<Row>) -> Event {
+    Event {
+        op,
+        before,
+        after,
+        key: (op != Op::Truncate).then(|| Row(vec![("id".into(), Value::Int(id))])),
+        source: SourceInfo {
+            connector: "test".into(),
+            name: "test".into(),
+            db: "test".into(),
+            schema: Some("public".into()),
+            table: table.into(),
+            position: SourcePosition::Sequence(id as u64),
+            tx_id: Some(1),
+            ts_ms: 1_700_000_000_000,
+            snapshot: SnapshotMarker::False,
+        },
+        ts_ms: 1_700_000_000_001,
+        transaction: None,
+    }
+}
+
+/// A record at `offset` that ends its transaction.
+pub fn record(offset: u64, event: Event) -> SinkRecord {
+    SinkRecord {
+        offset,
+        ends_transaction: true,
+        event,
+    }
+}
+
+/// What a sink's store holds, as the compliance suite compares it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StoreState {
+    /// A keyed store: the row stored under each id of the compliance table.
+    Rows(BTreeMap<i64, Row>),
+    /// An append-only store (stdout, files): every JSON document written, in order.
+    Lines(Vec<serde_json::Value>),
+}
+
+/// A sink under test and a way to read what its store holds.
+#[async_trait::async_trait]
+pub trait SinkHarness: Send {
+    /// The sink under test, opened on a clean store.
+    fn sink(&mut self) -> &mut dyn Sink;
+
+    /// What the store holds now for the compliance table.
+    async fn state(&mut self) -> StoreState;
+}
+
+/// Runs every compliance check against a fresh harness from `make`; panics on the first
+/// failure with what was expected.
+pub async fn run_compliance_suite<H: SinkHarness>(mut make: impl AsyncFnMut() -> H) {
+    let mut h = make().await;
+    h.sink().open(&[compliance_table()]).await.expect("open");
+    applying_twice_changes_nothing(&mut h).await;
+    let mut h = make().await;
+    h.sink().open(&[compliance_table()]).await.expect("open");
+    older_offset_never_overwrites_newer(&mut h).await;
+    let mut h = make().await;
+    h.sink().open(&[compliance_table()]).await.expect("open");
+    delete_without_before_image(&mut h).await;
+    let mut h = make().await;
+    h.sink().open(&[compliance_table()]).await.expect("open");
+    unchanged_column_keeps_stored_value(&mut h).await;
+}
+
+async fn applying_twice_changes_nothing(h: &mut impl SinkHarness) {
+    let batch = vec![
+        record(
+            0,
+            event(TABLE, Op::Create, 1, None, Some(row(1, "a", Value::Null))),
+        ),
+        record(
+            1,
+            event(
+                TABLE,
+                Op::Create,
+                2,
+                None,
+                Some(row(2, "b", Value::Text("x".into()))),
+            ),
+        ),
+        record(
+            2,
+            event(TABLE, Op::Update, 1, None, Some(row(1, "a2", Value::Null))),
+        ),
+        record(
+            3,
+            event(TABLE, Op::Delete, 2, Some(row(2, "b", Value::Null)), None),
+        ),
+    ];
+    h.sink().apply(&batch).await.expect("first apply");
+    let first = h.state().await;
+    if let StoreState::Rows(rows) = &first {
+        assert_eq!(
+            rows.len(),
+            1,
+            "after c1 c2 u1 d2 only id 1 remains: {rows:?}"
+        );
+        assert_eq!(rows[&1].get("name"), Some(&Value::Text("a2".into())));
+    }
+    h.sink().apply(&batch).await.expect("second apply");
+    assert_eq!(
+        h.state().await,
+        first,
+        "applying the same batch again changed the store"
+    );
+    h.sink()
+        .apply(&batch[1..3])
+        .await
+        .expect("apply of a replayed part");
+    assert_eq!(
+        h.state().await,
+        first,
+        "replaying part of the log changed the store"
+    );
+}
+
+async fn older_offset_never_overwrites_newer(h: &mut impl SinkHarness) {
+    h.sink()
+        .apply(&[record(
+            10,
+            event(TABLE, Op::Create, 7, None, Some(row(7, "new", Value::Null))),
+        )])
+        .await
+        .expect("apply newer");
+    let after_newer = h.state().await;
+    h.sink()
+        .apply(&[record(
+            5,
+            event(TABLE, Op::Update, 7, None, Some(row(7, "old", Value::Null))),
+        )])
+        .await
+        .expect("apply older");
+    assert_eq!(
+        h.state().await,
+        after_newer,
+        "offset 5 overwrote what offset 10 wrote"
+    );
+    h.sink()
+        .apply(&[record(6, event(TABLE, Op::Delete, 7, None, None))])
+        .await
+        .expect("apply older delete");
+    assert_eq!(
+        h.state().await,
+        after_newer,
+        "a delete at offset 6 removed what offset 10 wrote"
+    );
+}
+
+async fn delete_without_before_image(h: &mut impl SinkHarness) {
+    h.sink()
+        .apply(&[
+            record(
+                0,
+                event(
+                    TABLE,
+                    Op::Create,
+                    3,
+                    None,
+                    Some(row(3, "gone soon", Value::Null)),
+                ),
+            ),
+            record(1, event(TABLE, Op::Delete, 3, None, None)),
+        ])
+        .await
+        .expect("apply");
+    match h.state().await {
+        StoreState::Rows(rows) => assert!(
+            !rows.contains_key(&3),
+            "row 3 survived its delete: {rows:?}"
+        ),
+        StoreState::Lines(lines) => {
+            let last = lines.last().expect("the delete was written");
+            let payload = last.get("payload").unwrap_or(last);
+            assert_eq!(payload["op"], "d", "{last}");
+            assert!(payload["before"].is_null(), "{last}");
+        }
+    }
+}
+
+async fn unchanged_column_keeps_stored_value(h: &mut impl SinkHarness) {
+    let big = "toasted ".repeat(2000);
+    h.sink()
+        .apply(&[
+            record(
+                0,
+                event(
+                    TABLE,
+                    Op::Create,
+                    4,
+                    None,
+                    Some(row(4, "before", Value::Text(big.clone()))),
+                ),
+            ),
+            record(
+                1,
+                event(
+                    TABLE,
+                    Op::Update,
+                    4,
+                    None,
+                    Some(row(4, "after", Value::Unchanged)),
+                ),
+            ),
+        ])
+        .await
+        .expect("apply");
+    match h.state().await {
+        StoreState::Rows(rows) => {
+            let stored = &rows[&4];
+            assert_eq!(stored.get("name"), Some(&Value::Text("after".into())));
+            assert_eq!(
+                stored.get("note"),
+                Some(&Value::Text(big)),
+                "the unchanged column lost its value"
+            );
+        }
+        StoreState::Lines(lines) => {
+            let last = lines.last().expect("the update was written");
+            let payload = last.get("payload").unwrap_or(last);
+            assert_eq!(payload["after"]["note"], crate::json::UNAVAILABLE, "{last}");
+        }
+    }
+}
