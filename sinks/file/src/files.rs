@@ -1,0 +1,156 @@
+//! Rotating output files with a cursor saved after each fsynced batch.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use siphon_core::{Error, Result, write_atomic};
+
+use crate::FileSinkConfig;
+
+/// What the files hold for sure: everything up to `file_len` bytes of file `file_seq`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Cursor {
+    next_offset: u64,
+    file_seq: u64,
+    file_len: u64,
+}
+
+/// The files of one `file` sink.
+#[derive(Debug)]
+pub(crate) struct RotatingFiles {
+    config: FileSinkConfig,
+    seq: u64,
+    file: File,
+    len: u64,
+}
+
+fn io(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Error {
+    let path = path.to_path_buf();
+    move |source| Error::Io { op, path, source }
+}
+
+impl RotatingFiles {
+    /// Opens the files, cutting anything written after the last saved cursor. Returns the
+    /// next offset to write, if a cursor was saved.
+    pub fn open(config: FileSinkConfig) -> Result<(Self, Option<u64>)> {
+        fs::create_dir_all(&config.path).map_err(io("create", &config.path))?;
+        let cursor: Option<Cursor> = match fs::read(cursor_path(&config)) {
+            Ok(bytes) => Some(serde_json::from_slice(&bytes).map_err(|e| Error::Corrupt {
+                path: cursor_path(&config),
+                position: 0,
+                reason: e.to_string(),
+            })?),
+            Err(_) => None,
+        };
+        let seqs = list(&config)?;
+        let (seq, len) = match cursor {
+            Some(c) => (c.file_seq, c.file_len),
+            None => (seqs.last().copied().unwrap_or(1), 0),
+        };
+        // Files started after the cursor was saved hold nothing committed.
+        for later in seqs.iter().filter(|s| **s > seq) {
+            let p = file_path(&config, *later);
+            fs::remove_file(&p).map_err(io("remove", &p))?;
+        }
+        let path = file_path(&config, seq);
+        let file = OpenOptions::new().create(true).append(true).open(&path).map_err(io("open", &path))?;
+        if cursor.is_none() {
+            file.set_len(0).map_err(io("truncate", &path))?;
+        } else if file.metadata().map_err(io("stat", &path))?.len() > len {
+            tracing::info!(file = %path.display(), keep = len, "cutting lines written after the last saved cursor");
+            file.set_len(len).map_err(io("truncate", &path))?;
+        }
+        Ok((RotatingFiles { config, seq, file, len }, cursor.map(|c| c.next_offset)))
+    }
+
+    /// Writes lines, rotating before a line that would pass `max_file_size`.
+    pub fn write_lines(&mut self, lines: &[Vec<u8>]) -> Result<()> {
+        let mut buf = Vec::new();
+        for line in lines {
+            let pending = self.len + buf.len() as u64;
+            if pending > 0 && pending + line.len() as u64 > self.config.max_file_size.0 {
+                self.flush_buf(&mut buf)?;
+                self.rotate()?;
+            }
+            buf.extend_from_slice(line);
+        }
+        self.flush_buf(&mut buf)
+    }
+
+    fn flush_buf(&mut self, buf: &mut Vec<u8>) -> Result<()> {
+        let path = file_path(&self.config, self.seq);
+        self.file.write_all(buf).map_err(io("write", &path))?;
+        self.len += buf.len() as u64;
+        buf.clear();
+        Ok(())
+    }
+
+    fn rotate(&mut self) -> Result<()> {
+        let path = file_path(&self.config, self.seq);
+        self.file.sync_data().map_err(io("fsync", &path))?;
+        self.seq += 1;
+        let next = file_path(&self.config, self.seq);
+        self.file = OpenOptions::new().create(true).append(true).open(&next).map_err(io("open", &next))?;
+        self.file.set_len(0).map_err(io("truncate", &next))?;
+        self.len = 0;
+        if self.config.max_files > 0 {
+            let seqs = list(&self.config)?;
+            let excess = seqs.len().saturating_sub(self.config.max_files as usize);
+            for old in &seqs[..excess] {
+                let p = file_path(&self.config, *old);
+                fs::remove_file(&p).map_err(io("remove", &p))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Fsyncs the current file and saves the cursor: everything written is now committed.
+    pub fn commit(&mut self, next_offset: u64) -> Result<()> {
+        let path = file_path(&self.config, self.seq);
+        self.file.sync_data().map_err(io("fsync", &path))?;
+        let cursor = Cursor { next_offset, file_seq: self.seq, file_len: self.len };
+        write_atomic(&cursor_path(&self.config), &serde_json::to_vec(&cursor).expect("plain struct"))
+    }
+
+    /// Deletes every file and the cursor, and starts again from file 1.
+    pub fn reset(&mut self) -> Result<()> {
+        for seq in list(&self.config)? {
+            let p = file_path(&self.config, seq);
+            fs::remove_file(&p).map_err(io("remove", &p))?;
+        }
+        let _ = fs::remove_file(cursor_path(&self.config));
+        let (fresh, _) = RotatingFiles::open(self.config.clone())?;
+        *self = fresh;
+        Ok(())
+    }
+
+    /// Paths of the files, oldest first.
+    pub fn paths(config: &FileSinkConfig) -> Result<Vec<PathBuf>> {
+        Ok(list(config)?.into_iter().map(|s| file_path(config, s)).collect())
+    }
+}
+
+fn file_path(config: &FileSinkConfig, seq: u64) -> PathBuf {
+    config.path.join(format!("{}-{seq:06}.jsonl", config.prefix))
+}
+
+fn cursor_path(config: &FileSinkConfig) -> PathBuf {
+    config.path.join(format!("{}.cursor.json", config.prefix))
+}
+
+fn list(config: &FileSinkConfig) -> Result<Vec<u64>> {
+    let mut seqs = Vec::new();
+    let prefix = format!("{}-", config.prefix);
+    for entry in fs::read_dir(&config.path).map_err(io("list", &config.path))? {
+        let name = entry.map_err(io("list", &config.path))?.file_name();
+        let name = name.to_string_lossy();
+        if let Some(seq) = name.strip_prefix(&prefix).and_then(|r| r.strip_suffix(".jsonl")).and_then(|n| n.parse().ok()) {
+            seqs.push(seq);
+        }
+    }
+    seqs.sort_unstable();
+    Ok(seqs)
+}
