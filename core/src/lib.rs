@@ -15,6 +15,7 @@ mod fsutil;
 pub mod json;
 pub mod log;
 pub mod offsets;
+pub mod secret;
 pub mod sink;
 pub mod source;
 #[cfg(any(test, feature = "testing"))]
@@ -26,3 +27,4 @@ pub use event::{
     Event, Op, Row, SnapshotMarker, SourceInfo, SourcePosition, TransactionInfo, Value,
 };
 pub use fsutil::write_atomic;
+pub use secret::Secret;

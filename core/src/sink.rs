@@ -32,6 +32,10 @@ pub struct SinkRecord {
 ///   record's offset and table.
 #[async_trait]
 pub trait Sink: Send {
+    /// Reaches the store and checks that this sink can write to it, without changing anything
+    /// (`siphon check --connect`).
+    async fn check(&mut self) -> Result<()>;
+
     /// Connects and prepares the store. Refuses (permanent error) a table it cannot take,
     /// such as a table without a primary key for a keyed store. Returns the next offset to
     /// apply if the store keeps the cursor itself.

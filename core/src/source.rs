@@ -33,6 +33,10 @@ pub struct TableInfo {
 /// - it stops promptly when the context's cancellation token fires.
 #[async_trait]
 pub trait Source: Send {
+    /// Reaches the upstream database and checks that it is prepared for capture, without
+    /// changing anything (`siphon check --connect`).
+    async fn check(&mut self) -> Result<()>;
+
     /// The tables it captures, with their keys (checked against the sinks before starting).
     async fn tables(&mut self) -> Result<Vec<TableInfo>>;
 

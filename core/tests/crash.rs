@@ -12,7 +12,10 @@ use siphon_core::units::ByteSize;
 const DIR_VAR: &str = "SIPHON_CRASH_CHILD_DIR";
 
 fn config() -> FileLogConfig {
-    FileLogConfig { segment_size: ByteSize(256 << 10), ..FileLogConfig::default() }
+    FileLogConfig {
+        segment_size: ByteSize(256 << 10),
+        ..FileLogConfig::default()
+    }
 }
 
 /// The value stored at `offset`: its length and content follow from the offset.
@@ -28,12 +31,19 @@ fn value_for(offset: u64) -> Vec<u8> {
 fn crash_child_appender() {
     let dir = std::env::var(DIR_VAR).expect("run by kill_9_while_appending");
     let log = FileLog::open(&dir, config()).unwrap();
-    let mut next = log.last_record_blocking().unwrap().map_or(0, |r| r.offset + 1);
+    let mut next = log
+        .last_record_blocking()
+        .unwrap()
+        .map_or(0, |r| r.offset + 1);
     let mut out = std::io::stdout().lock();
     for batch in 0u64.. {
         let n = 1 + batch % 37;
         let records: Vec<_> = (next..next + n)
-            .map(|o| NewRecord { key: o.to_le_bytes().to_vec(), value: value_for(o), ..Default::default() })
+            .map(|o| NewRecord {
+                key: o.to_le_bytes().to_vec(),
+                value: value_for(o),
+                ..Default::default()
+            })
             .collect();
         let range = log.append_blocking(&records).unwrap();
         assert_eq!(range.start, next);
@@ -49,7 +59,13 @@ fn kill_9_while_appending() {
     let mut acknowledged = 0u64;
     for round in 0..25u64 {
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "crash_child_appender", "--ignored", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                "crash_child_appender",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(DIR_VAR, dir.path())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -60,7 +76,9 @@ fn kill_9_while_appending() {
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { return };
-                if let Ok(end) = line.trim().parse::<u64>() && tx.send(end).is_err() {
+                if let Ok(end) = line.trim().parse::<u64>()
+                    && tx.send(end).is_err()
+                {
                     return;
                 }
             }
@@ -92,7 +110,12 @@ fn kill_9_while_appending() {
             }
             for rec in batch {
                 assert_eq!(rec.offset, expected, "round {round}: offsets must be dense");
-                assert_eq!(rec.value, value_for(rec.offset), "round {round}: record {} damaged", rec.offset);
+                assert_eq!(
+                    rec.value,
+                    value_for(rec.offset),
+                    "round {round}: record {} damaged",
+                    rec.offset
+                );
                 expected += 1;
             }
         }
@@ -101,5 +124,8 @@ fn kill_9_while_appending() {
             "round {round}: acknowledged up to {acknowledged}, but the log ends at {expected}"
         );
     }
-    assert!(acknowledged > 1000, "too few appends to mean anything: {acknowledged}");
+    assert!(
+        acknowledged > 1000,
+        "too few appends to mean anything: {acknowledged}"
+    );
 }

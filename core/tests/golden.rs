@@ -19,7 +19,11 @@ fn customers_event(op: Op, tx_id: u64, lsn: u64, before: Option<Row>, after: Opt
             db: "postgres".into(),
             schema: Some("public".into()),
             table: "customers".into(),
-            position: SourcePosition::Postgres { commit_lsn: 24023119, lsn, index: 0 },
+            position: SourcePosition::Postgres {
+                commit_lsn: 24023119,
+                lsn,
+                index: 0,
+            },
             tx_id: Some(tx_id),
             ts_ms: 1559033904863,
             snapshot: SnapshotMarker::False,
@@ -59,7 +63,9 @@ fn assert_compatible(debezium: &Json, ours: &Json, path: &str, differ: &[&str]) 
         (Json::Object(d), Json::Object(o)) => {
             for (k, dv) in d {
                 let p = format!("{path}.{k}");
-                let ov = o.get(k).unwrap_or_else(|| panic!("{p} is missing in siphon's output: {ours}"));
+                let ov = o
+                    .get(k)
+                    .unwrap_or_else(|| panic!("{p} is missing in siphon's output: {ours}"));
                 assert_compatible(dv, ov, &p, differ);
             }
         }
@@ -77,29 +83,52 @@ fn assert_compatible(debezium: &Json, ours: &Json, path: &str, differ: &[&str]) 
 fn check(event: &Event, debezium_file: &str, siphon_file: &str) {
     let ours = JsonFormat::default().encode(event);
     // Fields that legitimately differ between two runs or two products.
-    assert_compatible(&load(debezium_file), &ours, "payload", &["version", "sequence"]);
+    assert_compatible(
+        &load(debezium_file),
+        &ours,
+        "payload",
+        &["version", "sequence"],
+    );
     if std::env::var_os("SIPHON_BLESS").is_some() {
         let path = format!("{}/tests/golden/{siphon_file}", env!("CARGO_MANIFEST_DIR"));
         std::fs::write(path, serde_json::to_string_pretty(&ours).unwrap() + "\n").unwrap();
     }
     let pinned = load(siphon_file);
-    assert_eq!(ours, pinned, "siphon's output changed; if on purpose, update {siphon_file}");
+    assert_eq!(
+        ours, pinned,
+        "siphon's output changed; if on purpose, update {siphon_file}"
+    );
     // With schemas, the payload is the same and the schema names the fields.
     let with_schema = JsonFormat { schemas: true }.encode(event);
     assert_eq!(with_schema["payload"], ours);
-    let fields: Vec<&str> =
-        with_schema["schema"]["fields"].as_array().unwrap().iter().map(|f| f["field"].as_str().unwrap()).collect();
-    assert_eq!(fields, ["before", "after", "source", "op", "ts_ms", "transaction"]);
+    let fields: Vec<&str> = with_schema["schema"]["fields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["field"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        fields,
+        ["before", "after", "source", "op", "ts_ms", "transaction"]
+    );
 }
 
 #[test]
 fn create_event_matches_debezium() {
     let event = customers_event(Op::Create, 555, 24023128, None, Some(anne()));
-    check(&event, "debezium_postgres_create.json", "siphon_postgres_create.json");
+    check(
+        &event,
+        "debezium_postgres_create.json",
+        "siphon_postgres_create.json",
+    );
 }
 
 #[test]
 fn delete_event_matches_debezium() {
     let event = customers_event(Op::Delete, 556, 46523128, Some(key_only()), None);
-    check(&event, "debezium_postgres_delete.json", "siphon_postgres_delete.json");
+    check(
+        &event,
+        "debezium_postgres_delete.json",
+        "siphon_postgres_delete.json",
+    );
 }

@@ -42,8 +42,13 @@ impl GeneratorConfig {
         if self.tables.is_empty() {
             return Err("tables must list at least one \"schema.table\"".into());
         }
-        if let Some(bad) = self.tables.iter().find(|t| t.split_once('.').is_none_or(|(s, t)| s.is_empty() || t.is_empty())) {
-            return Err(format!("tables: {bad:?} is not of the form \"schema.table\""));
+        if let Some(bad) = self.tables.iter().find(|t| {
+            t.split_once('.')
+                .is_none_or(|(s, t)| s.is_empty() || t.is_empty())
+        }) {
+            return Err(format!(
+                "tables: {bad:?} is not of the form \"schema.table\""
+            ));
         }
         if self.keys == 0 {
             return Err("keys must be at least 1".into());

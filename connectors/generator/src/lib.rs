@@ -7,7 +7,9 @@
 mod config;
 
 use async_trait::async_trait;
-use siphon_core::event::{Event, Op, Row, SnapshotMarker, SourceInfo, SourcePosition, TransactionInfo, Value};
+use siphon_core::event::{
+    Event, Op, Row, SnapshotMarker, SourceInfo, SourcePosition, TransactionInfo, Value,
+};
 use siphon_core::source::{Source, SourceContext, TableInfo};
 use siphon_core::{Error, Result};
 
@@ -23,14 +25,19 @@ pub struct GeneratorSource {
 impl GeneratorSource {
     /// A generator for `pipeline` (the server name in each event's source block).
     pub fn new(pipeline: &str, config: GeneratorConfig) -> Self {
-        GeneratorSource { config, pipeline: pipeline.to_owned() }
+        GeneratorSource {
+            config,
+            pipeline: pipeline.to_owned(),
+        }
     }
 
     /// Event number `n`. Per key the operations cycle: insert, three updates, delete.
     pub fn event(&self, n: u64) -> Event {
         let c = &self.config;
         let tables = c.tables.len() as u64;
-        let (schema, table) = c.tables[(n % tables) as usize].split_once('.').expect("validated");
+        let (schema, table) = c.tables[(n % tables) as usize]
+            .split_once('.')
+            .expect("validated");
         let local = n / tables;
         let id = (local % c.keys) as i64;
         let round = local / c.keys;
@@ -42,9 +49,15 @@ impl GeneratorSource {
         let row = Row(vec![
             ("id".into(), Value::Int(id)),
             ("name".into(), Value::Text(format!("{table}-{id}"))),
-            ("amount".into(), Value::Decimal(format!("{}.{:02}", n % 10_000, n % 100))),
+            (
+                "amount".into(),
+                Value::Decimal(format!("{}.{:02}", n % 10_000, n % 100)),
+            ),
             ("version".into(), Value::Int(round as i64)),
-            ("updated_at".into(), Value::TimestampTz(1_700_000_000_000_000 + n as i64 * 1_000)),
+            (
+                "updated_at".into(),
+                Value::TimestampTz(1_700_000_000_000_000 + n as i64 * 1_000),
+            ),
         ]);
         let key = Row(vec![("id".into(), Value::Int(id))]);
         let (before, after) = match op {
@@ -88,20 +101,45 @@ impl GeneratorSource {
 }
 
 fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 #[async_trait]
 impl Source for GeneratorSource {
+    async fn check(&mut self) -> Result<()> {
+        Ok(()) // nothing upstream to reach
+    }
+
     async fn tables(&mut self) -> Result<Vec<TableInfo>> {
-        let key_columns = if self.config.primary_key { vec!["id".to_owned()] } else { vec![] };
-        Ok(self.config.tables.iter().map(|t| TableInfo { name: t.clone(), key_columns: key_columns.clone() }).collect())
+        let key_columns = if self.config.primary_key {
+            vec!["id".to_owned()]
+        } else {
+            vec![]
+        };
+        Ok(self
+            .config
+            .tables
+            .iter()
+            .map(|t| TableInfo {
+                name: t.clone(),
+                key_columns: key_columns.clone(),
+            })
+            .collect())
     }
 
     async fn run(&mut self, ctx: &SourceContext) -> Result<()> {
         // Resume after the last event the log holds.
         let mut next = match ctx.last_event().await? {
-            Some(Event { source: SourceInfo { position: SourcePosition::Sequence(n), .. }, .. }) => n + 1,
+            Some(Event {
+                source:
+                    SourceInfo {
+                        position: SourcePosition::Sequence(n),
+                        ..
+                    },
+                ..
+            }) => n + 1,
             Some(other) => {
                 return Err(Error::permanent(format!(
                     "pipeline {}: the log holds events of another source ({}); use a new data_dir",
@@ -112,7 +150,12 @@ impl Source for GeneratorSource {
         };
         tracing::info!(pipeline = %ctx.pipeline, from = next, "generator source starting");
         // A zero interval is allowed (as fast as the log takes it); tokio's is not.
-        let mut ticker = tokio::time::interval(self.config.interval.0.max(std::time::Duration::from_nanos(1)));
+        let mut ticker = tokio::time::interval(
+            self.config
+                .interval
+                .0
+                .max(std::time::Duration::from_nanos(1)),
+        );
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             if self.limit().is_some_and(|limit| next >= limit) {
@@ -129,7 +172,9 @@ impl Source for GeneratorSource {
             loop {
                 batch.push(self.event(next));
                 next += 1;
-                if self.ends_transaction(next - 1) && (!self.config.interval.0.is_zero() || batch.len() >= 1000) {
+                if self.ends_transaction(next - 1)
+                    && (!self.config.interval.0.is_zero() || batch.len() >= 1000)
+                {
                     break;
                 }
                 if self.limit().is_some_and(|limit| next >= limit) {
@@ -149,7 +194,13 @@ mod tests {
     fn generator(events: u64) -> GeneratorSource {
         GeneratorSource::new(
             "demo",
-            GeneratorConfig { tables: vec!["demo.orders".into(), "demo.customers".into()], keys: 3, events, transaction_size: 4, ..GeneratorConfig::default() },
+            GeneratorConfig {
+                tables: vec!["demo.orders".into(), "demo.customers".into()],
+                keys: 3,
+                events,
+                transaction_size: 4,
+                ..GeneratorConfig::default()
+            },
         )
     }
 
@@ -157,7 +208,10 @@ mod tests {
     fn each_key_cycles_through_insert_updates_delete() {
         let g = generator(0);
         let ops: Vec<_> = (0..5).map(|round| g.event(round * 6).op).collect();
-        assert_eq!(ops, [Op::Create, Op::Update, Op::Update, Op::Update, Op::Delete]);
+        assert_eq!(
+            ops,
+            [Op::Create, Op::Update, Op::Update, Op::Update, Op::Delete]
+        );
         assert_eq!(g.event(30).op, Op::Create);
         assert_eq!(g.event(1).source.table, "customers");
         assert!(g.ends_transaction(3) && !g.ends_transaction(4));
@@ -167,10 +221,22 @@ mod tests {
     async fn resumes_after_the_last_event_in_the_log() {
         use std::sync::Arc;
         let dir = tempfile::tempdir().unwrap();
-        let log = siphon_core::log::file::FileLog::open(dir.path().join("log"), Default::default()).unwrap();
+        let log = siphon_core::log::file::FileLog::open(dir.path().join("log"), Default::default())
+            .unwrap();
         let offsets = siphon_core::offsets::OffsetStore::open(dir.path().join("offsets")).unwrap();
-        let ctx = SourceContext { pipeline: "demo".into(), log: Arc::new(log.clone()), offsets, cancel: Default::default() };
-        let mut g = GeneratorSource::new("demo", GeneratorConfig { events: 10, ..generator(10).config });
+        let ctx = SourceContext {
+            pipeline: "demo".into(),
+            log: Arc::new(log.clone()),
+            offsets,
+            cancel: Default::default(),
+        };
+        let mut g = GeneratorSource::new(
+            "demo",
+            GeneratorConfig {
+                events: 10,
+                ..generator(10).config
+            },
+        );
         g.config.interval = siphon_core::units::HumanDuration(std::time::Duration::ZERO);
         ctx.append(&[g.event(0), g.event(1)], false).await.unwrap();
         let run = tokio::spawn({
@@ -178,7 +244,13 @@ mod tests {
             async move { g.run(&ctx).await }
         });
         let mut rx = siphon_core::log::ChangeLog::subscribe(&log);
-        tokio::time::timeout(std::time::Duration::from_secs(10), rx.wait_for(|e| *e >= 10)).await.unwrap().unwrap();
+        tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            rx.wait_for(|e| *e >= 10),
+        )
+        .await
+        .unwrap()
+        .unwrap();
         ctx.cancel.cancel();
         run.await.unwrap().unwrap();
         let mut reader = log.file_reader(0).unwrap();

@@ -42,7 +42,7 @@ pub struct MaintenanceReport {
 }
 
 /// Size and extent of a log, for status and metrics.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LogStats {
     /// First offset held.
     pub start_offset: u64,

@@ -56,14 +56,26 @@ impl RotatingFiles {
             fs::remove_file(&p).map_err(io("remove", &p))?;
         }
         let path = file_path(&config, seq);
-        let file = OpenOptions::new().create(true).append(true).open(&path).map_err(io("open", &path))?;
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(io("open", &path))?;
         if cursor.is_none() {
             file.set_len(0).map_err(io("truncate", &path))?;
         } else if file.metadata().map_err(io("stat", &path))?.len() > len {
             tracing::info!(file = %path.display(), keep = len, "cutting lines written after the last saved cursor");
             file.set_len(len).map_err(io("truncate", &path))?;
         }
-        Ok((RotatingFiles { config, seq, file, len }, cursor.map(|c| c.next_offset)))
+        Ok((
+            RotatingFiles {
+                config,
+                seq,
+                file,
+                len,
+            },
+            cursor.map(|c| c.next_offset),
+        ))
     }
 
     /// Writes lines, rotating before a line that would pass `max_file_size`.
@@ -93,7 +105,11 @@ impl RotatingFiles {
         self.file.sync_data().map_err(io("fsync", &path))?;
         self.seq += 1;
         let next = file_path(&self.config, self.seq);
-        self.file = OpenOptions::new().create(true).append(true).open(&next).map_err(io("open", &next))?;
+        self.file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&next)
+            .map_err(io("open", &next))?;
         self.file.set_len(0).map_err(io("truncate", &next))?;
         self.len = 0;
         if self.config.max_files > 0 {
@@ -111,8 +127,26 @@ impl RotatingFiles {
     pub fn commit(&mut self, next_offset: u64) -> Result<()> {
         let path = file_path(&self.config, self.seq);
         self.file.sync_data().map_err(io("fsync", &path))?;
-        let cursor = Cursor { next_offset, file_seq: self.seq, file_len: self.len };
-        write_atomic(&cursor_path(&self.config), &serde_json::to_vec(&cursor).expect("plain struct"))
+        let cursor = Cursor {
+            next_offset,
+            file_seq: self.seq,
+            file_len: self.len,
+        };
+        write_atomic(
+            &cursor_path(&self.config),
+            &serde_json::to_vec(&cursor).expect("plain struct"),
+        )
+    }
+
+    /// Checks that the directory takes new files.
+    pub fn check_writable(&self) -> Result<()> {
+        let probe = self
+            .config
+            .path
+            .join(format!(".{}.check", self.config.prefix));
+        fs::write(&probe, b"")
+            .and_then(|()| fs::remove_file(&probe))
+            .map_err(io("write", &probe))
     }
 
     /// Deletes every file and the cursor, and starts again from file 1.
@@ -129,12 +163,17 @@ impl RotatingFiles {
 
     /// Paths of the files, oldest first.
     pub fn paths(config: &FileSinkConfig) -> Result<Vec<PathBuf>> {
-        Ok(list(config)?.into_iter().map(|s| file_path(config, s)).collect())
+        Ok(list(config)?
+            .into_iter()
+            .map(|s| file_path(config, s))
+            .collect())
     }
 }
 
 fn file_path(config: &FileSinkConfig, seq: u64) -> PathBuf {
-    config.path.join(format!("{}-{seq:06}.jsonl", config.prefix))
+    config
+        .path
+        .join(format!("{}-{seq:06}.jsonl", config.prefix))
 }
 
 fn cursor_path(config: &FileSinkConfig) -> PathBuf {
@@ -147,7 +186,11 @@ fn list(config: &FileSinkConfig) -> Result<Vec<u64>> {
     for entry in fs::read_dir(&config.path).map_err(io("list", &config.path))? {
         let name = entry.map_err(io("list", &config.path))?.file_name();
         let name = name.to_string_lossy();
-        if let Some(seq) = name.strip_prefix(&prefix).and_then(|r| r.strip_suffix(".jsonl")).and_then(|n| n.parse().ok()) {
+        if let Some(seq) = name
+            .strip_prefix(&prefix)
+            .and_then(|r| r.strip_suffix(".jsonl"))
+            .and_then(|n| n.parse().ok())
+        {
             seqs.push(seq);
         }
     }

@@ -31,7 +31,10 @@ impl std::fmt::Debug for JsonLinesSink {
             Target::Writer(_) => "writer",
             Target::Files(_) => "files",
         };
-        f.debug_struct("JsonLinesSink").field("target", &target).field("next_offset", &self.next_offset).finish()
+        f.debug_struct("JsonLinesSink")
+            .field("target", &target)
+            .field("next_offset", &self.next_offset)
+            .finish()
     }
 }
 
@@ -43,10 +46,15 @@ impl JsonLinesSink {
 
     /// A sink writing to any writer (tests, pipes).
     pub fn writer(writer: Box<dyn Write + Send>, schemas: bool) -> Self {
-        JsonLinesSink { target: Target::Writer(writer), format: JsonFormat { schemas }, next_offset: 0 }
+        JsonLinesSink {
+            target: Target::Writer(writer),
+            format: JsonFormat { schemas },
+            next_offset: 0,
+        }
     }
 
-    /// A sink writing rotating files; nothing is touched until [`Sink::open`].
+    /// A sink writing rotating files. Opens them at once, cutting lines written after the
+    /// last saved cursor.
     pub fn files(config: FileSinkConfig) -> Result<Self> {
         let schemas = config.schemas;
         let (files, next) = RotatingFiles::open(config)?;
@@ -65,6 +73,13 @@ impl JsonLinesSink {
 
 #[async_trait]
 impl Sink for JsonLinesSink {
+    async fn check(&mut self) -> Result<()> {
+        match &self.target {
+            Target::Files(files) => files.check_writable(),
+            Target::Writer(_) => Ok(()),
+        }
+    }
+
     async fn open(&mut self, _tables: &[TableInfo]) -> Result<Option<u64>> {
         Ok(match self.target {
             Target::Files(_) => Some(self.next_offset),
@@ -76,7 +91,8 @@ impl Sink for JsonLinesSink {
         let mut lines = Vec::with_capacity(records.len());
         let mut next = self.next_offset;
         for r in records.iter().filter(|r| r.offset >= self.next_offset) {
-            let mut line = serde_json::to_vec(&self.format.encode(&r.event)).map_err(|e| Error::Codec(e.to_string()))?;
+            let mut line = serde_json::to_vec(&self.format.encode(&r.event))
+                .map_err(|e| Error::Codec(e.to_string()))?;
             line.push(b'\n');
             lines.push(line);
             next = next.max(r.offset + 1);
@@ -87,9 +103,11 @@ impl Sink for JsonLinesSink {
         match &mut self.target {
             Target::Writer(w) => {
                 for line in &lines {
-                    w.write_all(line).map_err(|e| Error::transient(format!("writing to stdout: {e}")))?;
+                    w.write_all(line)
+                        .map_err(|e| Error::transient(format!("writing to stdout: {e}")))?;
                 }
-                w.flush().map_err(|e| Error::transient(format!("writing to stdout: {e}")))?;
+                w.flush()
+                    .map_err(|e| Error::transient(format!("writing to stdout: {e}")))?;
             }
             Target::Files(files) => {
                 files.write_lines(&lines)?;
@@ -131,7 +149,11 @@ mod tests {
     }
 
     fn parse_lines(bytes: &[u8]) -> Vec<serde_json::Value> {
-        bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()).map(|l| serde_json::from_slice(l).unwrap()).collect()
+        bytes
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_slice(l).unwrap())
+            .collect()
     }
 
     struct WriterHarness {
@@ -183,7 +205,10 @@ mod tests {
     async fn stdout_sink_passes_the_compliance_suite() {
         run_compliance_suite(async || {
             let out = Shared::default();
-            WriterHarness { sink: JsonLinesSink::writer(Box::new(out.clone()), false), out }
+            WriterHarness {
+                sink: JsonLinesSink::writer(Box::new(out.clone()), false),
+                out,
+            }
         })
         .await;
     }
@@ -193,7 +218,11 @@ mod tests {
         run_compliance_suite(async || {
             let dir = tempfile::tempdir().unwrap();
             let config = file_config(dir.path());
-            FileHarness { sink: JsonLinesSink::files(config.clone()).unwrap(), config, _dir: dir }
+            FileHarness {
+                sink: JsonLinesSink::files(config.clone()).unwrap(),
+                config,
+                _dir: dir,
+            }
         })
         .await;
     }
@@ -201,14 +230,28 @@ mod tests {
     fn records(range: std::ops::Range<u64>) -> Vec<SinkRecord> {
         use siphon_core::testing::{TABLE, event, record, row};
         range
-            .map(|o| record(o, event(TABLE, siphon_core::Op::Create, o as i64, None, Some(row(o as i64, "x", siphon_core::Value::Null)))))
+            .map(|o| {
+                record(
+                    o,
+                    event(
+                        TABLE,
+                        siphon_core::Op::Create,
+                        o as i64,
+                        None,
+                        Some(row(o as i64, "x", siphon_core::Value::Null)),
+                    ),
+                )
+            })
             .collect()
     }
 
     #[tokio::test]
     async fn file_sink_rotates_and_resumes_without_duplicates() {
         let dir = tempfile::tempdir().unwrap();
-        let config = FileSinkConfig { max_files: 3, ..file_config(dir.path()) };
+        let config = FileSinkConfig {
+            max_files: 3,
+            ..file_config(dir.path())
+        };
         let mut sink = JsonLinesSink::files(config.clone()).unwrap();
         assert_eq!(sink.open(&[]).await.unwrap(), Some(0));
         sink.apply(&records(0..40)).await.unwrap();
@@ -217,7 +260,12 @@ mod tests {
         // Lines written after the last commit (a crash between write and cursor) are cut.
         let last = paths.last().unwrap();
         let committed = std::fs::read(last).unwrap();
-        std::fs::OpenOptions::new().append(true).open(last).unwrap().write_all(b"{\"half\":").unwrap();
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(last)
+            .unwrap()
+            .write_all(b"{\"half\":")
+            .unwrap();
         drop(sink);
         let mut sink = JsonLinesSink::files(config.clone()).unwrap();
         assert_eq!(std::fs::read(last).unwrap(), committed);
@@ -225,7 +273,11 @@ mod tests {
         sink.apply(&records(30..45)).await.unwrap();
         let mut ids = Vec::new();
         for p in JsonLinesSink::file_paths(&config).unwrap() {
-            ids.extend(parse_lines(&std::fs::read(p).unwrap()).iter().map(|l| l["after"]["id"].as_i64().unwrap()));
+            ids.extend(
+                parse_lines(&std::fs::read(p).unwrap())
+                    .iter()
+                    .map(|l| l["after"]["id"].as_i64().unwrap()),
+            );
         }
         assert_eq!(ids.last(), Some(&44));
         let mut sorted = ids.clone();

@@ -1,0 +1,168 @@
+//! The admin HTTP API, on loopback by default:
+//!
+//! - `GET /health`: the process is alive (never needs the token);
+//! - `GET /ready`: every pipeline's source and sinks are running (503 otherwise);
+//! - `GET /metrics`: Prometheus text;
+//! - `GET /api/pipelines`: status JSON (what `siphon status` prints);
+//! - `POST /api/pipelines/{pipeline}/sinks/{sink}/replay?from=N&reset=true`: start a replay.
+//!
+//! With a token configured, every endpoint but `/health` needs `Authorization: Bearer TOKEN`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+use siphon_core::Secret;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::AdminConfig;
+use crate::runtime::{ReplayError, Runtime};
+
+/// A bound, not yet serving, admin API.
+#[derive(Debug)]
+pub struct AdminServer {
+    listener: TcpListener,
+    router: Router,
+}
+
+#[derive(Clone)]
+struct AppState {
+    runtime: Arc<Runtime>,
+    token: Option<Secret>,
+}
+
+/// Binds the admin API's address (failing now, with the address, if it is taken).
+pub async fn bind(config: &AdminConfig, runtime: Arc<Runtime>) -> anyhow::Result<AdminServer> {
+    let token = config.resolved_token()?;
+    let listener = TcpListener::bind(config.listen).await.map_err(|e| {
+        anyhow::anyhow!(
+            "admin API: cannot listen on {} ({e}); set admin.listen to a free address",
+            config.listen
+        )
+    })?;
+    let state = AppState { runtime, token };
+    let protected = Router::new()
+        .route("/ready", get(ready))
+        .route("/metrics", get(metrics))
+        .route("/api/pipelines", get(pipelines))
+        .route(
+            "/api/pipelines/{pipeline}/sinks/{sink}/replay",
+            post(replay),
+        )
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+    let router = Router::new()
+        .route("/health", get(|| async { "ok\n" }))
+        .merge(protected)
+        .with_state(state);
+    Ok(AdminServer { listener, router })
+}
+
+impl AdminServer {
+    /// The address it listens on.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves until `cancel` fires.
+    pub async fn serve(self, cancel: CancellationToken) {
+        if let Ok(addr) = self.listener.local_addr() {
+            tracing::info!(%addr, "admin API listening");
+        }
+        if let Err(e) = axum::serve(self.listener, self.router)
+            .with_graceful_shutdown(cancel.cancelled_owned())
+            .await
+        {
+            tracing::error!(error = %e, "admin API stopped");
+        }
+    }
+}
+
+async fn require_token(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    if let Some(token) = &state.token {
+        let given = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.expose().as_bytes())) {
+            return (
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, "Bearer")],
+                "a bearer token is required\n",
+            )
+                .into_response();
+        }
+    }
+    next.run(request).await
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn ready(State(state): State<AppState>) -> Response {
+    let statuses = state.runtime.statuses();
+    let not_ready: Vec<&str> = statuses
+        .iter()
+        .filter(|p| !p.is_ready())
+        .map(|p| p.name.as_str())
+        .collect();
+    if not_ready.is_empty() {
+        (
+            StatusCode::OK,
+            axum::Json(serde_json::json!({"ready": true})),
+        )
+            .into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(serde_json::json!({"ready": false, "not_ready": not_ready})),
+        )
+            .into_response()
+    }
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    let body = crate::runtime::status::render_metrics(&state.runtime.statuses());
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
+}
+
+async fn pipelines(State(state): State<AppState>) -> Response {
+    axum::Json(state.runtime.statuses()).into_response()
+}
+
+#[derive(Debug, Deserialize)]
+struct ReplayParams {
+    from: u64,
+    #[serde(default)]
+    reset: bool,
+}
+
+async fn replay(
+    State(state): State<AppState>,
+    Path((pipeline, sink)): Path<(String, String)>,
+    Query(params): Query<ReplayParams>,
+) -> Response {
+    match state
+        .runtime
+        .replay(&pipeline, &sink, params.from, params.reset)
+        .await
+    {
+        Ok(until) => (
+            StatusCode::ACCEPTED,
+            axum::Json(serde_json::json!({"from": params.from, "until": until})),
+        )
+            .into_response(),
+        Err(e @ ReplayError::NotFound { .. }) => {
+            (StatusCode::NOT_FOUND, e.to_string()).into_response()
+        }
+        Err(e @ ReplayError::Refused(_)) => (StatusCode::CONFLICT, e.to_string()).into_response(),
+    }
+}

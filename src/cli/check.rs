@@ -1,0 +1,59 @@
+//! `siphon check`.
+
+use std::process::ExitCode;
+
+use crate::config::Config;
+
+pub(super) async fn check(config: &Config, connect: bool) -> anyhow::Result<ExitCode> {
+    println!("configuration OK: data_dir {}", config.data_dir.display());
+    for (name, p) in &config.pipelines {
+        let sinks: Vec<String> = p
+            .sinks
+            .iter()
+            .map(|(n, s)| format!("{n} ({})", s.spec.kind()))
+            .collect();
+        println!(
+            "  pipeline {name}: source {} → sinks {}",
+            p.source.kind(),
+            sinks.join(", ")
+        );
+    }
+    if !connect {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut failed = 0;
+    for (name, p) in &config.pipelines {
+        let mut source = p.source.build(name);
+        report(
+            &mut failed,
+            &format!("{name}: source {}", p.source.kind()),
+            source.check().await,
+        );
+        for (sink_name, s) in &p.sinks {
+            let result = match s.spec.build() {
+                Ok(mut sink) => sink.check().await,
+                Err(e) => Err(e),
+            };
+            report(
+                &mut failed,
+                &format!("{name}: sink {sink_name} ({})", s.spec.kind()),
+                result,
+            );
+        }
+    }
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn report(failed: &mut usize, what: &str, result: siphon_core::Result<()>) {
+    match result {
+        Ok(()) => println!("  ok      {what}"),
+        Err(e) => {
+            *failed += 1;
+            println!("  FAILED  {what}: {e}");
+        }
+    }
+}

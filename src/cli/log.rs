@@ -1,0 +1,99 @@
+//! `siphon log tail` and `siphon log stats`.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use siphon_core::Event;
+use siphon_core::json::{envelope, row_json};
+use siphon_core::log::file::FileLog;
+use siphon_core::log::{ChangeLog, LogReader, LogRecord, RecordFlags};
+
+use crate::config::{Config, LogSpec};
+
+fn open(config: &Config, pipeline: &str) -> anyhow::Result<FileLog> {
+    let p = config.pipeline(pipeline)?;
+    let dir = config.pipeline_dir(pipeline).join("log");
+    match &p.log {
+        LogSpec::File(c) => FileLog::open_read_only(&dir, c.clone()).map_err(|_| {
+            anyhow::anyhow!(
+                "pipeline {pipeline} has no change log yet in {} (run the daemon first)",
+                dir.display()
+            )
+        }),
+    }
+}
+
+fn pretty(record: &LogRecord) -> serde_json::Value {
+    let event = match Event::decode(&record.value) {
+        Ok(event) => event,
+        Err(e) => return serde_json::json!({"offset": record.offset, "error": e.to_string()}),
+    };
+    serde_json::json!({
+        "offset": record.offset,
+        "appended_ms": record.timestamp_ms,
+        "ends_transaction": record.flags.contains(RecordFlags::TXN_END),
+        "key": event.key.as_ref().map(row_json),
+        "event": envelope(&event),
+    })
+}
+
+pub(super) async fn tail(
+    config: &Config,
+    pipeline: &str,
+    from: Option<u64>,
+    follow: bool,
+) -> anyhow::Result<ExitCode> {
+    let log = open(config, pipeline)?;
+    let start = log.start_offset();
+    let from = from
+        .unwrap_or_else(|| log.durable_end().saturating_sub(10))
+        .max(start);
+    let mut reader = log.file_reader(from)?;
+    let mut out = std::io::stdout().lock();
+    loop {
+        let batch = reader.read_available(1000)?;
+        for record in &batch {
+            let text = serde_json::to_string_pretty(&pretty(record))?;
+            // A closed pipe (`| head`) ends the command quietly.
+            if writeln!(out, "{text}").and_then(|()| out.flush()).is_err() {
+                return Ok(ExitCode::SUCCESS);
+            }
+        }
+        if batch.is_empty() {
+            if !follow {
+                return Ok(ExitCode::SUCCESS);
+            }
+            // Another process appends: look for its new records now and then.
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => return Ok(ExitCode::SUCCESS),
+                _ = tokio::time::sleep(Duration::from_millis(250)) => log.refresh()?,
+            }
+        }
+    }
+}
+
+pub(super) fn stats(config: &Config) -> anyhow::Result<ExitCode> {
+    let statuses = super::status::offline_statuses(config)?;
+    println!(
+        "{:<16} {:>12} {:>12} {:>12} {:>9}",
+        "pipeline", "start", "end", "size", "segments"
+    );
+    for p in statuses {
+        println!(
+            "{:<16} {:>12} {:>12} {:>12} {:>9}",
+            p.name,
+            p.log.start_offset,
+            p.log.end_offset,
+            siphon_core::units::ByteSize(p.log.size_bytes).to_string(),
+            p.log.segments
+        );
+        for (sink, s) in &p.sinks {
+            println!(
+                "  sink {sink:<12} cursor {:>12}  lag {:>10} records",
+                s.next_offset, s.lag_records
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,141 @@
+//! `siphon replay`.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::client::AdminClient;
+use crate::config::Config;
+use crate::runtime::State;
+
+/// Progress on a terminal as a bar, elsewhere as a log line every few seconds.
+struct Progress {
+    bar: Option<ProgressBar>,
+    last_line: Instant,
+}
+
+impl Progress {
+    fn new(from: u64, until: u64) -> Self {
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar = ProgressBar::new(until.saturating_sub(from));
+            bar.set_style(
+                ProgressStyle::with_template(
+                    "{spinner} replay [{bar:40}] {pos}/{len} records ({per_sec}, eta {eta})",
+                )
+                .expect("a valid template")
+                .progress_chars("=> "),
+            );
+            bar
+        });
+        Progress {
+            bar,
+            last_line: Instant::now(),
+        }
+    }
+
+    fn update(&mut self, from: u64, next: u64, until: u64) {
+        let done = next.saturating_sub(from).min(until.saturating_sub(from));
+        match &self.bar {
+            Some(bar) => bar.set_position(done),
+            None if self.last_line.elapsed() > Duration::from_secs(5) => {
+                tracing::info!(
+                    applied = done,
+                    of = until.saturating_sub(from),
+                    "replay progress"
+                );
+                self.last_line = Instant::now();
+            }
+            None => {}
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish();
+        }
+    }
+}
+
+pub(super) async fn replay(
+    config: &Config,
+    pipeline: &str,
+    sink: &str,
+    from: u64,
+    reset: bool,
+) -> anyhow::Result<ExitCode> {
+    let p = config.pipeline(pipeline)?;
+    if !p.sinks.contains_key(sink) {
+        anyhow::bail!(
+            "pipeline {pipeline} has no sink {sink:?}; configured: {}",
+            p.sinks.keys().cloned().collect::<Vec<_>>().join(", ")
+        );
+    }
+    let client = AdminClient::new(config)?;
+    let started = Instant::now();
+    let applied = if client.is_up().await {
+        let until = client.replay(pipeline, sink, from, reset).await?;
+        eprintln!(
+            "replaying {pipeline}/{sink} from offset {from} to {until} in the running daemon"
+        );
+        let mut progress = Progress::new(from, until);
+        loop {
+            let statuses = client.pipelines().await?;
+            let s = statuses
+                .iter()
+                .find(|s| s.name == pipeline)
+                .and_then(|p| p.sinks.get(sink))
+                .ok_or_else(|| anyhow::anyhow!("the daemon no longer reports {pipeline}/{sink}"))?;
+            progress.update(from, s.next_offset, until);
+            match s.component.state {
+                State::Failed | State::NeedsReplay => {
+                    anyhow::bail!(
+                        "replay stopped: {}",
+                        s.component.last_error.clone().unwrap_or_default()
+                    )
+                }
+                _ if s.replay_until.is_none() && s.next_offset >= until => break,
+                _ => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+        progress.finish();
+        until.saturating_sub(from)
+    } else {
+        eprintln!(
+            "the daemon is not running: replaying {pipeline}/{sink} from offset {from} offline"
+        );
+        let mut source = p.source.build(pipeline);
+        let tables = match source.tables().await {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(error = %e, "the source cannot list its tables; the sink opens without them");
+                Vec::new()
+            }
+        };
+        let mut progress: Option<Progress> = None;
+        let status = crate::runtime::replay_offline(
+            config,
+            pipeline,
+            sink,
+            from,
+            reset,
+            tables,
+            |s, until| {
+                progress
+                    .get_or_insert_with(|| Progress::new(from, until))
+                    .update(from, s.next_offset, until);
+            },
+        )
+        .await?;
+        if let Some(p) = &progress {
+            p.finish();
+        }
+        status.next_offset.saturating_sub(from)
+    };
+    eprintln!(
+        "replay done: {applied} records re-applied to {pipeline}/{sink} in {:.1?}",
+        started.elapsed()
+    );
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,131 @@
+//! `siphon status`.
+
+use std::process::ExitCode;
+
+use siphon_core::log::ChangeLog;
+use siphon_core::log::file::FileLog;
+use siphon_core::offsets::OffsetStore;
+
+use super::client::AdminClient;
+use crate::config::{Config, LogSpec};
+use crate::runtime::status::{ComponentStatus, PipelineStatus, SinkStatus, State};
+
+pub(super) async fn status(config: &Config, json: bool) -> anyhow::Result<ExitCode> {
+    let client = AdminClient::new(config)?;
+    let (running, statuses) = if client.is_up().await {
+        (true, client.pipelines().await?)
+    } else {
+        (false, offline_statuses(config)?)
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&statuses)?);
+    } else {
+        print!("{}", render(&statuses, running, config));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What the data directory says while the daemon is down.
+pub(super) fn offline_statuses(config: &Config) -> anyhow::Result<Vec<PipelineStatus>> {
+    let mut out = Vec::new();
+    for (name, p) in &config.pipelines {
+        let dir = config.pipeline_dir(name);
+        let log = match &p.log {
+            LogSpec::File(c) if dir.join("log").is_dir() => {
+                FileLog::open_read_only(dir.join("log"), c.clone())?.stats()
+            }
+            LogSpec::File(_) => Default::default(),
+        };
+        let cursors = OffsetStore::open_existing(dir.join("offsets")).sinks()?;
+        let offline = |kind: &str| ComponentStatus {
+            kind: kind.into(),
+            state: State::Offline,
+            ..Default::default()
+        };
+        let mut status = PipelineStatus {
+            name: name.clone(),
+            source: offline(p.source.kind()),
+            log,
+            ..Default::default()
+        };
+        for (sink, sc) in &p.sinks {
+            let cursor = cursors.get(sink).cloned().unwrap_or_default();
+            let mut component = offline(sc.spec.kind());
+            if cursor.lost.is_some() {
+                component.state = State::NeedsReplay;
+            }
+            status.sinks.insert(
+                sink.clone(),
+                SinkStatus {
+                    component,
+                    next_offset: cursor.next_offset,
+                    lost: cursor.lost,
+                    ..Default::default()
+                },
+            );
+        }
+        status.compute_lag(crate::runtime::now_ms());
+        out.push(status);
+    }
+    Ok(out)
+}
+
+fn state_name(s: State) -> String {
+    serde_json::to_value(s)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+fn render(statuses: &[PipelineStatus], running: bool, config: &Config) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    if running {
+        let _ = writeln!(
+            out,
+            "daemon: running (admin API on {})",
+            config.admin.listen
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "daemon: not running (figures from {})",
+            config.data_dir.display()
+        );
+    }
+    for p in statuses {
+        let _ = writeln!(
+            out,
+            "\npipeline {}\n  source  {:<10} {}{}\n  log     offsets {}..{}  {} in {} segment(s)",
+            p.name,
+            p.source.kind,
+            state_name(p.source.state),
+            p.source
+                .last_error
+                .as_deref()
+                .map(|e| format!("  last error: {e}"))
+                .unwrap_or_default(),
+            p.log.start_offset,
+            p.log.end_offset,
+            siphon_core::units::ByteSize(p.log.size_bytes),
+            p.log.segments,
+        );
+        for (name, s) in &p.sinks {
+            let _ = writeln!(
+                out,
+                "  sink {name:<12} {:<8} {:<12} cursor {:<10} lag {} records / {} ms{}",
+                s.component.kind,
+                state_name(s.component.state),
+                s.next_offset,
+                s.lag_records,
+                s.lag_ms,
+                s.component
+                    .last_error
+                    .as_deref()
+                    .map(|e| format!("\n      last error: {e}"))
+                    .unwrap_or_default(),
+            );
+        }
+    }
+    out
+}

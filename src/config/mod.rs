@@ -1,0 +1,317 @@
+//! The daemon's configuration: TOML read with the `config` crate, every key overridable from
+//! the environment (`SIPHON__PIPELINES__SHOP__SOURCE__URL=…`), checked into typed settings.
+//!
+//! Errors name the key with its full path (`pipelines.shop.sinks.cache.batch_size`), the bad
+//! value, and what is allowed.
+
+mod error;
+mod registry;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use siphon_core::Secret;
+use siphon_core::units::HumanDuration;
+
+pub use error::ConfigError;
+pub use registry::{LogSpec, SinkSpec, SourceSpec};
+
+/// Prefix of environment overrides: `SIPHON__DATA_DIR`, `SIPHON__PIPELINES__X__…`.
+pub const ENV_PREFIX: &str = "SIPHON";
+
+/// The whole configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where logs, cursors and checkpoints live.
+    pub data_dir: PathBuf,
+    /// Longest a graceful shutdown may take before siphon exits anyway.
+    pub shutdown_timeout: Duration,
+    /// The admin HTTP API.
+    pub admin: AdminConfig,
+    /// Pipelines by name.
+    pub pipelines: BTreeMap<String, PipelineConfig>,
+}
+
+/// The admin HTTP API (`[admin]`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminConfig {
+    /// Whether to serve the admin API.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Address to listen on; loopback by default, since the API can pause and replay sinks.
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    /// Bearer token required on every endpoint but `/health`. Prefer `token_file` or the
+    /// environment (`SIPHON__ADMIN__TOKEN`).
+    #[serde(default)]
+    pub token: Option<Secret>,
+    /// File holding the bearer token.
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        AdminConfig {
+            enabled: true,
+            listen: default_listen(),
+            token: None,
+            token_file: None,
+        }
+    }
+}
+
+impl AdminConfig {
+    /// The bearer token, read from `token_file` when set there.
+    pub fn resolved_token(&self) -> Result<Option<Secret>, ConfigError> {
+        match (&self.token, &self.token_file) {
+            (Some(_), Some(_)) => Err(ConfigError::new(
+                "admin.token_file",
+                "set either admin.token or admin.token_file, not both",
+            )),
+            (Some(t), None) => Ok(Some(t.clone())),
+            (None, Some(path)) => Secret::from_file(path).map(Some).map_err(|e| {
+                ConfigError::new(
+                    "admin.token_file",
+                    format!("cannot read {}: {e}", path.display()),
+                )
+            }),
+            (None, None) => Ok(None),
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 8083))
+}
+
+/// One pipeline: a source, its change log, and the sinks that follow it.
+#[derive(Debug, Clone)]
+pub struct PipelineConfig {
+    /// Where changes come from.
+    pub source: SourceSpec,
+    /// The change log.
+    pub log: LogSpec,
+    /// Sinks by name.
+    pub sinks: BTreeMap<String, SinkConfig>,
+}
+
+/// A sink: its kind's settings and the settings every sink has.
+#[derive(Debug, Clone)]
+pub struct SinkConfig {
+    /// The kind and its settings.
+    pub spec: SinkSpec,
+    /// Batching and retry settings.
+    pub delivery: DeliveryConfig,
+}
+
+/// Settings every sink has, next to `kind`.
+#[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DeliveryConfig {
+    /// Most records applied in one batch.
+    pub batch_size: usize,
+    /// How long to wait for more records before applying a batch that is not full.
+    pub linger: HumanDuration,
+    /// Longest pause between two retries after a transient error (the backoff doubles from
+    /// 100ms up to this).
+    pub max_backoff: HumanDuration,
+}
+
+impl DeliveryConfig {
+    /// The keys of this table, taken out of a sink's table before its kind's settings are read.
+    pub const KEYS: &[&str] = &["batch_size", "linger", "max_backoff"];
+}
+
+impl Default for DeliveryConfig {
+    fn default() -> Self {
+        DeliveryConfig {
+            batch_size: 1000,
+            linger: HumanDuration(Duration::from_millis(5)),
+            max_backoff: HumanDuration(Duration::from_secs(30)),
+        }
+    }
+}
+
+/// The top level as written, before each component's kind is resolved.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default = "default_data_dir")]
+    data_dir: PathBuf,
+    #[serde(default = "default_shutdown_timeout")]
+    shutdown_timeout: HumanDuration,
+    #[serde(default)]
+    admin: AdminConfig,
+    #[serde(default)]
+    pipelines: BTreeMap<String, RawPipeline>,
+}
+
+fn default_data_dir() -> PathBuf {
+    PathBuf::from("./siphon-data")
+}
+
+fn default_shutdown_timeout() -> HumanDuration {
+    HumanDuration(Duration::from_secs(30))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPipeline {
+    source: config::Value,
+    #[serde(default)]
+    log: Option<config::Value>,
+    #[serde(default)]
+    sinks: BTreeMap<String, config::Value>,
+}
+
+impl Config {
+    /// Reads `path`, applies `SIPHON__…` environment overrides, and checks everything.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        if !path.is_file() {
+            return Err(ConfigError::file(path, "no such file"));
+        }
+        let source = config::Config::builder()
+            .add_source(config::File::from(path).format(config::FileFormat::Toml))
+            .add_source(
+                config::Environment::with_prefix(ENV_PREFIX)
+                    .prefix_separator("__")
+                    .separator("__"),
+            )
+            .build()
+            .map_err(|e| ConfigError::file(path, &e.to_string()))?;
+        Self::from_config(source)
+    }
+
+    /// Parses TOML text (with environment overrides), for tests and `check`.
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        let source = config::Config::builder()
+            .add_source(config::File::from_str(text, config::FileFormat::Toml))
+            .add_source(
+                config::Environment::with_prefix(ENV_PREFIX)
+                    .prefix_separator("__")
+                    .separator("__"),
+            )
+            .build()
+            .map_err(|e| ConfigError::new("", e.to_string()))?;
+        Self::from_config(source)
+    }
+
+    fn from_config(source: config::Config) -> Result<Self, ConfigError> {
+        let raw: RawConfig = error::deserialize("", source.cache)?;
+        if raw.pipelines.is_empty() {
+            return Err(ConfigError::new(
+                "pipelines",
+                "no pipeline is configured; add a [pipelines.NAME.source] table",
+            ));
+        }
+        raw.admin.resolved_token()?;
+        let mut pipelines = BTreeMap::new();
+        for (name, p) in raw.pipelines {
+            check_name(&format!("pipelines.{name}"), &name)?;
+            let prefix = format!("pipelines.{name}");
+            let source = SourceSpec::parse(&format!("{prefix}.source"), p.source)?;
+            let log = LogSpec::parse(&format!("{prefix}.log"), p.log)?;
+            if p.sinks.is_empty() {
+                return Err(ConfigError::new(
+                    format!("{prefix}.sinks"),
+                    "a pipeline needs at least one sink; add a [pipelines.NAME.sinks.SINK] table",
+                ));
+            }
+            let mut sinks = BTreeMap::new();
+            for (sink_name, value) in p.sinks {
+                let key = format!("{prefix}.sinks.{sink_name}");
+                check_name(&key, &sink_name)?;
+                let (delivery, rest) = split_delivery(&key, value)?;
+                sinks.insert(
+                    sink_name,
+                    SinkConfig {
+                        spec: SinkSpec::parse(&key, rest)?,
+                        delivery,
+                    },
+                );
+            }
+            pipelines.insert(name, PipelineConfig { source, log, sinks });
+        }
+        Ok(Config {
+            data_dir: raw.data_dir,
+            shutdown_timeout: raw.shutdown_timeout.0,
+            admin: raw.admin,
+            pipelines,
+        })
+    }
+
+    /// The data directory of one pipeline.
+    pub fn pipeline_dir(&self, pipeline: &str) -> PathBuf {
+        self.data_dir.join("pipelines").join(pipeline)
+    }
+
+    /// The pipeline named `name`, or an error listing the names there are.
+    pub fn pipeline(&self, name: &str) -> Result<&PipelineConfig, ConfigError> {
+        self.pipelines.get(name).ok_or_else(|| {
+            let known: Vec<&str> = self.pipelines.keys().map(String::as_str).collect();
+            ConfigError::new(
+                "pipelines",
+                format!(
+                    "no pipeline named {name:?}; configured: {}",
+                    known.join(", ")
+                ),
+            )
+        })
+    }
+}
+
+/// Pipeline and sink names become file and metric names, and environment variable parts.
+fn check_name(key: &str, name: &str) -> Result<(), ConfigError> {
+    let ok = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::new(
+            key,
+            format!("name {name:?} is not allowed: use lowercase letters, digits and _"),
+        ))
+    }
+}
+
+/// Separates the delivery settings from a sink's table.
+fn split_delivery(
+    key: &str,
+    value: config::Value,
+) -> Result<(DeliveryConfig, config::Value), ConfigError> {
+    let origin = value.origin().map(str::to_owned);
+    let table = value
+        .into_table()
+        .map_err(|_| ConfigError::new(key, "must be a table"))?;
+    let (common, rest): (config::Map<_, _>, config::Map<_, _>) = table
+        .into_iter()
+        .partition(|(k, _)| DeliveryConfig::KEYS.contains(&k.as_str()));
+    let delivery: DeliveryConfig = error::deserialize(
+        key,
+        config::Value::new(origin.as_ref(), config::ValueKind::Table(common)),
+    )?;
+    if delivery.batch_size == 0 {
+        return Err(ConfigError::new(
+            format!("{key}.batch_size"),
+            "must be at least 1",
+        ));
+    }
+    Ok((
+        delivery,
+        config::Value::new(origin.as_ref(), config::ValueKind::Table(rest)),
+    ))
+}
+
+#[cfg(test)]
+mod tests;

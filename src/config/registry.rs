@@ -1,0 +1,155 @@
+//! The registry of component kinds: from `kind = "…"` and the rest of the table to typed
+//! settings, and from settings to running components.
+
+use siphon_core::log::file::FileLogConfig;
+use siphon_core::sink::Sink;
+use siphon_core::source::Source;
+use siphon_sink_file::{FileSinkConfig, JsonLinesSink, StdoutSinkConfig};
+use siphon_source_generator::{GeneratorConfig, GeneratorSource};
+
+use super::ConfigError;
+use super::error::deserialize;
+
+/// Takes `kind` out of a component's table; the rest is the kind's settings.
+fn split_kind(
+    key: &str,
+    value: config::Value,
+    default: Option<&str>,
+    allowed: &[&str],
+) -> Result<(String, config::Value), ConfigError> {
+    let origin = value.origin().map(str::to_owned);
+    let mut table = value
+        .into_table()
+        .map_err(|_| ConfigError::new(key, "must be a table"))?;
+    let kind = match table.remove("kind") {
+        Some(k) => k.into_string().map_err(|_| {
+            ConfigError::new(
+                format!("{key}.kind"),
+                format!("must be a string, one of: {}", allowed.join(", ")),
+            )
+        })?,
+        None => match default {
+            Some(d) => d.to_owned(),
+            None => {
+                return Err(ConfigError::new(
+                    format!("{key}.kind"),
+                    format!(
+                        "required key `kind` is missing; one of: {}",
+                        allowed.join(", ")
+                    ),
+                ));
+            }
+        },
+    };
+    if !allowed.contains(&kind.as_str()) {
+        return Err(ConfigError::new(
+            format!("{key}.kind"),
+            format!("unknown kind {kind:?}; allowed: {}", allowed.join(", ")),
+        ));
+    }
+    Ok((
+        kind,
+        config::Value::new(origin.as_ref(), config::ValueKind::Table(table)),
+    ))
+}
+
+/// A configured source.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SourceSpec {
+    /// `kind = "generator"`.
+    Generator(GeneratorConfig),
+}
+
+impl SourceSpec {
+    const KINDS: &[&str] = &["generator"];
+
+    pub(super) fn parse(key: &str, value: config::Value) -> Result<Self, ConfigError> {
+        let (kind, rest) = split_kind(key, value, None, Self::KINDS)?;
+        match kind.as_str() {
+            "generator" => {
+                let c: GeneratorConfig = deserialize(key, rest)?;
+                c.validate().map_err(|m| ConfigError::new(key, m))?;
+                Ok(SourceSpec::Generator(c))
+            }
+            _ => unreachable!("split_kind checked the kind"),
+        }
+    }
+
+    /// The kind's name.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SourceSpec::Generator(_) => "generator",
+        }
+    }
+
+    /// A source for pipeline `pipeline`.
+    pub fn build(&self, pipeline: &str) -> Box<dyn Source> {
+        match self {
+            SourceSpec::Generator(c) => Box::new(GeneratorSource::new(pipeline, c.clone())),
+        }
+    }
+}
+
+/// A configured change log.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LogSpec {
+    /// `kind = "file"` (the default).
+    File(FileLogConfig),
+}
+
+impl LogSpec {
+    const KINDS: &[&str] = &["file"];
+
+    pub(super) fn parse(key: &str, value: Option<config::Value>) -> Result<Self, ConfigError> {
+        let Some(value) = value else {
+            return Ok(LogSpec::File(FileLogConfig::default()));
+        };
+        let (kind, rest) = split_kind(key, value, Some("file"), Self::KINDS)?;
+        match kind.as_str() {
+            "file" => {
+                let c: FileLogConfig = deserialize(key, rest)?;
+                c.validate().map_err(|m| ConfigError::new(key, m))?;
+                Ok(LogSpec::File(c))
+            }
+            _ => unreachable!("split_kind checked the kind"),
+        }
+    }
+}
+
+/// A configured sink.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SinkSpec {
+    /// `kind = "stdout"`.
+    Stdout(StdoutSinkConfig),
+    /// `kind = "file"`.
+    File(FileSinkConfig),
+}
+
+impl SinkSpec {
+    const KINDS: &[&str] = &["stdout", "file"];
+
+    pub(super) fn parse(key: &str, value: config::Value) -> Result<Self, ConfigError> {
+        let (kind, rest) = split_kind(key, value, None, Self::KINDS)?;
+        match kind.as_str() {
+            "stdout" => Ok(SinkSpec::Stdout(deserialize(key, rest)?)),
+            "file" => Ok(SinkSpec::File(deserialize(key, rest)?)),
+            _ => unreachable!("split_kind checked the kind"),
+        }
+    }
+
+    /// The kind's name.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SinkSpec::Stdout(_) => "stdout",
+            SinkSpec::File(_) => "file",
+        }
+    }
+
+    /// A sink, ready to be opened.
+    pub fn build(&self) -> siphon_core::Result<Box<dyn Sink>> {
+        Ok(match self {
+            SinkSpec::Stdout(c) => Box::new(JsonLinesSink::stdout(c)),
+            SinkSpec::File(c) => Box::new(JsonLinesSink::files(c.clone())?),
+        })
+    }
+}

@@ -1,0 +1,169 @@
+use super::*;
+
+const MINIMAL: &str = r#"
+[pipelines.shop.source]
+kind = "generator"
+
+[pipelines.shop.sinks.out]
+kind = "stdout"
+"#;
+
+fn error_of(toml: &str) -> ConfigError {
+    Config::from_toml(toml).expect_err("the config should be refused")
+}
+
+#[test]
+fn minimal_config_gets_defaults() {
+    let c = Config::from_toml(MINIMAL).unwrap();
+    assert_eq!(c.data_dir, PathBuf::from("./siphon-data"));
+    assert_eq!(c.admin.listen.to_string(), "127.0.0.1:8083");
+    let p = &c.pipelines["shop"];
+    assert!(matches!(p.log, LogSpec::File(_)));
+    assert_eq!(p.sinks["out"].delivery, DeliveryConfig::default());
+}
+
+#[test]
+fn the_example_config_loads() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config.example.toml");
+    let c = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!c.pipelines.is_empty());
+}
+
+#[test]
+fn unknown_key_is_named_with_its_pipeline() {
+    let e = error_of(&format!(
+        "{MINIMAL}\n[pipelines.shop.log]\nsegment_sise = \"1MiB\"\n"
+    ));
+    assert_eq!(e.key, "pipelines.shop.log.segment_sise", "{e}");
+    assert!(
+        e.message.contains("unknown key `segment_sise`") && e.message.contains("segment_size"),
+        "{e}"
+    );
+
+    let e = error_of(&format!(
+        "{MINIMAL}\n[pipelines.shop.sinks.out2]\nkind = \"file\"\npath = \"x\"\nmax_filez = 3\n"
+    ));
+    assert_eq!(e.key, "pipelines.shop.sinks.out2.max_filez", "{e}");
+
+    let e = error_of(&format!("datadir = \"x\"\n{MINIMAL}"));
+    assert_eq!(e.key, "datadir", "{e}");
+    assert!(
+        e.message.contains("data_dir"),
+        "the message lists the allowed keys: {e}"
+    );
+}
+
+#[test]
+fn wrong_type_is_named() {
+    let e = error_of(&format!(
+        "{MINIMAL}\n[pipelines.shop.sinks.other]\nkind = \"stdout\"\nbatch_size = \"lots\"\n"
+    ));
+    assert_eq!(e.key, "pipelines.shop.sinks.other.batch_size", "{e}");
+    assert!(
+        e.message.contains("lots"),
+        "the message shows the bad value: {e}"
+    );
+
+    let e = error_of(&format!(
+        "{MINIMAL}\n[admin]\nlisten = \"not an address\"\n"
+    ));
+    assert_eq!(e.key, "admin.listen", "{e}");
+}
+
+#[test]
+fn bad_duration_and_size_are_named_with_examples() {
+    let e = error_of(&format!(
+        "{MINIMAL}\n[pipelines.shop.log]\nretention = \"a week\"\n"
+    ));
+    assert_eq!(e.key, "pipelines.shop.log.retention", "{e}");
+    assert!(
+        e.message.contains("\"a week\"") && e.message.contains("\"7d\""),
+        "{e}"
+    );
+
+    let e = error_of(&format!(
+        "{MINIMAL}\n[pipelines.shop.log]\nmax_size = \"huge\"\n"
+    ));
+    assert_eq!(e.key, "pipelines.shop.log.max_size", "{e}");
+    assert!(e.message.contains("512MiB"), "{e}");
+}
+
+#[test]
+fn missing_required_key_is_named() {
+    let e = error_of(
+        "[pipelines.shop.source]\nkind = \"generator\"\n[pipelines.shop.sinks.f]\nkind = \"file\"\n",
+    );
+    assert_eq!(e.key, "pipelines.shop.sinks.f.path", "{e}");
+    assert!(e.message.contains("required key is missing"), "{e}");
+
+    let e = error_of("[pipelines.shop.sinks.f]\nkind = \"stdout\"\n");
+    assert_eq!(e.key, "pipelines.shop.source", "{e}");
+
+    let e = error_of(
+        "[pipelines.shop.source]\ntables = []\n[pipelines.shop.sinks.f]\nkind = \"stdout\"\n",
+    );
+    assert_eq!(e.key, "pipelines.shop.source.kind", "{e}");
+    assert!(e.message.contains("generator"), "{e}");
+
+    let e = error_of("data_dir = \"x\"\n");
+    assert_eq!(e.key, "pipelines", "{e}");
+}
+
+#[test]
+fn unknown_kind_lists_the_allowed_kinds() {
+    let e = error_of(
+        "[pipelines.shop.source]\nkind = \"oracle\"\n[pipelines.shop.sinks.f]\nkind = \"stdout\"\n",
+    );
+    assert_eq!(e.key, "pipelines.shop.source.kind", "{e}");
+    assert!(
+        e.message.contains("\"oracle\"") && e.message.contains("generator"),
+        "{e}"
+    );
+
+    let e = error_of(&format!(
+        "{MINIMAL}\n[pipelines.shop.sinks.x]\nkind = \"mongodb\"\n"
+    ));
+    assert_eq!(e.key, "pipelines.shop.sinks.x.kind", "{e}");
+    assert!(e.message.contains("stdout, file"), "{e}");
+}
+
+#[test]
+fn bad_values_checked_after_parsing_are_named() {
+    let e = error_of(&format!(
+        "{MINIMAL}\n[pipelines.shop.log]\nsegment_size = \"64MiB\"\nmax_size = \"100MiB\"\n"
+    ));
+    assert_eq!(e.key, "pipelines.shop.log", "{e}");
+    assert!(e.message.contains("max_size"), "{e}");
+
+    let e = error_of(
+        "[pipelines.Shop.source]\nkind = \"generator\"\n[pipelines.Shop.sinks.f]\nkind = \"stdout\"\n",
+    );
+    assert_eq!(e.key, "pipelines.Shop", "{e}");
+
+    let e = error_of(
+        "[pipelines.shop.source]\nkind = \"generator\"\ntables = [\"nodot\"]\n[pipelines.shop.sinks.f]\nkind = \"stdout\"\n",
+    );
+    assert_eq!(e.key, "pipelines.shop.source", "{e}");
+    assert!(e.message.contains("nodot"), "{e}");
+}
+
+#[test]
+fn delivery_keys_match_the_struct() {
+    let json = serde_json::to_value(DeliveryConfig::default()).unwrap();
+    let mut fields: Vec<&str> = json
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    fields.sort_unstable();
+    let mut keys = DeliveryConfig::KEYS.to_vec();
+    keys.sort_unstable();
+    assert_eq!(fields, keys);
+}
+
+#[test]
+fn secrets_do_not_print() {
+    let c = Config::from_toml(&format!("{MINIMAL}\n[admin]\ntoken = \"s3cret-token\"\n")).unwrap();
+    assert!(!format!("{c:?}").contains("s3cret"));
+}

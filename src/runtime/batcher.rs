@@ -1,0 +1,128 @@
+//! Cuts the log into sink batches that end on source-transaction boundaries.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use siphon_core::Result;
+use siphon_core::log::{LogReader, LogRecord, RecordFlags};
+
+/// Reads a log for one sink and hands out batches of at most `max` records that end with
+/// the last record of a source transaction whenever one is within reach. Only a transaction
+/// larger than `max` is split. Every method is cancel-safe.
+#[derive(Debug)]
+pub struct Batcher {
+    reader: Box<dyn LogReader>,
+    pending: VecDeque<LogRecord>,
+    max: usize,
+    linger: Duration,
+}
+
+impl Batcher {
+    pub fn new(reader: Box<dyn LogReader>, max: usize, linger: Duration) -> Self {
+        Batcher {
+            reader,
+            pending: VecDeque::new(),
+            max,
+            linger,
+        }
+    }
+
+    fn fill(&mut self) -> Result<()> {
+        let room = self.max.saturating_sub(self.pending.len());
+        if room > 0 {
+            self.pending.extend(self.reader.read_available(room)?);
+        }
+        Ok(())
+    }
+
+    /// Length of the longest prefix of `pending` that ends a transaction, within `max`.
+    fn complete_prefix(&self) -> usize {
+        self.pending
+            .iter()
+            .take(self.max)
+            .rposition(|r| r.flags.contains(RecordFlags::TXN_END))
+            .map_or(0, |i| i + 1)
+    }
+
+    /// The next batch; waits until there is one.
+    pub async fn next(&mut self) -> Result<Vec<LogRecord>> {
+        loop {
+            self.fill()?;
+            if self.pending.len() >= self.max {
+                let n = match self.complete_prefix() {
+                    0 => self.max, // one transaction larger than a batch
+                    n => n,
+                };
+                return Ok(self.pending.drain(..n).collect());
+            }
+            if self.complete_prefix() > 0 {
+                // Give the source a moment to fill the batch further.
+                if !self.linger.is_zero()
+                    && tokio::time::timeout(self.linger, self.reader.wait())
+                        .await
+                        .is_ok()
+                {
+                    self.fill()?;
+                }
+                let n = self.complete_prefix();
+                return Ok(self.pending.drain(..n).collect());
+            }
+            // Nothing, or an unfinished transaction: wait for more of the log.
+            self.reader.wait().await?;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use siphon_core::log::file::FileLog;
+    use siphon_core::log::{ChangeLog, NewRecord};
+
+    use super::*;
+
+    fn rec(end: bool) -> NewRecord {
+        NewRecord {
+            key: vec![],
+            value: vec![1],
+            flags: if end {
+                RecordFlags::TXN_END
+            } else {
+                RecordFlags::default()
+            },
+        }
+    }
+
+    #[tokio::test]
+    async fn batches_end_on_transaction_boundaries() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = FileLog::open(dir.path(), Default::default()).unwrap();
+        // Transactions of 3, 2, then an unfinished one of 2.
+        log.append(vec![
+            rec(false),
+            rec(false),
+            rec(true),
+            rec(false),
+            rec(true),
+            rec(false),
+            rec(false),
+        ])
+        .await
+        .unwrap();
+        let mut b = Batcher::new(log.reader(0).unwrap(), 4, Duration::ZERO);
+        let offsets = |v: Vec<LogRecord>| v.iter().map(|r| r.offset).collect::<Vec<_>>();
+        assert_eq!(offsets(b.next().await.unwrap()), [0, 1, 2]);
+        assert_eq!(offsets(b.next().await.unwrap()), [3, 4]);
+        // The unfinished transaction waits for its end.
+        let waiting = tokio::time::timeout(Duration::from_millis(100), b.next()).await;
+        assert!(waiting.is_err(), "an unfinished transaction was handed out");
+        log.append(vec![rec(true)]).await.unwrap();
+        assert_eq!(offsets(b.next().await.unwrap()), [5, 6, 7]);
+        // A transaction larger than a batch is split.
+        log.append((0..9).map(|i| rec(i == 8)).collect())
+            .await
+            .unwrap();
+        assert_eq!(offsets(b.next().await.unwrap()), [8, 9, 10, 11]);
+        assert_eq!(offsets(b.next().await.unwrap()), [12, 13, 14, 15]);
+        assert_eq!(offsets(b.next().await.unwrap()), [16]);
+    }
+}

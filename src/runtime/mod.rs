@@ -1,0 +1,215 @@
+//! The daemon's runtime: one task for each source, sink and log housekeeping, supervised;
+//! graceful shutdown through a cancellation token.
+//!
+//! A sink runs as its own task with its own cursor: a failing sink never stops the source or
+//! the other sinks. Transient errors retry with capped exponential backoff and show in the
+//! status; a permanent error stops only the component that hit it.
+
+mod backoff;
+mod batcher;
+mod pipeline;
+mod sink_task;
+mod source_task;
+pub mod status;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use siphon_core::log::ChangeLog;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+pub use self::status::{PipelineStatus, SinkStatus, State};
+use crate::config::Config;
+
+/// The running pipelines, as the admin API sees them.
+#[derive(Debug, Default)]
+pub struct Runtime {
+    pipelines: BTreeMap<String, Arc<PipelineHandle>>,
+}
+
+/// A request to a sink task.
+#[derive(Debug)]
+pub enum SinkCommand {
+    /// Re-apply the log from `from`, first clearing the store if `reset`. Replies with the log
+    /// end at the start of the replay, or why it cannot start.
+    Replay {
+        from: u64,
+        reset: bool,
+        reply: oneshot::Sender<Result<u64, String>>,
+    },
+}
+
+/// A running pipeline: its log, status, and the channels to its sinks.
+#[derive(Debug)]
+pub struct PipelineHandle {
+    log: Arc<dyn ChangeLog>,
+    status: Mutex<PipelineStatus>,
+    end_at_start: u64,
+    sinks: BTreeMap<String, mpsc::Sender<SinkCommand>>,
+}
+
+impl PipelineHandle {
+    /// The status now, with current log figures and lag.
+    pub fn status(&self) -> PipelineStatus {
+        let mut s = self.status.lock().unwrap().clone();
+        s.log = self.log.stats();
+        s.records_appended = s.log.end_offset.saturating_sub(self.end_at_start);
+        s.compute_lag(now_ms());
+        s
+    }
+
+    fn update(&self, f: impl FnOnce(&mut PipelineStatus)) {
+        f(&mut self.status.lock().unwrap());
+    }
+}
+
+/// Why a replay request was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    /// No such pipeline or sink.
+    #[error("no sink {sink:?} in pipeline {pipeline:?}")]
+    NotFound { pipeline: String, sink: String },
+    /// The sink refused or could not start.
+    #[error("{0}")]
+    Refused(String),
+}
+
+impl Runtime {
+    /// The status of every pipeline.
+    pub fn statuses(&self) -> Vec<PipelineStatus> {
+        self.pipelines.values().map(|p| p.status()).collect()
+    }
+
+    /// Asks a sink to replay; returns the log end the replay runs to.
+    pub async fn replay(
+        &self,
+        pipeline: &str,
+        sink: &str,
+        from: u64,
+        reset: bool,
+    ) -> Result<u64, ReplayError> {
+        let not_found = || ReplayError::NotFound {
+            pipeline: pipeline.into(),
+            sink: sink.into(),
+        };
+        let tx = self
+            .pipelines
+            .get(pipeline)
+            .and_then(|p| p.sinks.get(sink))
+            .ok_or_else(not_found)?;
+        let (reply, rx) = oneshot::channel();
+        tx.send(SinkCommand::Replay { from, reset, reply })
+            .await
+            .map_err(|_| ReplayError::Refused("the sink task has stopped".into()))?;
+        rx.await
+            .map_err(|_| ReplayError::Refused("the sink task has stopped".into()))?
+            .map_err(ReplayError::Refused)
+    }
+}
+
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Runs every pipeline until `cancel` fires, then shuts down gracefully: sources stop, sinks
+/// finish the batch in flight and save their cursors, within `shutdown_timeout`.
+pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()> {
+    let mut tasks = JoinSet::new();
+    let mut pipelines = BTreeMap::new();
+    for (name, p) in &config.pipelines {
+        let handle = pipeline::start(
+            &config,
+            name,
+            p,
+            &cancel,
+            &mut tasks,
+            pipeline::StartMode::Daemon,
+        )
+        .map_err(|e| anyhow::anyhow!("pipeline {name}: {e}"))?;
+        pipelines.insert(name.clone(), handle);
+    }
+    let runtime = Arc::new(Runtime { pipelines });
+    if config.admin.enabled {
+        let server = crate::admin::bind(&config.admin, runtime.clone()).await?;
+        let cancel = cancel.clone();
+        tasks.spawn(async move { server.serve(cancel).await });
+    }
+    tracing::info!(pipelines = config.pipelines.len(), "siphon is running");
+    cancel.cancelled().await;
+    tracing::info!(timeout = ?config.shutdown_timeout, "shutting down: stopping sources, finishing sink batches");
+    let drained = tokio::time::timeout(config.shutdown_timeout, async {
+        while let Some(result) = tasks.join_next().await {
+            if let Err(e) = result {
+                tracing::error!(error = %e, "a task failed during shutdown");
+            }
+        }
+    })
+    .await;
+    match drained {
+        Ok(()) => tracing::info!("shut down cleanly"),
+        Err(_) => {
+            tracing::warn!(
+                still_running = tasks.len(),
+                "shutdown timeout reached; exiting anyway"
+            );
+            tasks.abort_all();
+        }
+    }
+    Ok(())
+}
+
+/// Replays one sink while the daemon is down: runs that sink alone from `from` (clearing its
+/// store first if `reset`) until it has applied the whole log. `progress` sees its status
+/// now and then.
+pub async fn replay_offline(
+    config: &Config,
+    pipeline: &str,
+    sink: &str,
+    from: u64,
+    reset: bool,
+    tables: Vec<siphon_core::source::TableInfo>,
+    mut progress: impl FnMut(&SinkStatus, u64),
+) -> anyhow::Result<SinkStatus> {
+    let p = config.pipeline(pipeline)?;
+    if !p.sinks.contains_key(sink) {
+        anyhow::bail!(
+            "pipeline {pipeline} has no sink {sink:?}; configured: {}",
+            p.sinks.keys().cloned().collect::<Vec<_>>().join(", ")
+        );
+    }
+    let cancel = CancellationToken::new();
+    let mut tasks = JoinSet::new();
+    let mode = pipeline::StartMode::SinkOnly {
+        sink: sink.to_owned(),
+        tables,
+    };
+    let handle = pipeline::start(config, pipeline, p, &cancel, &mut tasks, mode)?;
+    let runtime = Runtime {
+        pipelines: BTreeMap::from([(pipeline.to_owned(), handle.clone())]),
+    };
+    let result = async {
+        let until = runtime.replay(pipeline, sink, from, reset).await?;
+        loop {
+            let status = handle.status().sinks.remove(sink).expect("the sink runs");
+            progress(&status, until);
+            match status.component.state {
+                State::Running if status.replay_until.is_none() => return Ok(status),
+                State::Failed | State::NeedsReplay | State::Stopped => {
+                    anyhow::bail!(
+                        "replay stopped: {}",
+                        status.component.last_error.unwrap_or_default()
+                    )
+                }
+                _ => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
+            }
+        }
+    }
+    .await;
+    cancel.cancel();
+    while tasks.join_next().await.is_some() {}
+    result
+}

@@ -1,0 +1,332 @@
+//! The task that runs one sink: read from its cursor, apply batches, save the cursor; retry
+//! transient errors; stop on permanent ones; replay on request.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use siphon_core::log::{ChangeLog, LogRecord, RecordFlags};
+use siphon_core::offsets::{LostRecords, OffsetStore, SinkCursor};
+use siphon_core::sink::{Sink, SinkRecord};
+use siphon_core::source::TableInfo;
+use siphon_core::{Error, Event};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::backoff::{Backoff, sleep_unless_cancelled};
+use super::batcher::Batcher;
+use super::status::{SinkStatus, State};
+use super::{PipelineHandle, SinkCommand};
+use crate::config::DeliveryConfig;
+
+pub(super) struct SinkTask {
+    pub name: String,
+    pub sink: Box<dyn Sink>,
+    pub delivery: DeliveryConfig,
+    pub log: Arc<dyn ChangeLog>,
+    pub offsets: OffsetStore,
+    pub handle: Arc<PipelineHandle>,
+    pub tables: watch::Receiver<Option<Vec<TableInfo>>>,
+    pub commands: mpsc::Receiver<SinkCommand>,
+    pub cancel: CancellationToken,
+}
+
+/// What the task does next.
+enum Phase {
+    /// Open the sink, then read from `from` (or the stored cursor); `reset` clears it first.
+    Open {
+        from: Option<u64>,
+        reset: bool,
+        reply: Option<oneshot::Sender<Result<u64, String>>>,
+    },
+    /// Apply batches.
+    Run(Batcher),
+    /// Stopped by a permanent error or lost records: wait for a replay or shutdown.
+    Idle,
+}
+
+/// How a step ended when it did not simply go on.
+enum Stop {
+    Shutdown,
+    Idle,
+}
+
+pub(super) async fn run(mut t: SinkTask) {
+    let mut tables_rx = t.tables.clone();
+    let tables = tokio::select! {
+        _ = t.cancel.cancelled() => None,
+        tables = tables_rx.wait_for(Option::is_some) => tables.ok().and_then(|t| t.clone()),
+    };
+    let Some(tables) = tables else {
+        return t.set_state(State::Stopped);
+    };
+    let lost = t.handle.status.lock().unwrap().sinks[&t.name].lost.clone();
+    let mut phase = if lost.is_some() {
+        t.update(|s| {
+            s.component.state = State::NeedsReplay;
+            s.component.last_error = Some(needs_replay_message(&t.handle, &t.name));
+        });
+        Phase::Idle
+    } else {
+        Phase::Open {
+            from: None,
+            reset: false,
+            reply: None,
+        }
+    };
+    loop {
+        phase = match phase {
+            Phase::Open { from, reset, reply } => match t.open(&tables, from, reset).await {
+                Ok(batcher) => {
+                    if let Some(reply) = reply {
+                        let _ = reply.send(Ok(t.log.durable_end()));
+                    }
+                    Phase::Run(batcher)
+                }
+                Err((Stop::Shutdown, _)) => return t.set_state(State::Stopped),
+                Err((Stop::Idle, why)) => {
+                    if let Some(reply) = reply {
+                        let _ = reply.send(Err(why));
+                    }
+                    Phase::Idle
+                }
+            },
+            Phase::Run(mut batcher) => {
+                let step = tokio::select! {
+                    biased;
+                    _ = t.cancel.cancelled() => Err(Stop::Shutdown),
+                    Some(cmd) = t.commands.recv() => Ok(Some(cmd)),
+                    batch = batcher.next() => match batch {
+                        Ok(records) => t.apply(records).await.map(|()| None),
+                        Err(e) => Err(t.read_failed(e)),
+                    },
+                };
+                match step {
+                    Ok(None) => Phase::Run(batcher),
+                    Ok(Some(SinkCommand::Replay { from, reset, reply })) => Phase::Open {
+                        from: Some(from),
+                        reset,
+                        reply: Some(reply),
+                    },
+                    Err(Stop::Shutdown) => return t.set_state(State::Stopped),
+                    Err(Stop::Idle) => Phase::Idle,
+                }
+            }
+            Phase::Idle => tokio::select! {
+                _ = t.cancel.cancelled() => return,
+                cmd = t.commands.recv() => match cmd {
+                    Some(SinkCommand::Replay { from, reset, reply }) => Phase::Open { from: Some(from), reset, reply: Some(reply) },
+                    None => return,
+                },
+            },
+        };
+    }
+}
+
+fn needs_replay_message(handle: &PipelineHandle, sink: &str) -> String {
+    let pipeline = handle.status.lock().unwrap().name.clone();
+    format!(
+        "this sink lost records to the change log's max_size cap; rebuild it with \
+         `siphon replay {pipeline} {sink} --from 0 --reset`"
+    )
+}
+
+impl SinkTask {
+    fn update(&self, f: impl FnOnce(&mut SinkStatus)) {
+        self.handle.update(|s| {
+            f(s.sinks
+                .get_mut(&self.name)
+                .expect("every sink has a status"))
+        });
+    }
+
+    fn set_state(&self, state: State) {
+        self.update(|s| s.component.state = state);
+    }
+
+    /// Opens the sink (retrying transient errors) and positions a batcher.
+    async fn open(
+        &mut self,
+        tables: &[TableInfo],
+        from: Option<u64>,
+        reset: bool,
+    ) -> Result<Batcher, (Stop, String)> {
+        let mut backoff = Backoff::new(self.delivery.max_backoff.0);
+        self.set_state(if from.is_some() {
+            State::Replaying
+        } else {
+            State::Starting
+        });
+        if let Some(from) = from {
+            let start = self.log.start_offset();
+            if from < start {
+                return Err((
+                    Stop::Idle,
+                    format!(
+                        "the log starts at offset {start} (older records were removed); replay from {start} or later"
+                    ),
+                ));
+            }
+        }
+        if reset {
+            loop {
+                match self.sink.reset().await {
+                    Ok(()) => break,
+                    Err(e) if e.is_transient() => {
+                        self.update(|s| s.component.retrying(&e));
+                        if sleep_unless_cancelled(&self.cancel, backoff.next_delay()).await {
+                            return Err((Stop::Shutdown, "shutting down".into()));
+                        }
+                    }
+                    Err(e) => return Err((Stop::Idle, self.fail(&format!("reset failed: {e}")))),
+                }
+            }
+        }
+        let stored = loop {
+            match self.sink.open(tables).await {
+                Ok(stored) => break stored,
+                Err(e) if e.is_transient() => {
+                    tracing::warn!(sink = %self.name, error = %e, "sink cannot open yet; retrying");
+                    self.update(|s| s.component.retrying(&e));
+                    if sleep_unless_cancelled(&self.cancel, backoff.next_delay()).await {
+                        return Err((Stop::Shutdown, "shutting down".into()));
+                    }
+                }
+                Err(e) => return Err((Stop::Idle, self.fail(&e.to_string()))),
+            }
+        };
+        let cursor = self.handle.status.lock().unwrap().sinks[&self.name].next_offset;
+        // A replay goes back to `from`; otherwise the store's own cursor, if it keeps one, wins.
+        let next = from.or(stored).unwrap_or(cursor);
+        let reader = self
+            .log
+            .reader(next)
+            .map_err(|e| (Stop::Idle, self.fail(&e.to_string())))?;
+        let replay_until = from
+            .map(|_| self.log.durable_end())
+            .filter(|until| next < *until);
+        self.save_cursor(next, None)
+            .map_err(|e| (Stop::Idle, self.fail(&e.to_string())))?;
+        self.update(|s| {
+            s.next_offset = next;
+            s.lost = None;
+            s.replay_until = replay_until;
+            s.component.state = if replay_until.is_some() {
+                State::Replaying
+            } else {
+                State::Running
+            };
+            s.component.last_error = None;
+        });
+        tracing::info!(sink = %self.name, from = next, replay = from.is_some(), "sink reading the log");
+        Ok(Batcher::new(
+            reader,
+            self.delivery.batch_size,
+            self.delivery.linger.0,
+        ))
+    }
+
+    fn fail(&self, message: &str) -> String {
+        tracing::error!(sink = %self.name, error = message, "sink stopped");
+        self.update(|s| s.component.failed(&message));
+        message.to_owned()
+    }
+
+    fn save_cursor(&self, next_offset: u64, lost: Option<LostRecords>) -> siphon_core::Result<()> {
+        self.offsets
+            .save_sink(&self.name, &SinkCursor { next_offset, lost })
+    }
+
+    /// The log could not be read: records lost to the size cap, or damage.
+    fn read_failed(&self, e: Error) -> Stop {
+        if let Error::OffsetOutOfRange {
+            requested, start, ..
+        } = e
+        {
+            let lost = LostRecords {
+                first: requested,
+                end: start,
+            };
+            tracing::error!(sink = %self.name, first_lost = requested, end_lost = start, "sink lost records to the change log's max_size cap");
+            if let Err(e) = self.save_cursor(requested, Some(lost.clone())) {
+                tracing::error!(sink = %self.name, error = %e, "saving the cursor failed");
+            }
+            let message = needs_replay_message(&self.handle, &self.name);
+            self.update(|s| {
+                s.component.state = State::NeedsReplay;
+                s.component.last_error = Some(message);
+                s.lost = Some(lost);
+            });
+        } else {
+            self.fail(&format!("reading the change log: {e}"));
+        }
+        Stop::Idle
+    }
+
+    /// Applies one batch, retrying transient errors; saves the cursor after it.
+    async fn apply(&mut self, records: Vec<LogRecord>) -> Result<(), Stop> {
+        let (Some(first), Some(last)) = (records.first(), records.last()) else {
+            return Ok(());
+        };
+        let (first_offset, last_offset, last_append) =
+            (first.offset, last.offset, last.timestamp_ms);
+        let mut batch = Vec::with_capacity(records.len());
+        for r in &records {
+            match Event::decode(&r.value) {
+                Ok(event) => batch.push(SinkRecord {
+                    offset: r.offset,
+                    ends_transaction: r.flags.contains(RecordFlags::TXN_END),
+                    event,
+                }),
+                Err(e) => {
+                    self.fail(&format!(
+                        "the record at offset {} cannot be decoded: {e}",
+                        r.offset
+                    ));
+                    return Err(Stop::Idle);
+                }
+            }
+        }
+        let mut backoff = Backoff::new(self.delivery.max_backoff.0);
+        let started = Instant::now();
+        loop {
+            match self.sink.apply(&batch).await {
+                Ok(()) => break,
+                Err(e) if e.is_transient() => {
+                    tracing::warn!(sink = %self.name, error = %e, first_offset, "sink error; retrying the batch");
+                    self.update(|s| s.component.retrying(&e));
+                    if sleep_unless_cancelled(&self.cancel, backoff.next_delay()).await {
+                        return Err(Stop::Shutdown);
+                    }
+                }
+                Err(e) => {
+                    self.fail(&format!(
+                        "applying offsets {first_offset}..={last_offset}: {e}"
+                    ));
+                    return Err(Stop::Idle);
+                }
+            }
+        }
+        let elapsed = started.elapsed();
+        let next = last_offset + 1;
+        if let Err(e) = self.save_cursor(next, None) {
+            self.fail(&format!("saving the cursor: {e}"));
+            return Err(Stop::Idle);
+        }
+        self.update(|s| {
+            s.next_offset = next;
+            s.last_applied_append_ms = last_append;
+            s.records_applied += batch.len() as u64;
+            s.batches += 1;
+            s.last_batch_records = batch.len();
+            s.last_batch_ms = elapsed.as_secs_f64() * 1000.0;
+            if s.replay_until.is_some_and(|until| next >= until) {
+                tracing::info!(sink = %self.name, until = next, "replay done");
+                s.replay_until = None;
+            }
+            if s.replay_until.is_none() {
+                s.component.state = State::Running;
+            }
+        });
+        Ok(())
+    }
+}

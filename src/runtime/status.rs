@@ -1,0 +1,299 @@
+//! What every pipeline is doing, shared between its tasks, the admin API and `siphon status`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+use siphon_core::log::LogStats;
+use siphon_core::offsets::LostRecords;
+
+/// The state of a source or sink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    /// Connecting or opening.
+    #[default]
+    Starting,
+    /// Working.
+    Running,
+    /// A transient error; retrying after a backoff.
+    Retrying,
+    /// Re-applying the log on request (`siphon replay`).
+    Replaying,
+    /// Stopped by a permanent error; see `last_error`.
+    Failed,
+    /// Lost records to the log's hard size cap: rebuild it with `siphon replay`.
+    NeedsReplay,
+    /// Stopped on shutdown.
+    Stopped,
+    /// Not running (read from the data directory while the daemon is down).
+    Offline,
+}
+
+/// A source or sink: its state, and its errors.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ComponentStatus {
+    /// Its kind (`generator`, `file`, …).
+    pub kind: String,
+    /// What it is doing.
+    pub state: State,
+    /// The last error, if any (never containing a secret).
+    pub last_error: Option<String>,
+    /// Errors since start.
+    pub errors: u64,
+    /// Retries since start.
+    pub retries: u64,
+}
+
+impl ComponentStatus {
+    pub fn new(kind: &str) -> Self {
+        ComponentStatus {
+            kind: kind.to_owned(),
+            ..Default::default()
+        }
+    }
+
+    /// Notes a transient error that will be retried.
+    pub fn retrying(&mut self, error: &dyn std::fmt::Display) {
+        self.state = State::Retrying;
+        self.last_error = Some(error.to_string());
+        self.errors += 1;
+        self.retries += 1;
+    }
+
+    /// Notes a permanent error.
+    pub fn failed(&mut self, error: &dyn std::fmt::Display) {
+        self.state = State::Failed;
+        self.last_error = Some(error.to_string());
+        self.errors += 1;
+    }
+}
+
+/// One sink.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SinkStatus {
+    /// State and errors.
+    #[serde(flatten)]
+    pub component: ComponentStatus,
+    /// The next offset it applies: everything below is applied.
+    pub next_offset: u64,
+    /// Records in the log it has not applied.
+    pub lag_records: u64,
+    /// How long ago the last record it applied was appended, while it lags; 0 when caught up.
+    pub lag_ms: u64,
+    /// Append time of the last record applied, ms since the epoch.
+    pub last_applied_append_ms: i64,
+    /// Records applied since start.
+    pub records_applied: u64,
+    /// Batches applied since start.
+    pub batches: u64,
+    /// Size and duration of the last batch.
+    pub last_batch_records: usize,
+    /// Milliseconds the last batch took to apply.
+    pub last_batch_ms: f64,
+    /// It keeps every event: the log does not compact what it has not read.
+    pub keeps_history: bool,
+    /// Records it lost to the log's hard size cap (then `state` is `needs_replay`).
+    pub lost: Option<LostRecords>,
+    /// While replaying: the offset at which the replay is done.
+    pub replay_until: Option<u64>,
+}
+
+/// One pipeline.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PipelineStatus {
+    /// Its name.
+    pub name: String,
+    /// The source.
+    pub source: ComponentStatus,
+    /// The change log.
+    pub log: LogStats,
+    /// Records appended since the daemon started.
+    pub records_appended: u64,
+    /// Records the log's hard size cap removed before some sink read them.
+    pub records_lost: u64,
+    /// Sinks by name.
+    pub sinks: BTreeMap<String, SinkStatus>,
+}
+
+impl PipelineStatus {
+    /// Whether the source and every sink are working.
+    pub fn is_ready(&self) -> bool {
+        self.source.state == State::Running
+            && self
+                .sinks
+                .values()
+                .all(|s| matches!(s.component.state, State::Running | State::Replaying))
+    }
+
+    /// Fills in the lag figures from the log's end.
+    pub fn compute_lag(&mut self, now_ms: i64) {
+        let end = self.log.end_offset;
+        for s in self.sinks.values_mut() {
+            s.lag_records = end.saturating_sub(s.next_offset);
+            s.lag_ms = if s.lag_records == 0 || s.last_applied_append_ms == 0 {
+                0
+            } else {
+                (now_ms - s.last_applied_append_ms).max(0) as u64
+            };
+        }
+    }
+}
+
+fn escape(label: &str) -> String {
+    label
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Prometheus text exposition of every pipeline.
+pub fn render_metrics(pipelines: &[PipelineStatus]) -> String {
+    let mut out = String::new();
+    let mut family = |name: &str, kind: &str, help: &str, samples: Vec<(String, f64)>| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (labels, v) in samples {
+            let _ = writeln!(out, "{name}{{{labels}}} {v}");
+        }
+    };
+    let per_pipeline = |f: &dyn Fn(&PipelineStatus) -> f64| {
+        pipelines
+            .iter()
+            .map(|p| (format!("pipeline=\"{}\"", escape(&p.name)), f(p)))
+            .collect::<Vec<_>>()
+    };
+    let per_sink = |f: &dyn Fn(&SinkStatus) -> f64| {
+        pipelines
+            .iter()
+            .flat_map(|p| {
+                p.sinks.iter().map(move |(name, s)| {
+                    (
+                        format!("pipeline=\"{}\",sink=\"{}\"", escape(&p.name), escape(name)),
+                        f(s),
+                    )
+                })
+            })
+            .collect::<Vec<_>>()
+    };
+    family(
+        "siphon_log_records_appended_total",
+        "counter",
+        "Records appended to the change log since start.",
+        per_pipeline(&|p| p.records_appended as f64),
+    );
+    family(
+        "siphon_log_end_offset",
+        "gauge",
+        "Offset the next append gets.",
+        per_pipeline(&|p| p.log.end_offset as f64),
+    );
+    family(
+        "siphon_log_start_offset",
+        "gauge",
+        "First offset the change log holds.",
+        per_pipeline(&|p| p.log.start_offset as f64),
+    );
+    family(
+        "siphon_log_size_bytes",
+        "gauge",
+        "Bytes of the change log on disk.",
+        per_pipeline(&|p| p.log.size_bytes as f64),
+    );
+    family(
+        "siphon_log_segments",
+        "gauge",
+        "Segment files of the change log.",
+        per_pipeline(&|p| p.log.segments as f64),
+    );
+    family(
+        "siphon_log_records_lost_total",
+        "counter",
+        "Unread records removed by the log's max_size cap.",
+        per_pipeline(&|p| p.records_lost as f64),
+    );
+    family(
+        "siphon_source_up",
+        "gauge",
+        "1 while the source is running.",
+        per_pipeline(&|p| f64::from(u8::from(p.source.state == State::Running))),
+    );
+    family(
+        "siphon_source_errors_total",
+        "counter",
+        "Source errors.",
+        per_pipeline(&|p| p.source.errors as f64),
+    );
+    family(
+        "siphon_source_retries_total",
+        "counter",
+        "Source retries after transient errors.",
+        per_pipeline(&|p| p.source.retries as f64),
+    );
+    family(
+        "siphon_sink_applied_offset",
+        "gauge",
+        "Next offset the sink applies.",
+        per_sink(&|s| s.next_offset as f64),
+    );
+    family(
+        "siphon_sink_lag_records",
+        "gauge",
+        "Records the sink has not applied.",
+        per_sink(&|s| s.lag_records as f64),
+    );
+    family(
+        "siphon_sink_lag_ms",
+        "gauge",
+        "Age of the sink's last applied record while it lags.",
+        per_sink(&|s| s.lag_ms as f64),
+    );
+    family(
+        "siphon_sink_records_applied_total",
+        "counter",
+        "Records applied.",
+        per_sink(&|s| s.records_applied as f64),
+    );
+    family(
+        "siphon_sink_batches_total",
+        "counter",
+        "Batches applied.",
+        per_sink(&|s| s.batches as f64),
+    );
+    family(
+        "siphon_sink_last_batch_records",
+        "gauge",
+        "Records in the last batch.",
+        per_sink(&|s| s.last_batch_records as f64),
+    );
+    family(
+        "siphon_sink_last_batch_seconds",
+        "gauge",
+        "Time the last batch took.",
+        per_sink(&|s| s.last_batch_ms / 1000.0),
+    );
+    family(
+        "siphon_sink_errors_total",
+        "counter",
+        "Sink errors.",
+        per_sink(&|s| s.component.errors as f64),
+    );
+    family(
+        "siphon_sink_retries_total",
+        "counter",
+        "Sink retries after transient errors.",
+        per_sink(&|s| s.component.retries as f64),
+    );
+    family(
+        "siphon_sink_up",
+        "gauge",
+        "1 while the sink is running.",
+        per_sink(&|s| f64::from(u8::from(s.component.state == State::Running))),
+    );
+    family(
+        "siphon_sink_needs_replay",
+        "gauge",
+        "1 when the sink lost records and must be replayed.",
+        per_sink(&|s| f64::from(u8::from(s.lost.is_some()))),
+    );
+    out
+}
