@@ -222,7 +222,7 @@ fn format_offset(seconds: i32) -> String {
     }
     let sign = if seconds < 0 { '-' } else { '+' };
     let s = seconds.unsigned_abs();
-    if s % 60 == 0 {
+    if s.is_multiple_of(60) {
         format!("{sign}{:02}:{:02}", s / 3600, s / 60 % 60)
     } else {
         format!("{sign}{:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)

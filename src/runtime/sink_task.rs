@@ -97,7 +97,7 @@ pub(super) async fn run(mut t: SinkTask) {
                     Some(cmd) = t.commands.recv() => Ok(Some(cmd)),
                     batch = batcher.next() => match batch {
                         Ok(records) => t.apply(records).await.map(|()| None),
-                        Err(e) => Err(t.read_failed(e)),
+                        Err(e) => Err(t.read_failed(&e)),
                     },
                 };
                 match step {
@@ -237,8 +237,8 @@ impl SinkTask {
     }
 
     /// The log could not be read: records lost to the size cap, or damage.
-    fn read_failed(&self, e: Error) -> Stop {
-        if let Error::OffsetOutOfRange {
+    fn read_failed(&self, e: &Error) -> Stop {
+        if let &Error::OffsetOutOfRange {
             requested, start, ..
         } = e
         {

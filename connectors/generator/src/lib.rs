@@ -92,7 +92,7 @@ impl GeneratorSource {
 
     /// Whether event `n` is the last of its transaction.
     pub fn ends_transaction(&self, n: u64) -> bool {
-        (n + 1) % self.config.transaction_size == 0 || Some(n + 1) == self.limit()
+        (n + 1).is_multiple_of(self.config.transaction_size) || Some(n + 1) == self.limit()
     }
 
     fn limit(&self) -> Option<u64> {

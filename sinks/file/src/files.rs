@@ -183,7 +183,13 @@ fn cursor_path(config: &FileSinkConfig) -> PathBuf {
 fn list(config: &FileSinkConfig) -> Result<Vec<u64>> {
     let mut seqs = Vec::new();
     let prefix = format!("{}-", config.prefix);
-    for entry in fs::read_dir(&config.path).map_err(io("list", &config.path))? {
+    let entries = match fs::read_dir(&config.path) {
+        Ok(entries) => entries,
+        // Someone removed the directory (to rebuild the store): it holds nothing.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(seqs),
+        Err(e) => return Err(io("list", &config.path)(e)),
+    };
+    for entry in entries {
         let name = entry.map_err(io("list", &config.path))?.file_name();
         let name = name.to_string_lossy();
         if let Some(seq) = name

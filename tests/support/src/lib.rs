@@ -1,1 +1,16 @@
+//! Test helpers for siphon: the real PostgreSQL, MariaDB and Redis of the machine, a fresh
+//! database (or key prefix) per test so tests run in parallel, and a daemon process handle.
+//!
+//! Endpoints come from `SIPHON_TEST_PG_URL`, `SIPHON_TEST_MYSQL_URL` and
+//! `SIPHON_TEST_REDIS_URL`, with loopback defaults. A missing server fails the test with a
+//! message naming `scripts/services`; it never skips. With the `containers` feature and
+//! `SIPHON_TEST_CONTAINERS=1`, the servers are started with testcontainers instead (needs a
+//! Docker engine).
 
+#[cfg(feature = "containers")]
+mod containers;
+mod daemon;
+mod services;
+
+pub use daemon::{Daemon, free_port};
+pub use services::{MysqlDatabase, PgDatabase, RedisKeyspace, mysql, postgres, redis};

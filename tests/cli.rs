@@ -1,0 +1,133 @@
+//! The command line as a user meets it: exit codes, error messages, environment overrides.
+
+mod common;
+
+use std::process::Command;
+
+use common::{BIN, Setup};
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn bad_config_exits_2_naming_the_key() {
+    let setup = Setup::new(10, "1ms", "max_backoff = \"forever\"");
+    let out = setup.cli(&["check"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("pipelines.demo.sinks.out.max_backoff"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = Command::new(BIN)
+        .args(["run", "--config", "/nonexistent/siphon.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("/nonexistent/siphon.toml"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn environment_overrides_any_key() {
+    let setup = Setup::new(10, "1ms", "");
+    let out = setup.cli(&["check"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // A bad value from the environment is refused like one from the file: the override applies.
+    let out = Command::new(BIN)
+        .args(["check", "--config"])
+        .arg(&setup.config)
+        .env("SIPHON__PIPELINES__DEMO__LOG__FSYNC", "sometimes")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("pipelines.demo.log.fsync") && stderr(&out).contains("sometimes"),
+        "{}",
+        stderr(&out)
+    );
+    // A good one changes the configuration.
+    let out = Command::new(BIN)
+        .args(["check", "--config"])
+        .arg(&setup.config)
+        .env("SIPHON__DATA_DIR", "/tmp/elsewhere")
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("data_dir /tmp/elsewhere"),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn check_connect_reaches_every_component() {
+    let setup = Setup::new(10, "1ms", "");
+    let out = setup.cli(&["check", "--connect"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", stderr(&out));
+    assert!(
+        stdout.contains("ok      demo: source generator")
+            && stdout.contains("ok      demo: sink out (file)"),
+        "{stdout}"
+    );
+
+    // A sink that cannot write is reported and fails the check.
+    let blocker = setup.dir.path().join("file-in-the-way");
+    std::fs::write(&blocker, "").unwrap();
+    let text = std::fs::read_to_string(&setup.config).unwrap().replace(
+        &format!("path = \"{}\"", setup.out_dir().display()),
+        &format!("path = \"{}/sub\"", blocker.display()),
+    );
+    std::fs::write(&setup.config, text).unwrap();
+    let out = setup.cli(&["check", "--connect"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("FAILED  demo: sink out"),
+        "{out:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn log_tail_prints_the_events_as_json() {
+    let setup = Setup::new(30, "1ms", "");
+    let mut d = setup.start();
+    common::wait_status(&d, std::time::Duration::from_secs(30), "all applied", |s| {
+        common::sink(s)["next_offset"].as_u64() == Some(30)
+    })
+    .await;
+    d.signal("TERM").unwrap();
+    d.wait(std::time::Duration::from_secs(15)).unwrap();
+    let out = setup.cli(&["log", "tail", "demo", "--from", "0"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    // Pretty JSON documents, one after the other.
+    let docs: Vec<serde_json::Value> = serde_json::Deserializer::from_str(&text)
+        .into_iter()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(docs.len(), 30);
+    assert_eq!(docs[0]["offset"], 0);
+    assert_eq!(docs[0]["event"]["op"], "c");
+    assert_eq!(docs[6]["ends_transaction"], true);
+    assert_eq!(docs[5]["ends_transaction"], false);
+
+    let out = setup.cli(&["log", "stats"]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("demo"),
+        "{out:?}"
+    );
+
+    // Not built yet, but it says so instead of crashing.
+    let out = setup.cli(&["snapshot", "demo", "demo.orders"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("not yet available"),
+        "{}",
+        stderr(&out)
+    );
+}

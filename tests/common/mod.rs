@@ -1,0 +1,214 @@
+//! Helpers shared by the end-to-end tests: a data directory with a config, the daemon, and
+//! what the generator's events should leave in a store.
+
+#![allow(dead_code)] // each test binary uses a different part
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::Value as Json;
+use siphon_source_generator::{GeneratorConfig, GeneratorSource};
+use siphon_test_support::{Daemon, free_port};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_siphon");
+
+/// A data directory and a config for one test: a generator pipeline `demo` into a file sink
+/// `out`.
+pub struct Setup {
+    pub dir: tempfile::TempDir,
+    pub config: PathBuf,
+    pub admin_port: u16,
+    pub events: u64,
+}
+
+impl Setup {
+    /// `events` generator events, a transaction of 7 every `interval`; `extra` is appended to the config.
+    pub fn new(events: u64, interval: &str, extra: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let admin_port = free_port();
+        let config = dir.path().join("siphon.toml");
+        let text = format!(
+            r#"
+data_dir = "{data}"
+shutdown_timeout = "10s"
+
+[admin]
+listen = "127.0.0.1:{admin_port}"
+
+[pipelines.demo.source]
+kind = "generator"
+tables = ["demo.orders", "demo.customers"]
+keys = 40
+events = {events}
+transaction_size = 7
+interval = "{interval}"
+
+[pipelines.demo.log]
+segment_size = "64KiB"
+maintenance_interval = "200ms"
+
+[pipelines.demo.sinks.out]
+kind = "file"
+path = "{out}"
+max_file_size = "32KiB"
+max_files = 0
+batch_size = 50
+{extra}
+"#,
+            data = dir.path().join("data").display(),
+            out = dir.path().join("out").display(),
+        );
+        std::fs::write(&config, text).unwrap();
+        Setup {
+            dir,
+            config,
+            admin_port,
+            events,
+        }
+    }
+
+    pub fn start(&self) -> Daemon {
+        let d = Daemon::start(
+            Path::new(BIN),
+            &self.config,
+            self.admin_port,
+            &self.dir.path().join("daemon.log"),
+        )
+        .unwrap();
+        self.wait_for_admin(&d);
+        d
+    }
+
+    fn wait_for_admin(&self, d: &Daemon) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if std::net::TcpStream::connect(("127.0.0.1", self.admin_port)).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("the daemon's admin API did not come up:\n{}", d.log());
+    }
+
+    pub fn out_dir(&self) -> PathBuf {
+        self.dir.path().join("out")
+    }
+
+    /// Every JSON line the file sink wrote, in order.
+    pub fn output(&self) -> Vec<Json> {
+        let mut files: Vec<_> = std::fs::read_dir(self.out_dir())
+            .map(|d| {
+                d.map(|e| e.unwrap().path())
+                    .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        files.sort();
+        files
+            .iter()
+            .flat_map(|f| {
+                std::fs::read_to_string(f)
+                    .unwrap()
+                    .lines()
+                    .map(|l| serde_json::from_str(l).unwrap())
+                    .collect::<Vec<Json>>()
+            })
+            .collect()
+    }
+
+    /// The sequence numbers of the generator events in the output, in order.
+    pub fn output_sequence(&self) -> Vec<u64> {
+        self.output()
+            .iter()
+            .map(|l| l["source"]["seq"].as_u64().unwrap())
+            .collect()
+    }
+
+    /// Runs `siphon ARGS --config <config>`.
+    pub fn cli(&self, args: &[&str]) -> std::process::Output {
+        std::process::Command::new(BIN)
+            .args(args)
+            .arg("--config")
+            .arg(&self.config)
+            .output()
+            .unwrap()
+    }
+
+    pub fn generator(&self) -> GeneratorSource {
+        GeneratorSource::new(
+            "demo",
+            GeneratorConfig {
+                tables: vec!["demo.orders".into(), "demo.customers".into()],
+                keys: 40,
+                events: self.events,
+                transaction_size: 7,
+                ..GeneratorConfig::default()
+            },
+        )
+    }
+}
+
+/// Folds change events (Debezium JSON) into the rows they leave: (table, id) → row.
+pub fn fold(events: &[Json]) -> BTreeMap<(String, i64), Json> {
+    let mut rows = BTreeMap::new();
+    for e in events {
+        let table = e["source"]["table"].as_str().unwrap().to_owned();
+        match e["op"].as_str().unwrap() {
+            "d" => {
+                rows.remove(&(table, e["before"]["id"].as_i64().unwrap()));
+            }
+            _ => {
+                rows.insert(
+                    (table, e["after"]["id"].as_i64().unwrap()),
+                    e["after"].clone(),
+                );
+            }
+        }
+    }
+    rows
+}
+
+/// The rows the first `n` generator events leave, as the source tables would hold them.
+pub fn expected_rows(setup: &Setup, n: u64) -> BTreeMap<(String, i64), Json> {
+    let g = setup.generator();
+    let events: Vec<Json> = (0..n)
+        .map(|i| siphon_core::json::envelope(&g.event(i)))
+        .collect();
+    fold(&events)
+}
+
+/// Polls the admin API until `done` holds for the status JSON, or panics after `timeout`.
+pub async fn wait_status(
+    d: &Daemon,
+    timeout: Duration,
+    what: &str,
+    done: impl Fn(&Json) -> bool,
+) -> Json {
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + timeout;
+    let mut last = Json::Null;
+    while Instant::now() < deadline {
+        if let Ok(resp) = client
+            .get(format!("{}/api/pipelines", d.admin))
+            .send()
+            .await
+            && let Ok(json) = resp.json::<Json>().await
+        {
+            if done(&json) {
+                return json;
+            }
+            last = json;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "timed out waiting for {what}; last status: {last:#}\ndaemon log:\n{}",
+        d.log()
+    );
+}
+
+/// The sink `out`'s status in a status document.
+pub fn sink(status: &Json) -> &Json {
+    &status[0]["sinks"]["out"]
+}

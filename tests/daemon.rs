@@ -1,0 +1,272 @@
+//! The daemon end to end: generator source → change log → file sink, stopped with SIGTERM,
+//! killed with -9, replayed; the output is compared with what the source produced.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Setup, expected_rows, fold, sink, wait_status};
+
+fn assert_exactly_once(setup: &Setup, n: u64) {
+    let seq = setup.output_sequence();
+    let expected: Vec<u64> = (0..n).collect();
+    if seq != expected {
+        let dupes = seq.windows(2).filter(|w| w[1] <= w[0]).count();
+        panic!(
+            "the sink holds {} events ({} out of order or repeated); expected 0..{n} once each",
+            seq.len(),
+            dupes
+        );
+    }
+    assert_eq!(
+        fold(&setup.output()),
+        expected_rows(setup, n),
+        "the folded output differs from the source rows"
+    );
+}
+
+/// After a replay of a compacted log the store holds the same rows, from fewer events.
+fn assert_same_rows(setup: &Setup, n: u64) {
+    let seq = setup.output_sequence();
+    assert!(
+        seq.windows(2).all(|w| w[0] < w[1]),
+        "events out of order or repeated: {seq:?}"
+    );
+    assert_eq!(
+        fold(&setup.output()),
+        expected_rows(setup, n),
+        "the folded output differs from the source rows"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_shuts_down_cleanly_and_resumes_without_gaps_or_repeats() {
+    let setup = Setup::new(1400, "5ms", "");
+    let mut d = setup.start();
+    wait_status(&d, Duration::from_secs(30), "some records applied", |s| {
+        sink(s)["next_offset"].as_u64() > Some(100)
+    })
+    .await;
+    d.signal("TERM").unwrap();
+    let status = d.wait(Duration::from_secs(15)).unwrap();
+    assert!(status.success(), "exit status {status}; log:\n{}", d.log());
+    let log = d.log();
+    assert!(log.contains("shut down cleanly"), "{log}");
+    // The cursor on disk matches what the sink wrote: nothing applied was left unrecorded.
+    let cursor: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(
+            setup
+                .dir
+                .path()
+                .join("data/pipelines/demo/offsets/sink-out.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let written = setup.output_sequence().len() as u64;
+    assert_eq!(
+        cursor["next_offset"].as_u64(),
+        Some(written),
+        "the saved cursor does not match the output"
+    );
+    assert!(
+        written < 1400,
+        "the test should stop the daemon mid-way (it wrote everything already)"
+    );
+
+    // Started again, it picks up where it left off.
+    let mut d = setup.start();
+    wait_status(&d, Duration::from_secs(60), "all records applied", |s| {
+        sink(s)["next_offset"].as_u64() == Some(1400)
+    })
+    .await;
+    d.signal("TERM").unwrap();
+    assert!(d.wait(Duration::from_secs(15)).unwrap().success());
+    assert_exactly_once(&setup, 1400);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_repeatedly_loses_and_repeats_nothing() {
+    let setup = Setup::new(3000, "2ms", "");
+    for round in 0..6u64 {
+        let mut d = setup.start();
+        // Let it run a varying while, then kill it without warning.
+        tokio::time::sleep(Duration::from_millis(150 + round * 70)).await;
+        d.kill_9().unwrap();
+    }
+    let mut d = setup.start();
+    wait_status(&d, Duration::from_secs(90), "all records applied", |s| {
+        sink(s)["next_offset"].as_u64() == Some(3000)
+    })
+    .await;
+    d.signal("TERM").unwrap();
+    assert!(d.wait(Duration::from_secs(15)).unwrap().success());
+    assert_exactly_once(&setup, 3000);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_rebuilds_the_store_online_and_offline() {
+    let setup = Setup::new(500, "1ms", "");
+    let mut d = setup.start();
+    wait_status(&d, Duration::from_secs(60), "all records applied", |s| {
+        sink(s)["next_offset"].as_u64() == Some(500)
+    })
+    .await;
+
+    // Online: the daemon pauses the sink, resets it, replays, and goes on.
+    std::fs::remove_dir_all(setup.out_dir()).unwrap();
+    let out = setup.cli(&["replay", "demo", "out", "--from", "0", "--reset"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("replay done: 500 records"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_same_rows(&setup, 500);
+    d.signal("TERM").unwrap();
+    assert!(d.wait(Duration::from_secs(15)).unwrap().success());
+
+    // Offline: the same from the data directory.
+    std::fs::remove_dir_all(setup.out_dir()).unwrap();
+    let out = setup.cli(&["replay", "demo", "out", "--from", "0", "--reset"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("offline"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_same_rows(&setup, 500);
+
+    // A replay from the middle without reset re-applies nothing the sink already holds.
+    let out = setup.cli(&["replay", "demo", "out", "--from", "200"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_same_rows(&setup, 500);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn admin_api_serves_health_readiness_metrics_and_status_behind_a_token() {
+    let setup = Setup::new(300, "1ms", "");
+    let text = std::fs::read_to_string(&setup.config)
+        .unwrap()
+        .replace("[admin]\n", "[admin]\ntoken = \"t0ken-s3cret\"\n");
+    std::fs::write(&setup.config, text).unwrap();
+    let mut d = setup.start();
+    let http = reqwest::Client::new();
+    let get = |path: &str, token: bool| {
+        let req = http.get(format!("{}{path}", d.admin));
+        if token {
+            req.bearer_auth("t0ken-s3cret")
+        } else {
+            req
+        }
+        .send()
+    };
+    assert_eq!(get("/health", false).await.unwrap().status(), 200);
+    assert_eq!(get("/metrics", false).await.unwrap().status(), 401);
+    assert_eq!(get("/api/pipelines", false).await.unwrap().status(), 401);
+    let wrong = http
+        .get(format!("{}/metrics", d.admin))
+        .bearer_auth("wrong")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), 401);
+
+    // Ready once the source and the sink run.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while get("/ready", true).await.unwrap().status() != 200 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never ready:\n{}",
+            d.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Wait for everything applied (through the status API, with the token).
+    loop {
+        let s: serde_json::Value = get("/api/pipelines", true)
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if sink(&s)["next_offset"].as_u64() == Some(300) {
+            assert_eq!(sink(&s)["lag_records"], 0);
+            assert_eq!(sink(&s)["state"], "running");
+            assert_eq!(s[0]["log"]["end_offset"], 300);
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not caught up: {s}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let metrics = get("/metrics", true).await.unwrap().text().await.unwrap();
+    for line in [
+        "siphon_log_end_offset{pipeline=\"demo\"} 300",
+        "siphon_sink_applied_offset{pipeline=\"demo\",sink=\"out\"} 300",
+        "siphon_sink_lag_records{pipeline=\"demo\",sink=\"out\"} 0",
+        "siphon_sink_records_applied_total{pipeline=\"demo\",sink=\"out\"} 300",
+        "siphon_source_up{pipeline=\"demo\"} 1",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "missing {line:?} in\n{metrics}"
+        );
+    }
+    // `siphon status` reads the running daemon (with the token from the config), and never
+    // prints the token.
+    let out = setup.cli(&["status"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("daemon: running") && stdout.contains("cursor 300"),
+        "{stdout}"
+    );
+    d.signal("TERM").unwrap();
+    assert!(d.wait(Duration::from_secs(15)).unwrap().success());
+    assert!(
+        !d.log().contains("t0ken-s3cret"),
+        "the token appeared in the log"
+    );
+    let out = setup.cli(&["status", "--json"]);
+    let offline: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(sink(&offline)["state"], "offline");
+    assert_eq!(sink(&offline)["next_offset"], 300);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_sink_does_not_stop_the_source_or_other_sinks() {
+    // A second file sink whose directory cannot be created (a file is in the way).
+    let setup = Setup::new(200, "1ms", "");
+    let blocker = setup.dir.path().join("blocked");
+    std::fs::write(&blocker, "not a directory").unwrap();
+    let text = std::fs::read_to_string(&setup.config).unwrap()
+        + &format!(
+            "\n[pipelines.demo.sinks.broken]\nkind = \"file\"\npath = \"{}/sub\"\n",
+            blocker.display()
+        );
+    std::fs::write(&setup.config, text).unwrap();
+    let out = setup.cli(&["run"]);
+    // Building that sink fails at start, naming it: the daemon refuses to run half-configured.
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("sink broken"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

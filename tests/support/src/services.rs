@@ -1,0 +1,269 @@
+//! Fresh databases on the machine's servers.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use anyhow::{Context, anyhow};
+
+const PG_DEFAULT: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+const MYSQL_DEFAULT: &str = "mysql://root@127.0.0.1:3306";
+const REDIS_DEFAULT: &str = "redis://127.0.0.1:6379";
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// A name no other test (in this or another process) uses.
+fn unique_name(prefix: &str) -> String {
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!("{prefix}_{}_{n}_{nanos}", std::process::id())
+}
+
+fn endpoint(var: &str, default: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| default.to_owned())
+}
+
+fn unreachable(what: &str, var: &str, url: &str, e: impl std::fmt::Display) -> anyhow::Error {
+    anyhow!(
+        "{what} is not reachable at {url} ({e}). Start and prepare it with `scripts/services` \
+         (as root), or point {var} at a running server."
+    )
+}
+
+/// Replaces the database (path) of a URL.
+fn with_database(url: &str, db: &str) -> String {
+    let (base, query) = url
+        .split_once('?')
+        .map_or((url, None), |(b, q)| (b, Some(q)));
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let host_end = base[scheme_end..]
+        .find('/')
+        .map_or(base.len(), |i| scheme_end + i);
+    let mut out = format!("{}/{db}", &base[..host_end]);
+    if let Some(q) = query {
+        out.push('?');
+        out.push_str(q);
+    }
+    out
+}
+
+/// A fresh PostgreSQL database, dropped when the value is dropped.
+#[derive(Debug)]
+pub struct PgDatabase {
+    /// Its name.
+    pub name: String,
+    /// A URL connecting to it.
+    pub url: String,
+    admin_url: String,
+}
+
+/// Creates a fresh PostgreSQL database on the test server.
+pub async fn postgres() -> anyhow::Result<PgDatabase> {
+    #[cfg(feature = "containers")]
+    if crate::containers::enabled() {
+        return postgres_at(&crate::containers::postgres_url().await?).await;
+    }
+    postgres_at(&endpoint("SIPHON_TEST_PG_URL", PG_DEFAULT)).await
+}
+
+async fn postgres_at(admin_url: &str) -> anyhow::Result<PgDatabase> {
+    let (client, conn) = tokio_postgres::connect(admin_url, tokio_postgres::NoTls)
+        .await
+        .map_err(|e| unreachable("PostgreSQL", "SIPHON_TEST_PG_URL", admin_url, e))?;
+    tokio::spawn(conn);
+    let name = unique_name("siphon_test");
+    client
+        .batch_execute(&format!("create database {name}"))
+        .await
+        .context("creating the test database")?;
+    Ok(PgDatabase {
+        url: with_database(admin_url, &name),
+        name,
+        admin_url: admin_url.to_owned(),
+    })
+}
+
+impl PgDatabase {
+    /// A new client on this database.
+    pub async fn client(&self) -> anyhow::Result<tokio_postgres::Client> {
+        let (client, conn) = tokio_postgres::connect(&self.url, tokio_postgres::NoTls).await?;
+        tokio::spawn(conn);
+        Ok(client)
+    }
+}
+
+impl Drop for PgDatabase {
+    fn drop(&mut self) {
+        // Best effort, on a thread of its own: Drop cannot await. Replication slots of the
+        // database go first, or the database cannot be dropped.
+        let (admin_url, name) = (self.admin_url.clone(), self.name.clone());
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
+            rt.block_on(async {
+                let (client, conn) = tokio_postgres::connect(&admin_url, tokio_postgres::NoTls).await.ok()?;
+                tokio::spawn(conn);
+                let _ = client
+                    .batch_execute(&format!(
+                        "select pg_terminate_backend(pid) from pg_stat_activity where datname = '{name}' and pid <> pg_backend_pid();
+                         select pg_drop_replication_slot(slot_name) from pg_replication_slots where database = '{name}';
+                         drop database if exists {name}"
+                    ))
+                    .await;
+                Some(())
+            })
+        })
+        .join();
+    }
+}
+
+/// A fresh MariaDB/MySQL database, dropped when the value is dropped.
+#[derive(Debug)]
+pub struct MysqlDatabase {
+    /// Its name.
+    pub name: String,
+    /// A URL connecting to it.
+    pub url: String,
+    admin_url: String,
+}
+
+/// Creates a fresh database on the test MariaDB/MySQL server.
+pub async fn mysql() -> anyhow::Result<MysqlDatabase> {
+    #[cfg(feature = "containers")]
+    if crate::containers::enabled() {
+        return mysql_at(&crate::containers::mysql_url().await?).await;
+    }
+    mysql_at(&endpoint("SIPHON_TEST_MYSQL_URL", MYSQL_DEFAULT)).await
+}
+
+async fn mysql_at(admin_url: &str) -> anyhow::Result<MysqlDatabase> {
+    use mysql_async::prelude::Queryable;
+    let opts = mysql_async::Opts::from_url(admin_url).context("SIPHON_TEST_MYSQL_URL")?;
+    let mut conn = mysql_async::Conn::new(opts)
+        .await
+        .map_err(|e| unreachable("MariaDB", "SIPHON_TEST_MYSQL_URL", admin_url, e))?;
+    let name = unique_name("siphon_test");
+    conn.query_drop(format!("create database {name}"))
+        .await
+        .context("creating the test database")?;
+    conn.disconnect().await?;
+    Ok(MysqlDatabase {
+        url: with_database(admin_url, &name),
+        name,
+        admin_url: admin_url.to_owned(),
+    })
+}
+
+impl MysqlDatabase {
+    /// A new connection to this database.
+    pub async fn conn(&self) -> anyhow::Result<mysql_async::Conn> {
+        Ok(mysql_async::Conn::new(mysql_async::Opts::from_url(&self.url)?).await?)
+    }
+}
+
+impl Drop for MysqlDatabase {
+    fn drop(&mut self) {
+        let (admin_url, name) = (self.admin_url.clone(), self.name.clone());
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            rt.block_on(async {
+                use mysql_async::prelude::Queryable;
+                let mut conn =
+                    mysql_async::Conn::new(mysql_async::Opts::from_url(&admin_url).ok()?)
+                        .await
+                        .ok()?;
+                let _ = conn
+                    .query_drop(format!("drop database if exists {name}"))
+                    .await;
+                let _ = conn.disconnect().await;
+                Some(())
+            })
+        })
+        .join();
+    }
+}
+
+/// A key prefix of its own on the test Redis; its keys are deleted when the value is dropped.
+#[derive(Debug)]
+pub struct RedisKeyspace {
+    /// The server's URL.
+    pub url: String,
+    /// The prefix every key of this test starts with.
+    pub prefix: String,
+}
+
+/// A fresh key prefix on the test Redis server.
+pub async fn redis() -> anyhow::Result<RedisKeyspace> {
+    #[cfg(feature = "containers")]
+    let url = if crate::containers::enabled() {
+        crate::containers::redis_url().await?
+    } else {
+        endpoint("SIPHON_TEST_REDIS_URL", REDIS_DEFAULT)
+    };
+    #[cfg(not(feature = "containers"))]
+    let url = endpoint("SIPHON_TEST_REDIS_URL", REDIS_DEFAULT);
+    let ks = RedisKeyspace {
+        prefix: format!("{}:", unique_name("siphon_test")),
+        url,
+    };
+    let mut conn = ks.conn().await?;
+    let pong: String = redis::cmd("PING")
+        .query_async(&mut conn)
+        .await
+        .map_err(|e| unreachable("Redis", "SIPHON_TEST_REDIS_URL", &ks.url, e))?;
+    anyhow::ensure!(pong == "PONG", "Redis answered {pong:?} to PING");
+    Ok(ks)
+}
+
+impl RedisKeyspace {
+    /// A new connection to the server.
+    pub async fn conn(&self) -> anyhow::Result<redis::aio::MultiplexedConnection> {
+        let client = redis::Client::open(self.url.as_str())?;
+        client
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(|e| unreachable("Redis", "SIPHON_TEST_REDIS_URL", &self.url, e))
+    }
+}
+
+impl Drop for RedisKeyspace {
+    fn drop(&mut self) {
+        let (url, prefix) = (self.url.clone(), self.prefix.clone());
+        let _ = std::thread::spawn(move || {
+            let client = redis::Client::open(url.as_str()).ok()?;
+            let mut conn = client.get_connection().ok()?;
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg(format!("{prefix}*"))
+                .query(&mut conn)
+                .ok()?;
+            if !keys.is_empty() {
+                let _: redis::RedisResult<()> = redis::cmd("DEL").arg(keys).query(&mut conn);
+            }
+            Some(())
+        })
+        .join();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replaces_the_database_of_a_url() {
+        assert_eq!(
+            with_database("postgres://u@h:5432/postgres", "x"),
+            "postgres://u@h:5432/x"
+        );
+        assert_eq!(
+            with_database("mysql://root@h:3306", "x"),
+            "mysql://root@h:3306/x"
+        );
+        assert_eq!(
+            with_database("postgres://h/db?sslmode=disable", "x"),
+            "postgres://h/x?sslmode=disable"
+        );
+    }
+}
