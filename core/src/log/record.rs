@@ -69,6 +69,32 @@ impl LogRecord {
     }
 }
 
+/// Bytes of a frame before its key: length, checksum, offset, timestamp, flags, key length.
+pub(crate) const FRAME_FIXED: usize = FRAME_HEADER + BODY_FIXED;
+
+/// The fixed part of a frame; the key and value follow it. The checksum covers them too.
+pub(crate) fn frame_header(
+    offset: u64,
+    timestamp_ms: i64,
+    flags: RecordFlags,
+    key: &[u8],
+    value: &[u8],
+) -> [u8; FRAME_FIXED] {
+    let mut h = [0u8; FRAME_FIXED];
+    let body_len = BODY_FIXED + key.len() + value.len();
+    h[0..4].copy_from_slice(&(body_len as u32).to_le_bytes());
+    h[8..16].copy_from_slice(&offset.to_le_bytes());
+    h[16..24].copy_from_slice(&timestamp_ms.to_le_bytes());
+    h[24] = flags.0;
+    h[25..29].copy_from_slice(&(key.len() as u32).to_le_bytes());
+    let crc = crc32c::crc32c_append(
+        crc32c::crc32c_append(crc32c::crc32c(&h[FRAME_HEADER..]), key),
+        value,
+    );
+    h[4..8].copy_from_slice(&crc.to_le_bytes());
+    h
+}
+
 /// Appends the framed record to `out`.
 pub(crate) fn encode_frame(
     out: &mut Vec<u8>,
@@ -78,18 +104,9 @@ pub(crate) fn encode_frame(
     key: &[u8],
     value: &[u8],
 ) {
-    let start = out.len();
-    let body_len = BODY_FIXED + key.len() + value.len();
-    out.extend_from_slice(&(body_len as u32).to_le_bytes());
-    out.extend_from_slice(&[0; 4]);
-    out.extend_from_slice(&offset.to_le_bytes());
-    out.extend_from_slice(&timestamp_ms.to_le_bytes());
-    out.push(flags.0);
-    out.extend_from_slice(&(key.len() as u32).to_le_bytes());
+    out.extend_from_slice(&frame_header(offset, timestamp_ms, flags, key, value));
     out.extend_from_slice(key);
     out.extend_from_slice(value);
-    let crc = crc32c::crc32c(&out[start + FRAME_HEADER..]);
-    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
 }
 
 /// Why a frame could not be read.

@@ -299,10 +299,30 @@ impl SegmentWriter {
         Ok(SegmentWriter { path, file })
     }
 
-    pub fn write(&mut self, bytes: &[u8]) -> Result<()> {
-        self.file
-            .write_all(bytes)
-            .map_err(Error::io("write", &self.path))
+    /// Writes every slice, however many writes it takes.
+    pub fn write_all_vectored(&mut self, mut slices: &mut [std::io::IoSlice<'_>]) -> Result<()> {
+        while !slices.is_empty() {
+            match self.file.write_vectored(slices) {
+                Ok(0) => {
+                    let e = std::io::Error::new(std::io::ErrorKind::WriteZero, "wrote nothing");
+                    return Err(Error::Io {
+                        op: "write",
+                        path: self.path.clone(),
+                        source: e,
+                    });
+                }
+                Ok(n) => std::io::IoSlice::advance_slices(&mut slices, n),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    return Err(Error::Io {
+                        op: "write",
+                        path: self.path.clone(),
+                        source: e,
+                    });
+                }
+            }
+        }
+        Ok(())
     }
 
     pub fn sync(&self) -> Result<()> {
