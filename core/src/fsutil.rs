@@ -9,15 +9,27 @@ use crate::{Error, Result};
 /// Replaces `path` with `bytes` atomically: write a temporary file, fsync it, rename it over
 /// `path`, fsync the directory. A crash leaves either the old or the new content.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    replace(path, bytes, true)
+}
+
+/// Replaces `path` with `bytes` through a temporary file and a rename, so a reader never sees
+/// half of it; with `durable`, fsynced as [`write_atomic`] does. Without, a crash may leave the
+/// old content or none: only for files that can be rebuilt (indexes).
+pub(crate) fn replace(path: &Path, bytes: &[u8], durable: bool) -> Result<()> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
     let tmp = std::path::PathBuf::from(tmp);
     let mut f = File::create(&tmp).map_err(Error::io("create", &tmp))?;
     f.write_all(bytes).map_err(Error::io("write", &tmp))?;
-    f.sync_all().map_err(Error::io("fsync", &tmp))?;
+    if durable {
+        f.sync_all().map_err(Error::io("fsync", &tmp))?;
+    }
     drop(f);
     fs::rename(&tmp, path).map_err(Error::io("rename", path))?;
-    sync_dir(path.parent().unwrap_or(Path::new(".")))
+    if durable {
+        sync_dir(path.parent().unwrap_or(Path::new(".")))?;
+    }
+    Ok(())
 }
 
 /// Fsyncs a directory, so that files created, renamed or removed in it stay so.

@@ -440,7 +440,9 @@ impl Inner {
             .expect("active segment");
         segment::write_index(&self.dir, &closed)?;
         w.file = SegmentWriter::open(log_path(&self.dir, base), 0)?;
-        fsutil::sync_dir(&self.dir)?;
+        if self.config.fsync != FsyncPolicy::Never {
+            fsutil::sync_dir(&self.dir)?;
+        }
         self.segments.write().unwrap().push(Segment::empty(base));
         // Everything before the new segment is fsynced now.
         if let Some(end) = w.unsynced_end.take() {

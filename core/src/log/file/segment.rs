@@ -151,7 +151,8 @@ pub(crate) fn scan(path: &Path, seg: &mut Segment, from: u64, interval: u64) -> 
     }
 }
 
-/// Writes the index file of a closed segment (write, fsync, rename).
+/// Writes the index file of a closed segment. Not fsynced: an index lost or damaged by a crash
+/// fails its checksum or length check, and the segment is scanned instead.
 pub(crate) fn write_index(dir: &Path, seg: &Segment) -> Result<()> {
     let mut out = Vec::with_capacity(56 + seg.index.len() * 16);
     out.extend_from_slice(INDEX_MAGIC);
@@ -167,7 +168,7 @@ pub(crate) fn write_index(dir: &Path, seg: &Segment) -> Result<()> {
     let crc = crc32c::crc32c(&out);
     out.extend_from_slice(&crc.to_le_bytes());
     let path = index_path(dir, seg.base);
-    crate::fsutil::write_atomic(&path, &out)
+    crate::fsutil::replace(&path, &out, false)
 }
 
 /// Reads a closed segment's index file; `None` if it is missing, damaged, or does not match
