@@ -95,7 +95,7 @@ pub(crate) fn frame_header(
     h
 }
 
-/// Appends the framed record to `out`.
+/// Appends the framed record to `out`, checksumming it in one pass.
 pub(crate) fn encode_frame(
     out: &mut Vec<u8>,
     offset: u64,
@@ -104,9 +104,18 @@ pub(crate) fn encode_frame(
     key: &[u8],
     value: &[u8],
 ) {
-    out.extend_from_slice(&frame_header(offset, timestamp_ms, flags, key, value));
+    let start = out.len();
+    let body_len = BODY_FIXED + key.len() + value.len();
+    out.extend_from_slice(&(body_len as u32).to_le_bytes());
+    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&offset.to_le_bytes());
+    out.extend_from_slice(&timestamp_ms.to_le_bytes());
+    out.push(flags.0);
+    out.extend_from_slice(&(key.len() as u32).to_le_bytes());
     out.extend_from_slice(key);
     out.extend_from_slice(value);
+    let crc = crc32c::crc32c(&out[start + FRAME_HEADER..]);
+    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
 }
 
 /// Why a frame could not be read.

@@ -8,7 +8,7 @@ use crate::units::{ByteSize, HumanDuration};
 
 /// When appended records are fsynced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "snake_case", try_from = "String")]
 pub enum FsyncPolicy {
     /// After every append batch (group commit): nothing a source confirmed is ever lost,
     /// even on power loss. The default.
@@ -18,6 +18,21 @@ pub enum FsyncPolicy {
     Interval,
     /// Never explicitly: records survive a crash of siphon but not of the machine.
     Never,
+}
+
+impl TryFrom<String> for FsyncPolicy {
+    type Error = String;
+
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        match value.as_str() {
+            "batch" => Ok(FsyncPolicy::Batch),
+            "interval" => Ok(FsyncPolicy::Interval),
+            "never" => Ok(FsyncPolicy::Never),
+            other => Err(format!(
+                "unknown fsync policy {other:?}; allowed: \"batch\", \"interval\", \"never\""
+            )),
+        }
+    }
 }
 
 /// Settings of the embedded file log (`[pipelines.NAME.log]` with `kind = "file"`).

@@ -29,7 +29,7 @@ pub use config::{FileLogConfig, FsyncPolicy};
 pub use reader::FileLogReader;
 
 use self::segment::{ScanEnd, Segment, SegmentCursor, SegmentWriter, log_path};
-use crate::log::record::{FRAME_FIXED, frame_header};
+use crate::log::record::{FRAME_FIXED, encode_frame, frame_header};
 use crate::log::{
     ChangeLog, Consumer, LogReader, LogRecord, LogStats, MaintenanceReport, NewRecord,
 };
@@ -385,17 +385,19 @@ impl Inner {
         let mut parts = Vec::new();
         let mut run_start = 0;
         for (rec, (offset, ..)) in records.iter().zip(pending.iter()) {
-            buf.extend_from_slice(&frame_header(
-                *offset,
-                timestamp_ms,
-                rec.flags,
-                &rec.key,
-                &rec.value,
-            ));
-            buf.extend_from_slice(&rec.key);
             if rec.value.len() < COPY_BELOW {
-                buf.extend_from_slice(&rec.value);
+                encode_frame(
+                    &mut buf,
+                    *offset,
+                    timestamp_ms,
+                    rec.flags,
+                    &rec.key,
+                    &rec.value,
+                );
             } else {
+                let header = frame_header(*offset, timestamp_ms, rec.flags, &rec.key, &rec.value);
+                buf.extend_from_slice(&header);
+                buf.extend_from_slice(&rec.key);
                 parts.push(Part::Buffered(run_start..buf.len()));
                 parts.push(Part::Borrowed(&rec.value));
                 run_start = buf.len();
