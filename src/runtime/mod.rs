@@ -213,3 +213,6 @@ pub async fn replay_offline(
     while tasks.join_next().await.is_some() {}
     result
 }
+
+#[cfg(test)]
+mod tests;
