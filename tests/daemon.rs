@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Setup, expected_rows, fold, sink, wait_status};
+use common::{Setup, drain_and_stop, expected_rows, fold, sink, wait_status};
 
 fn assert_exactly_once(setup: &Setup, n: u64) {
     let seq = setup.output_sequence();
@@ -75,13 +75,7 @@ async fn sigterm_shuts_down_cleanly_and_resumes_without_gaps_or_repeats() {
     );
 
     // Started again, it picks up where it left off.
-    let mut d = setup.start();
-    wait_status(&d, Duration::from_secs(60), "all records applied", |s| {
-        sink(s)["next_offset"].as_u64() == Some(1400)
-    })
-    .await;
-    d.signal("TERM").unwrap();
-    assert!(d.wait(Duration::from_secs(15)).unwrap().success());
+    drain_and_stop(setup.start(), 1400).await;
     assert_exactly_once(&setup, 1400);
 }
 
@@ -94,13 +88,7 @@ async fn kill_9_repeatedly_loses_and_repeats_nothing() {
         tokio::time::sleep(Duration::from_millis(150 + round * 70)).await;
         d.kill_9().unwrap();
     }
-    let mut d = setup.start();
-    wait_status(&d, Duration::from_secs(90), "all records applied", |s| {
-        sink(s)["next_offset"].as_u64() == Some(3000)
-    })
-    .await;
-    d.signal("TERM").unwrap();
-    assert!(d.wait(Duration::from_secs(15)).unwrap().success());
+    drain_and_stop(setup.start(), 3000).await;
     assert_exactly_once(&setup, 3000);
 }
 

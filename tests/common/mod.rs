@@ -212,3 +212,15 @@ pub async fn wait_status(
 pub fn sink(status: &Json) -> &Json {
     &status[0]["sinks"]["out"]
 }
+
+/// Waits until the sink `out` has applied `n` records, then stops the daemon with SIGTERM and
+/// checks that it exited cleanly.
+pub async fn drain_and_stop(mut d: Daemon, n: u64) {
+    wait_status(&d, Duration::from_secs(90), "all records applied", |s| {
+        sink(s)["next_offset"].as_u64() == Some(n)
+    })
+    .await;
+    d.signal("TERM").unwrap();
+    let status = d.wait(Duration::from_secs(15)).unwrap();
+    assert!(status.success(), "exit status {status}; log:\n{}", d.log());
+}
