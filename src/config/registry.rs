@@ -6,6 +6,7 @@ use siphon_core::sink::Sink;
 use siphon_core::source::Source;
 use siphon_sink_file::{FileSinkConfig, JsonLinesSink, StdoutSinkConfig};
 use siphon_source_generator::{GeneratorConfig, GeneratorSource};
+use siphon_source_postgres::{PostgresConfig, PostgresSource};
 
 use super::ConfigError;
 use super::error::deserialize;
@@ -58,10 +59,12 @@ fn split_kind(
 pub enum SourceSpec {
     /// `kind = "generator"`.
     Generator(GeneratorConfig),
+    /// `kind = "postgres"`.
+    Postgres(PostgresConfig),
 }
 
 impl SourceSpec {
-    const KINDS: &[&str] = &["generator"];
+    const KINDS: &[&str] = &["postgres", "generator"];
 
     pub(super) fn parse(key: &str, value: config::Value) -> Result<Self, ConfigError> {
         let (kind, rest) = split_kind(key, value, None, Self::KINDS)?;
@@ -71,6 +74,11 @@ impl SourceSpec {
                 c.validate().map_err(|m| ConfigError::new(key, m))?;
                 Ok(SourceSpec::Generator(c))
             }
+            "postgres" => {
+                let c: PostgresConfig = deserialize(key, rest)?;
+                c.validate().map_err(|m| ConfigError::new(key, m))?;
+                Ok(SourceSpec::Postgres(c))
+            }
             _ => unreachable!("split_kind checked the kind"),
         }
     }
@@ -79,6 +87,7 @@ impl SourceSpec {
     pub fn kind(&self) -> &'static str {
         match self {
             SourceSpec::Generator(_) => "generator",
+            SourceSpec::Postgres(_) => "postgres",
         }
     }
 
@@ -86,6 +95,7 @@ impl SourceSpec {
     pub fn build(&self, pipeline: &str) -> Box<dyn Source> {
         match self {
             SourceSpec::Generator(c) => Box::new(GeneratorSource::new(pipeline, c.clone())),
+            SourceSpec::Postgres(c) => Box::new(PostgresSource::new(pipeline, c.clone())),
         }
     }
 }

@@ -1,0 +1,124 @@
+//! Settings of the PostgreSQL source.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use siphon_core::Secret;
+use siphon_core::units::HumanDuration;
+
+/// When to take a snapshot of the tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", try_from = "String")]
+pub enum SnapshotMode {
+    /// Once, when the slot is created; then stream.
+    #[default]
+    Initial,
+    /// Never: stream from the slot's creation on.
+    Never,
+    /// Like `initial`, and again whenever the slot is missing or was invalidated.
+    WhenNeeded,
+}
+
+impl TryFrom<String> for SnapshotMode {
+    type Error = String;
+
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        match value.as_str() {
+            "initial" => Ok(SnapshotMode::Initial),
+            "never" => Ok(SnapshotMode::Never),
+            "when_needed" => Ok(SnapshotMode::WhenNeeded),
+            other => Err(format!(
+                "unknown snapshot mode {other:?}; allowed: \"initial\", \"never\", \"when_needed\""
+            )),
+        }
+    }
+}
+
+/// `kind = "postgres"`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PostgresConfig {
+    /// Connection URL: `postgres://user[:password]@host[:port]/database`. The password is
+    /// better given as `password`, `password_file` or `SIPHON__PIPELINES__NAME__SOURCE__PASSWORD`.
+    pub url: String,
+    /// The user's password (overrides one in the URL).
+    #[serde(default)]
+    pub password: Option<Secret>,
+    /// A file holding the password.
+    #[serde(default)]
+    pub password_file: Option<PathBuf>,
+    /// Tables to capture, as "schema.table"; "schema.*" takes every table of a schema.
+    pub tables: Vec<String>,
+    /// Replication slot name (default: "siphon_<pipeline>").
+    #[serde(default)]
+    pub slot: Option<String>,
+    /// Publication name (default: "siphon_<pipeline>"); created for `tables` if missing.
+    #[serde(default)]
+    pub publication: Option<String>,
+    /// "initial", "never" or "when_needed".
+    #[serde(default)]
+    pub snapshot: SnapshotMode,
+    /// Tables read at once during a snapshot.
+    #[serde(default = "default_parallelism")]
+    pub snapshot_parallelism: usize,
+    /// How often to write a heartbeat (`pg_logical_emit_message`) so that the slot advances
+    /// even when the whole database is idle. Unset: no heartbeat.
+    #[serde(default)]
+    pub heartbeat_interval: Option<HumanDuration>,
+    /// How often to send the server standby status updates.
+    #[serde(default = "default_status_interval")]
+    pub status_interval: HumanDuration,
+    /// Drop the replication slot when siphon stops (the server then keeps no WAL for it; the
+    /// next start needs a new snapshot).
+    #[serde(default)]
+    pub drop_slot_on_stop: bool,
+    /// TLS to the server: only "disable" is supported yet.
+    #[serde(default = "default_tls")]
+    pub tls: String,
+}
+
+fn default_parallelism() -> usize {
+    2
+}
+
+fn default_status_interval() -> HumanDuration {
+    HumanDuration(Duration::from_secs(10))
+}
+
+fn default_tls() -> String {
+    "disable".into()
+}
+
+impl PostgresConfig {
+    /// Checks the settings; the message names the key.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.tables.is_empty() {
+            return Err("tables must list at least one \"schema.table\" (or \"schema.*\")".into());
+        }
+        if let Some(bad) = self.tables.iter().find(|t| {
+            t.split_once('.')
+                .is_none_or(|(s, t)| s.is_empty() || t.is_empty())
+        }) {
+            return Err(format!(
+                "tables: {bad:?} is not of the form \"schema.table\" or \"schema.*\""
+            ));
+        }
+        if self.snapshot_parallelism == 0 {
+            return Err("snapshot_parallelism must be at least 1".into());
+        }
+        if self.password.is_some() && self.password_file.is_some() {
+            return Err("set either password or password_file, not both".into());
+        }
+        if self.tls != "disable" {
+            return Err(format!(
+                "tls = {:?} is not supported yet; allowed: \"disable\"",
+                self.tls
+            ));
+        }
+        self.url
+            .parse::<tokio_postgres::Config>()
+            .map_err(|e| format!("url is not a PostgreSQL connection URL ({e})"))?;
+        Ok(())
+    }
+}

@@ -1,0 +1,143 @@
+//! Rows to events: one shape per table (columns, types, key), shared by snapshot and stream.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+use siphon_core::event::{
+    Event, Op, Row, SnapshotMarker, SourceInfo, SourcePosition, TransactionInfo, Value,
+};
+
+use crate::values::{PgType, decode_text};
+
+/// Microseconds from the Unix epoch to PostgreSQL's (2000-01-01).
+pub const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
+
+/// The columns of a table as events carry them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Shape {
+    /// Schema.
+    pub schema: String,
+    /// Table.
+    pub table: String,
+    /// Column names and how to decode them.
+    pub columns: Vec<(String, PgType)>,
+    /// Positions of the primary-key columns; empty for a table without one.
+    pub key: Vec<usize>,
+}
+
+/// Columns whose values could not be decoded, so each is warned about once.
+static WARNED: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+
+impl Shape {
+    /// Decodes one column's text; a value siphon cannot decode travels as text, with a warning.
+    pub fn decode(&self, column: usize, text: &str) -> Value {
+        let (name, ty) = &self.columns[column];
+        match decode_text(ty, text) {
+            Ok(v) => v,
+            Err(e) => {
+                let what = format!("{}.{}.{name}", self.schema, self.table);
+                let mut warned = WARNED.lock().unwrap();
+                if warned.get_or_insert_with(HashSet::new).insert(what.clone()) {
+                    tracing::warn!(column = %what, error = %e, "a value siphon cannot decode travels as text");
+                }
+                Value::Other {
+                    type_name: format!("{ty:?}"),
+                    text: text.to_owned(),
+                }
+            }
+        }
+    }
+
+    /// A row from decoded values in column order.
+    pub fn row(&self, values: Vec<Value>) -> Row {
+        Row(self
+            .columns
+            .iter()
+            .map(|(c, _)| c.clone())
+            .zip(values)
+            .collect())
+    }
+
+    /// The key of a row: its primary-key columns.
+    pub fn key_of(&self, row: &Row) -> Option<Row> {
+        if self.key.is_empty() {
+            return None;
+        }
+        Some(Row(self.key.iter().map(|&i| row.0[i].clone()).collect()))
+    }
+}
+
+/// Builds events of one pipeline's database.
+#[derive(Debug, Clone)]
+pub struct EventFactory {
+    /// Server name in the source block (the pipeline).
+    pub name: String,
+    /// Database name.
+    pub db: String,
+}
+
+/// Where an event is and what it belongs to.
+#[derive(Debug, Clone, Copy)]
+pub struct Place {
+    /// The transaction's commit LSN (the consistent point for snapshot rows).
+    pub commit_lsn: u64,
+    /// The change's LSN.
+    pub lsn: u64,
+    /// Index of the event within its transaction (or snapshot).
+    pub index: u64,
+    /// Transaction id.
+    pub xid: Option<u32>,
+    /// Commit time, microseconds since PostgreSQL's epoch.
+    pub commit_time_micros: i64,
+    /// Snapshot marker.
+    pub snapshot: SnapshotMarker,
+    /// Order of the event among its transaction's events of this table, from 1.
+    pub table_order: u64,
+}
+
+impl EventFactory {
+    /// An event of `shape`'s table.
+    pub fn event(
+        &self,
+        shape: &Shape,
+        op: Op,
+        before: Option<Row>,
+        after: Option<Row>,
+        key: Option<Row>,
+        at: Place,
+    ) -> Event {
+        Event {
+            op,
+            before,
+            after,
+            key,
+            source: SourceInfo {
+                connector: "postgresql".into(),
+                name: self.name.clone(),
+                db: self.db.clone(),
+                schema: Some(shape.schema.clone()),
+                table: shape.table.clone(),
+                position: SourcePosition::Postgres {
+                    commit_lsn: at.commit_lsn,
+                    lsn: at.lsn,
+                    index: at.index,
+                },
+                tx_id: at.xid.map(u64::from),
+                ts_ms: (at.commit_time_micros + PG_EPOCH_MICROS) / 1000,
+                snapshot: at.snapshot,
+            },
+            ts_ms: now_ms(),
+            transaction: at.xid.map(|xid| TransactionInfo {
+                id: format!("{xid}:{}", at.commit_lsn),
+                total_order: at.index + 1,
+                data_collection_order: at.table_order,
+            }),
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}

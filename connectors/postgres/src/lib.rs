@@ -1,0 +1,365 @@
+//! The PostgreSQL source (`kind = "postgres"`): a consistent snapshot through the slot's
+//! exported snapshot, then the slot's pgoutput stream, appended to the change log exactly
+//! once.
+//!
+//! The replication connection is the `pgwire-replication` crate (tokio-postgres has no
+//! replication protocol); ordinary queries (catalog, snapshot) go through tokio-postgres.
+//! pgoutput messages are decoded here ([`pgoutput`]), values from their text form
+//! ([`values`]), the same text COPY produces, so snapshot and stream decode alike.
+
+mod catalog;
+mod config;
+mod copy;
+mod events;
+mod pgoutput;
+mod snapshot;
+mod stream;
+mod values;
+
+use async_trait::async_trait;
+use pgwire_replication::{PgWireError, ReplicationClient, ReplicationConfig};
+use serde::{Deserialize, Serialize};
+use siphon_core::event::{SnapshotMarker, SourcePosition};
+use siphon_core::source::{Source, SourceContext, TableInfo};
+use siphon_core::{Error, Result};
+use tokio_postgres::config::Host;
+
+pub use config::{PostgresConfig, SnapshotMode};
+use events::{EventFactory, Shape};
+
+/// Session settings that make the server's text output what [`values`] reads.
+const SESSION_SETTINGS: &str = "-c DateStyle=ISO -c IntervalStyle=postgres -c TimeZone=UTC -c extra_float_digits=1 -c bytea_output=hex";
+
+/// What the source keeps in the pipeline's checkpoint.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct Checkpoint {
+    /// The slot it belongs to.
+    slot: String,
+    /// Whether the snapshot for that slot finished.
+    snapshot_done: bool,
+}
+
+/// The PostgreSQL source of one pipeline.
+#[derive(Debug)]
+pub struct PostgresSource {
+    pipeline: String,
+    config: PostgresConfig,
+    slot: String,
+    publication: String,
+}
+
+/// Connects a query client with siphon's session settings.
+pub(crate) async fn connect(pg: &tokio_postgres::Config) -> Result<tokio_postgres::Client> {
+    let mut pg = pg.clone();
+    pg.options(SESSION_SETTINGS);
+    let (client, connection) = pg
+        .connect(tokio_postgres::NoTls)
+        .await
+        .map_err(|e| catalog::pg_error("connecting to PostgreSQL", &e))?;
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!(error = %e, "PostgreSQL connection ended");
+        }
+    });
+    Ok(client)
+}
+
+/// Maps a replication error: network and server trouble are transient.
+pub(crate) fn replication_error(e: &PgWireError) -> Error {
+    match e {
+        PgWireError::Auth(_) | PgWireError::Tls(_) => {
+            Error::permanent(format!("replication connection: {e}"))
+        }
+        _ => Error::transient(format!("replication connection: {e}")),
+    }
+}
+
+impl PostgresSource {
+    /// The source of pipeline `pipeline`; names default from it.
+    pub fn new(pipeline: &str, config: PostgresConfig) -> Self {
+        let slot = config
+            .slot
+            .clone()
+            .unwrap_or_else(|| format!("siphon_{pipeline}"));
+        let publication = config
+            .publication
+            .clone()
+            .unwrap_or_else(|| format!("siphon_{pipeline}"));
+        PostgresSource {
+            pipeline: pipeline.to_owned(),
+            config,
+            slot,
+            publication,
+        }
+    }
+
+    fn pg_config(&self) -> Result<tokio_postgres::Config> {
+        let mut pg: tokio_postgres::Config = self
+            .config
+            .url
+            .parse()
+            .map_err(|e| Error::permanent(format!("url: {e}")))?;
+        if let Some(p) = &self.config.password {
+            pg.password(p.expose());
+        }
+        if let Some(path) = &self.config.password_file {
+            let secret = siphon_core::Secret::from_file(path)
+                .map_err(|e| Error::permanent(format!("password_file {}: {e}", path.display())))?;
+            pg.password(secret.expose());
+        }
+        Ok(pg)
+    }
+
+    fn replication_config(&self, pg: &tokio_postgres::Config) -> Result<ReplicationConfig> {
+        let host = match pg.get_hosts().first() {
+            Some(Host::Tcp(h)) => h.clone(),
+            Some(Host::Unix(p)) => p.display().to_string(),
+            None => "localhost".into(),
+        };
+        let password = pg
+            .get_password()
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .unwrap_or_default();
+        Ok(ReplicationConfig::new(
+            host,
+            pg.get_user().unwrap_or("postgres"),
+            password,
+            pg.get_dbname().unwrap_or("postgres"),
+            self.slot.clone(),
+            self.publication.clone(),
+        )
+        .with_port(pg.get_ports().first().copied().unwrap_or(5432))
+        .with_options(SESSION_SETTINGS)
+        .with_status_interval(self.config.status_interval.0)
+        .with_wakeup_interval(self.config.status_interval.0)
+        .with_application_name(format!("siphon {}", self.pipeline)))
+    }
+
+    fn factory(&self, pg: &tokio_postgres::Config) -> EventFactory {
+        EventFactory {
+            name: self.pipeline.clone(),
+            db: pg.get_dbname().unwrap_or("postgres").to_owned(),
+        }
+    }
+
+    /// Creates the slot on a gated replication session; with `export`, returns the
+    /// consistent point and the exported snapshot's name, valid until the session's next
+    /// command.
+    async fn create_slot(
+        &self,
+        repl: &mut ReplicationClient,
+        export: bool,
+    ) -> Result<(u64, Option<String>)> {
+        let sql = format!(
+            "CREATE_REPLICATION_SLOT {} LOGICAL pgoutput {}",
+            catalog::quote_ident(&self.slot),
+            if export {
+                "EXPORT_SNAPSHOT"
+            } else {
+                "NOEXPORT_SNAPSHOT"
+            }
+        );
+        let rows = repl
+            .simple_query(&sql)
+            .await
+            .map_err(|e| replication_error(&e))?;
+        let row = rows
+            .first()
+            .ok_or_else(|| Error::permanent("CREATE_REPLICATION_SLOT returned nothing"))?;
+        let text = |i: usize| {
+            row.get(i)
+                .and_then(|v| v.as_ref())
+                .map(|b| String::from_utf8_lossy(b).into_owned())
+        };
+        let point = text(1).ok_or_else(|| {
+            Error::permanent("CREATE_REPLICATION_SLOT returned no consistent point")
+        })?;
+        let lsn = pgwire_replication::Lsn::parse(&point)
+            .map_err(|e| Error::permanent(format!("consistent point {point}: {e}")))?;
+        tracing::info!(slot = %self.slot, consistent_point = %point, "created the replication slot");
+        Ok((lsn.as_u64(), text(2)))
+    }
+
+    async fn drop_slot(&self, client: &tokio_postgres::Client) -> Result<()> {
+        client
+            .execute("select pg_drop_replication_slot($1)", &[&self.slot])
+            .await
+            .map_err(|e| catalog::pg_error("dropping the replication slot", &e))?;
+        tracing::info!(slot = %self.slot, "dropped the replication slot");
+        Ok(())
+    }
+
+    async fn shapes(
+        &self,
+        client: &tokio_postgres::Client,
+        tables: &[catalog::Table],
+    ) -> Result<Vec<(catalog::Table, Shape)>> {
+        let mut types = catalog::TypeCache::default();
+        let mut out = Vec::with_capacity(tables.len());
+        for t in tables {
+            let mut columns = Vec::with_capacity(t.columns.len());
+            for (name, oid) in &t.columns {
+                columns.push((name.clone(), types.resolve(client, *oid).await?));
+            }
+            let key = t
+                .key
+                .iter()
+                .filter_map(|k| t.columns.iter().position(|(c, _)| c == k))
+                .collect();
+            out.push((
+                t.clone(),
+                Shape {
+                    schema: t.schema.clone(),
+                    table: t.name.clone(),
+                    columns,
+                    key,
+                },
+            ));
+        }
+        Ok(out)
+    }
+}
+
+#[async_trait]
+impl Source for PostgresSource {
+    async fn check(&mut self) -> Result<()> {
+        let client = connect(&self.pg_config()?).await?;
+        catalog::preflight(&client).await?;
+        catalog::tables(&client, &self.config.tables)
+            .await
+            .map(|_| ())
+    }
+
+    async fn tables(&mut self) -> Result<Vec<TableInfo>> {
+        let client = connect(&self.pg_config()?).await?;
+        let tables = catalog::tables(&client, &self.config.tables).await?;
+        Ok(tables
+            .into_iter()
+            .map(|t| TableInfo {
+                name: t.qualified(),
+                key_columns: t.key,
+            })
+            .collect())
+    }
+
+    async fn run(&mut self, ctx: &SourceContext) -> Result<()> {
+        let pg = self.pg_config()?;
+        let client = connect(&pg).await?;
+        catalog::preflight(&client).await?;
+        let tables = catalog::tables(&client, &self.config.tables).await?;
+        for t in tables.iter().filter(|t| t.replica_identity == 'n') {
+            tracing::warn!(
+                table = %t.qualified(),
+                "REPLICA IDENTITY NOTHING: updates and deletes of this table cannot be captured; run \
+                 `ALTER TABLE {} REPLICA IDENTITY DEFAULT`", t.quoted()
+            );
+        }
+        catalog::ensure_publication(&client, &self.publication, &tables).await?;
+        let checkpoint: Checkpoint = ctx
+            .offsets
+            .source_checkpoint()?
+            .and_then(|v| serde_json::from_value(v).ok())
+            .filter(|c: &Checkpoint| c.slot == self.slot)
+            .unwrap_or_default();
+        let slot = catalog::slot(&client, &self.slot).await?;
+        let lost = slot
+            .as_ref()
+            .is_some_and(|s| s.wal_status.as_deref() == Some("lost"));
+        let need_snapshot = match self.config.snapshot {
+            SnapshotMode::Never => false,
+            SnapshotMode::Initial => !checkpoint.snapshot_done,
+            SnapshotMode::WhenNeeded => !checkpoint.snapshot_done || slot.is_none() || lost,
+        };
+        if !need_snapshot && checkpoint.snapshot_done && (slot.is_none() || lost) {
+            return Err(Error::permanent(format!(
+                "the replication slot {} is {}: PostgreSQL no longer holds the changes since siphon last \
+                 read it. Set snapshot = \"when_needed\" to take a new snapshot, then rebuild the sinks",
+                self.slot,
+                if lost {
+                    "invalidated (wal_status = lost)"
+                } else {
+                    "missing"
+                }
+            )));
+        }
+        if need_snapshot && slot.is_some() {
+            // Left from a snapshot that did not finish, or invalidated: start over.
+            self.drop_slot(&client).await?;
+        }
+        let mut repl = ReplicationClient::connect_gated(self.replication_config(&pg)?)
+            .await
+            .map_err(|e| replication_error(&e))?;
+        let factory = self.factory(&pg);
+        if need_snapshot {
+            let (consistent_point, snapshot_name) = self.create_slot(&mut repl, true).await?;
+            let snapshot_name =
+                snapshot_name.ok_or_else(|| Error::permanent("the slot exported no snapshot"))?;
+            ctx.offsets.save_source_checkpoint(
+                &serde_json::to_value(Checkpoint {
+                    slot: self.slot.clone(),
+                    snapshot_done: false,
+                })
+                .expect("plain struct"),
+            )?;
+            match (snapshot::Snapshot {
+                pg: pg.clone(),
+                snapshot_name,
+                consistent_point,
+                tables: self.shapes(&client, &tables).await?,
+                parallelism: self.config.snapshot_parallelism,
+                factory: factory.clone(),
+            })
+            .run(ctx)
+            .await
+            {
+                // Stopped mid-snapshot: the next start takes it again from the beginning.
+                Err(Error::Cancelled) => return Ok(()),
+                other => other?,
+            };
+        } else if slot.is_none() {
+            self.create_slot(&mut repl, false).await?;
+        }
+        if !checkpoint.snapshot_done {
+            ctx.offsets.save_source_checkpoint(
+                &serde_json::to_value(Checkpoint {
+                    slot: self.slot.clone(),
+                    snapshot_done: true,
+                })
+                .expect("plain struct"),
+            )?;
+        }
+        // Resume after the last streamed event the log holds.
+        let resume_after = match ctx.last_event().await? {
+            Some(e) if e.source.snapshot == SnapshotMarker::False => match e.source.position {
+                SourcePosition::Postgres {
+                    commit_lsn, index, ..
+                } => Some((commit_lsn, index)),
+                _ => None,
+            },
+            _ => None,
+        };
+        repl.start().await.map_err(|e| replication_error(&e))?;
+        repl.wait_started()
+            .await
+            .map_err(|e| replication_error(&e))?;
+        tracing::info!(pipeline = %self.pipeline, slot = %self.slot, ?resume_after, "streaming changes");
+        let result = stream::Stream {
+            ctx,
+            repl: &mut repl,
+            client: &client,
+            factory,
+            resume_after,
+            heartbeat: self.config.heartbeat_interval.map(|h| h.0),
+        }
+        .run()
+        .await;
+        let _ = repl.shutdown().await;
+        if result.is_ok() && ctx.cancel.is_cancelled() && self.config.drop_slot_on_stop {
+            self.drop_slot(&client).await?;
+            ctx.offsets.save_source_checkpoint(
+                &serde_json::to_value(Checkpoint::default()).expect("plain struct"),
+            )?;
+        }
+        result
+    }
+}

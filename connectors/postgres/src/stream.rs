@@ -1,0 +1,268 @@
+//! Streaming: pgoutput messages from the slot to events in the log, each change once, and the
+//! flush position confirmed to the server only once the log holds everything before it.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use pgwire_replication::{ReplicationClient, ReplicationEvent};
+use siphon_core::event::{Op, SnapshotMarker};
+use siphon_core::source::SourceContext;
+use siphon_core::{Error, Event, Result, Row, Value};
+use tokio_postgres::Client;
+
+use crate::catalog::{TypeCache, pg_error};
+use crate::events::{EventFactory, Place, Shape};
+use crate::pgoutput::{self, Message, Relation, TupleValue};
+
+/// Events appended per call while a transaction is open (it streams through, never held
+/// whole in memory).
+const CHUNK: usize = 1000;
+
+/// The transaction being received.
+struct Transaction {
+    final_lsn: u64,
+    xid: u32,
+    commit_time_micros: i64,
+    next_index: u64,
+    per_table: HashMap<u32, u64>,
+}
+
+/// Streams until cancelled or the connection fails.
+pub struct Stream<'a> {
+    pub ctx: &'a SourceContext,
+    pub repl: &'a mut ReplicationClient,
+    pub client: &'a Client,
+    pub factory: EventFactory,
+    /// The last streamed event the log holds: (commit LSN, index). Anything at or before it
+    /// was appended before a restart and is dropped.
+    pub resume_after: Option<(u64, u64)>,
+    pub heartbeat: Option<Duration>,
+}
+
+impl Stream<'_> {
+    pub async fn run(self) -> Result<()> {
+        let mut shapes: HashMap<u32, Shape> = HashMap::new();
+        let mut types = TypeCache::default();
+        let mut tx: Option<Transaction> = None;
+        let mut pending: Vec<Event> = Vec::with_capacity(CHUNK + 2);
+        let mut heartbeat =
+            tokio::time::interval(self.heartbeat.unwrap_or(Duration::from_secs(3600)));
+        heartbeat.tick().await;
+        loop {
+            let event = tokio::select! {
+                _ = self.ctx.cancel.cancelled() => return Ok(()),
+                _ = heartbeat.tick(), if self.heartbeat.is_some() => {
+                    self.client
+                        .batch_execute("select pg_logical_emit_message(false, 'siphon_heartbeat', '')")
+                        .await
+                        .map_err(|e| pg_error("writing a heartbeat", &e))?;
+                    continue;
+                }
+                event = self.repl.recv() => event,
+            };
+            let event = match event {
+                Ok(Some(e)) => e,
+                Ok(None) => return Err(Error::transient("the replication stream ended")),
+                Err(e) => return Err(crate::replication_error(&e)),
+            };
+            match event {
+                ReplicationEvent::Begin {
+                    final_lsn,
+                    xid,
+                    commit_time_micros,
+                } => {
+                    tx = Some(Transaction {
+                        final_lsn: final_lsn.as_u64(),
+                        xid,
+                        commit_time_micros,
+                        next_index: 0,
+                        per_table: HashMap::new(),
+                    });
+                }
+                ReplicationEvent::XLogData {
+                    wal_start, data, ..
+                } => {
+                    let message =
+                        pgoutput::decode(data).map_err(|e| Error::permanent(e.to_string()))?;
+                    match message {
+                        Message::Relation(r) => {
+                            let shape = self.shape(&r, &mut types).await?;
+                            shapes.insert(r.id, shape);
+                        }
+                        change @ (Message::Insert { .. }
+                        | Message::Update { .. }
+                        | Message::Delete { .. }
+                        | Message::Truncate { .. }) => {
+                            let t = tx.as_mut().ok_or_else(|| {
+                                Error::permanent("a change arrived outside a transaction")
+                            })?;
+                            for (relation, op, before, after) in split(&shapes, change)? {
+                                let shape = &shapes[&relation];
+                                let index = t.next_index;
+                                t.next_index += 1;
+                                let table_order = t.per_table.entry(relation).or_default();
+                                *table_order += 1;
+                                if self
+                                    .resume_after
+                                    .is_some_and(|done| (t.final_lsn, index) <= done)
+                                {
+                                    continue; // the log has it from before a restart
+                                }
+                                let key = match op {
+                                    Op::Truncate => None,
+                                    Op::Delete => before.as_ref().and_then(|r| shape.key_of(r)),
+                                    _ => after.as_ref().and_then(|r| shape.key_of(r)),
+                                };
+                                let at = Place {
+                                    commit_lsn: t.final_lsn,
+                                    lsn: wal_start.as_u64(),
+                                    index,
+                                    xid: Some(t.xid),
+                                    commit_time_micros: t.commit_time_micros,
+                                    snapshot: SnapshotMarker::False,
+                                    table_order: *table_order,
+                                };
+                                pending.push(self.factory.event(shape, op, before, after, key, at));
+                                if pending.len() > CHUNK {
+                                    // Keep the newest back: the commit marks it as the transaction's end.
+                                    let newest = pending.pop().expect("not empty");
+                                    self.ctx.append(&pending, false).await?;
+                                    pending.clear();
+                                    pending.push(newest);
+                                }
+                            }
+                        }
+                        Message::Begin { .. }
+                        | Message::Commit { .. }
+                        | Message::Origin { .. }
+                        | Message::Type { .. }
+                        | Message::Logical { .. } => {}
+                    }
+                }
+                ReplicationEvent::Commit { end_lsn, .. } => {
+                    if !pending.is_empty() {
+                        self.ctx.append(&pending, true).await?;
+                        pending.clear();
+                    }
+                    tx = None;
+                    // The log holds the whole transaction: the server may forget it.
+                    self.repl.update_applied_lsn(end_lsn);
+                }
+                ReplicationEvent::KeepAlive { wal_end, .. } => {
+                    // Between transactions everything received is in the log, so the server's
+                    // position can be confirmed even when the captured tables are idle.
+                    if tx.is_none() {
+                        self.repl.update_applied_lsn(wal_end);
+                    }
+                }
+                ReplicationEvent::Message { .. } => {}
+                ReplicationEvent::StoppedAt { .. } => return Ok(()),
+            }
+        }
+    }
+
+    /// The shape of a table from its Relation message; the key is its primary key now.
+    async fn shape(&self, r: &Relation, types: &mut TypeCache) -> Result<Shape> {
+        let mut columns = Vec::with_capacity(r.columns.len());
+        for c in &r.columns {
+            columns.push((
+                c.name.clone(),
+                types.resolve(self.client, c.type_oid).await?,
+            ));
+        }
+        let pk: Vec<String> = self
+            .client
+            .query(
+                "select a.attname::text from pg_index i join pg_attribute a \
+                 on a.attrelid = i.indrelid and a.attnum = any(i.indkey) \
+                 where i.indrelid = $1 and i.indisprimary order by array_position(i.indkey, a.attnum)",
+                &[&r.id],
+            )
+            .await
+            .map_err(|e| pg_error("reading a primary key", &e))?
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        let key = pk
+            .iter()
+            .filter_map(|k| r.columns.iter().position(|c| &c.name == k))
+            .collect();
+        Ok(Shape {
+            schema: r.namespace.clone(),
+            table: r.name.clone(),
+            columns,
+            key,
+        })
+    }
+}
+
+type Change = (u32, Op, Option<Row>, Option<Row>);
+
+/// The events one change message makes. An update that changes the primary key becomes a
+/// delete of the old key and an insert of the new row, as Debezium does, so keyed stores
+/// drop the old row.
+fn split(shapes: &HashMap<u32, Shape>, message: Message) -> Result<Vec<Change>> {
+    let shape = |id: u32| {
+        shapes.get(&id).ok_or_else(|| {
+            Error::permanent(format!(
+                "a change to relation {id} came before its Relation message"
+            ))
+        })
+    };
+    Ok(match message {
+        Message::Insert { relation, new } => vec![(
+            relation,
+            Op::Create,
+            None,
+            Some(row(shape(relation)?, &new)),
+        )],
+        Message::Update {
+            relation, old, new, ..
+        } => {
+            let s = shape(relation)?;
+            let after = row(s, &new);
+            let before = old.map(|o| row(s, &o));
+            match &before {
+                Some(b) if s.key_of(b) != s.key_of(&after) && !s.key.is_empty() => {
+                    vec![
+                        (relation, Op::Delete, before.clone(), None),
+                        (relation, Op::Create, None, Some(after)),
+                    ]
+                }
+                _ => vec![(relation, Op::Update, before, Some(after))],
+            }
+        }
+        Message::Delete { relation, old, .. } => vec![(
+            relation,
+            Op::Delete,
+            Some(row(shape(relation)?, &old)),
+            None,
+        )],
+        Message::Truncate { relations, .. } => relations
+            .into_iter()
+            .filter(|r| shapes.contains_key(r))
+            .map(|r| (r, Op::Truncate, None, None))
+            .collect(),
+        _ => Vec::new(),
+    })
+}
+
+fn row(shape: &Shape, tuple: &[TupleValue]) -> Row {
+    let values = tuple
+        .iter()
+        .enumerate()
+        .map(|(i, v)| match v {
+            TupleValue::Null => Value::Null,
+            TupleValue::Unchanged => Value::Unchanged,
+            TupleValue::Text(b) => match std::str::from_utf8(b) {
+                Ok(t) if i < shape.columns.len() => shape.decode(i, t),
+                _ => Value::Other {
+                    type_name: "bytes".into(),
+                    text: String::from_utf8_lossy(b).into_owned(),
+                },
+            },
+            TupleValue::Binary(b) => Value::Bytes(b.to_vec()),
+        })
+        .collect();
+    shape.row(values)
+}
