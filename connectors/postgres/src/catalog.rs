@@ -285,7 +285,10 @@ impl TypeCache {
                     _ if category == "A" && elem != 0 => {
                         PgType::Array(Box::new(Box::pin(self.resolve(client, elem)).await?))
                     }
-                    _ => PgType::Other(name),
+                    _ => {
+                        tracing::warn!(type_name = %name, oid, "values of this type travel as the server's text");
+                        PgType::Other(name)
+                    }
                 }
             }
         };

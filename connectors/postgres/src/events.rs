@@ -41,7 +41,7 @@ impl Shape {
                     tracing::warn!(column = %what, error = %e, "a value siphon cannot decode travels as text");
                 }
                 Value::Other {
-                    type_name: format!("{ty:?}"),
+                    type_name: format!("{ty:?}").to_lowercase(),
                     text: text.to_owned(),
                 }
             }
