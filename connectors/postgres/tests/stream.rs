@@ -327,3 +327,182 @@ async fn restart_resumes_without_loss_or_duplicates() {
     );
     assert_eq!(fold(&events)["orders"], table(&h.db, "orders").await);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn toast_ddl_and_replica_identity() {
+    let db = postgres().await.unwrap();
+    db.client()
+        .await
+        .unwrap()
+        .batch_execute(
+            "create table docs (id bigint primary key, title text, body text);
+             alter table docs alter column body set storage external;
+             create table audit (id bigint primary key, who text, what text);
+             alter table audit replica identity full;
+             insert into docs values (1, 'first', repeat('lorem ipsum ', 2000));
+             insert into audit values (1, 'ann', 'created');",
+        )
+        .await
+        .unwrap();
+    let h = Harness::new(db, &["public.docs", "public.audit"]).await;
+    let (run, stop) = h.start();
+    h.wait_for("the snapshot", |e| {
+        e.iter()
+            .any(|(_, _, e)| e.source.snapshot == SnapshotMarker::Last)
+    })
+    .await;
+    let client = h.db.client().await.unwrap();
+    client
+        .batch_execute(
+            "update docs set title = 'renamed' where id = 1;
+             update audit set what = 'changed' where id = 1;
+             delete from docs where id = 1;
+             alter table docs add column tags text[];
+             insert into docs values (2, 'second', 'short', '{a,b}');
+             alter table docs rename column title to headline;
+             insert into docs values (3, 'third', 'x', null);
+             alter table docs drop column body;
+             alter table docs alter column headline type varchar(20);
+             insert into docs values (4, 'fourth', '{c}');",
+        )
+        .await
+        .unwrap();
+    h.wait_for("the changes", |e| {
+        e.iter()
+            .any(|(_, _, e)| e.key.as_ref().and_then(|k| k.get("id")) == Some(&Value::Int(4)))
+    })
+    .await;
+    stop.cancel();
+    run.await.unwrap().unwrap();
+    let streamed: Vec<Event> = h
+        .events()
+        .into_iter()
+        .filter(|(_, _, e)| e.source.snapshot == SnapshotMarker::False)
+        .map(|(_, _, e)| e)
+        .collect();
+
+    // TOAST: the untouched 24 KB body is marked unchanged, never null or a placeholder.
+    let update = &streamed[0];
+    assert_eq!(
+        (update.op, update.source.table.as_str()),
+        (Op::Update, "docs")
+    );
+    let body = update.after.as_ref().unwrap().get("body");
+    assert!(
+        body == Some(&Value::Unchanged),
+        "the TOASTed body is not marked unchanged: {:.80?}",
+        body
+    );
+    assert_eq!(
+        update.after.as_ref().unwrap().get("title"),
+        Some(&Value::Text("renamed".into()))
+    );
+    // REPLICA IDENTITY DEFAULT: no before-image of an update; FULL: the whole old row.
+    assert_eq!(update.before, None);
+    let full = &streamed[1];
+    assert_eq!(full.source.table, "audit");
+    assert_eq!(
+        full.before.as_ref().unwrap().get("what"),
+        Some(&Value::Text("created".into()))
+    );
+    assert_eq!(
+        full.before.as_ref().unwrap().get("who"),
+        Some(&Value::Text("ann".into()))
+    );
+    // A delete under DEFAULT carries the key; other columns are null.
+    let delete = &streamed[2];
+    assert_eq!(delete.op, Op::Delete);
+    assert_eq!(
+        delete.before.as_ref().unwrap().get("id"),
+        Some(&Value::Int(1))
+    );
+    assert_eq!(
+        delete.before.as_ref().unwrap().get("title"),
+        Some(&Value::Null)
+    );
+    assert_eq!(delete.key.as_ref().unwrap().get("id"), Some(&Value::Int(1)));
+    // DDL while streaming: each insert has the columns of its moment.
+    let columns = |e: &Event| {
+        e.after
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|(c, _)| c.to_owned())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(columns(&streamed[3]), ["id", "title", "body", "tags"]);
+    assert_eq!(
+        streamed[3].after.as_ref().unwrap().get("tags"),
+        Some(&Value::Array(vec![
+            Value::Text("a".into()),
+            Value::Text("b".into())
+        ]))
+    );
+    assert_eq!(columns(&streamed[4]), ["id", "headline", "body", "tags"]);
+    assert_eq!(columns(&streamed[5]), ["id", "headline", "tags"]);
+    assert_eq!(
+        streamed[5].after.as_ref().unwrap().get("headline"),
+        Some(&Value::Text("fourth".into()))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn idle_captured_tables_still_advance_the_slot() {
+    let db = postgres().await.unwrap();
+    db.client()
+        .await
+        .unwrap()
+        .batch_execute(
+            "create table watched (id bigint primary key); create table busy (id bigint);",
+        )
+        .await
+        .unwrap();
+    let h = Harness::new(db, &["public.watched"]).await;
+    let (run, stop) = h.start();
+    let client = h.db.client().await.unwrap();
+    let slot = format!("{}_slot", h.db.name);
+    let confirmed = || async {
+        let row = client.query_opt("select (confirmed_flush_lsn - '0/0')::int8 from pg_replication_slots where slot_name = $1", &[&slot]).await.unwrap();
+        row.and_then(|r| r.get::<_, Option<i64>>(0)).unwrap_or(0)
+    };
+    // Wait until streaming runs (the slot exists and has a position).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while confirmed().await == 0 {
+        assert!(Instant::now() < deadline, "no slot");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let before = confirmed().await;
+    // Write only to an uncaptured table: the captured one stays idle.
+    client
+        .batch_execute("insert into busy select generate_series(1, 1000)")
+        .await
+        .unwrap();
+    let after_writes: i64 = client
+        .query_one("select (pg_current_wal_lsn() - '0/0')::int8", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let now = confirmed().await;
+        if now >= after_writes {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "confirmed_flush_lsn stuck at {now} (was {before}), WAL at {after_writes}"
+        );
+        // Keepalives come with more WAL; keep the server talking.
+        client
+            .batch_execute("insert into busy values (0)")
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        h.events().is_empty(),
+        "nothing of the uncaptured table reached the log"
+    );
+    stop.cancel();
+    run.await.unwrap().unwrap();
+}
