@@ -25,6 +25,19 @@ pub struct Setup {
 impl Setup {
     /// `events` generator events, a transaction of 7 every `interval`; `extra` is appended to the config.
     pub fn new(events: u64, interval: &str, extra: &str) -> Self {
+        let source = format!(
+            r#"kind = "generator"
+tables = ["demo.orders", "demo.customers"]
+keys = 40
+events = {events}
+transaction_size = 7
+interval = "{interval}""#
+        );
+        Self::with_source(&source, events, extra)
+    }
+
+    /// A pipeline `demo` with the given `[pipelines.demo.source]` body into the file sink `out`.
+    pub fn with_source(source: &str, events: u64, extra: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let admin_port = free_port();
         let config = dir.path().join("siphon.toml");
@@ -37,12 +50,7 @@ shutdown_timeout = "10s"
 listen = "127.0.0.1:{admin_port}"
 
 [pipelines.demo.source]
-kind = "generator"
-tables = ["demo.orders", "demo.customers"]
-keys = 40
-events = {events}
-transaction_size = 7
-interval = "{interval}"
+{source}
 
 [pipelines.demo.log]
 segment_size = "64KiB"

@@ -1,0 +1,167 @@
+//! The daemon with the PostgreSQL source, broken on purpose while a writer runs: kill -9 of
+//! the daemon, the walsender terminated. The file sink's output, folded, must equal the table
+//! row by row, and each change must be in it once.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use common::{Setup, fold};
+use serde_json::Value as Json;
+use siphon_test_support::{PgDatabase, postgres};
+
+fn setup(db: &PgDatabase) -> Setup {
+    let source = format!(
+        "kind = \"postgres\"\nurl = \"{}\"\ntables = [\"public.accounts\"]\nslot = \"{}_slot\"\nstatus_interval = \"200ms\"",
+        db.url, db.name
+    );
+    Setup::with_source(&source, 0, "")
+}
+
+const SCHEMA: &str = "create table accounts (id bigint primary key, owner text not null, balance numeric(14,2) not null, version bigint not null);
+    insert into accounts select g, 'owner ' || g, 100, 0 from generate_series(1, 200) g;";
+
+/// Writes transactions until stopped: updates, inserts and deletes; returns how many ran.
+fn writer(db: &PgDatabase, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<u64> {
+    let url = db.url.clone();
+    tokio::spawn(async move {
+        let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let mut n = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            let id = n % 200 + 1;
+            let new_id = 1000 + n;
+            client
+                .batch_execute(&format!(
+                    "begin;
+                     update accounts set balance = balance + 1, version = version + 1 where id = {id};
+                     insert into accounts values ({new_id}, 'new {n}', {n}, 0);
+                     delete from accounts where id = {} ;
+                     commit;",
+                    new_id.saturating_sub(3)
+                ))
+                .await
+                .unwrap();
+            n += 1;
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        n
+    })
+}
+
+/// The table as JSON rows, the way the events encode them.
+async fn table(db: &PgDatabase) -> BTreeMap<(String, i64), Json> {
+    let client = db.client().await.unwrap();
+    client
+        .query("select id, owner, balance::text, version from accounts", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let id: i64 = r.get(0);
+            let row = serde_json::json!({"id": id, "owner": r.get::<_, String>(1), "balance": r.get::<_, String>(2), "version": r.get::<_, i64>(3)});
+            (("accounts".to_owned(), id), row)
+        })
+        .collect()
+}
+
+/// Waits until the sink has applied everything the table holds now, then compares.
+async fn converge(setup: &Setup, db: &PgDatabase) {
+    let want = table(db).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let got = fold(&setup.output());
+        if got == want {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sink never matched the table ({} rows vs {})",
+            got.len(),
+            want.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Each streamed change at most once: LSN positions strictly increase.
+    let positions: Vec<(u64, u64)> = setup
+        .output()
+        .iter()
+        .filter(|e| e["source"]["snapshot"] == "false")
+        .map(|e| {
+            let seq: Vec<u64> =
+                serde_json::from_str::<Vec<String>>(e["source"]["sequence"].as_str().unwrap())
+                    .unwrap()
+                    .iter()
+                    .map(|s| s.parse().unwrap())
+                    .collect();
+            (seq[0], e["transaction"]["total_order"].as_u64().unwrap())
+        })
+        .collect();
+    assert!(
+        positions.windows(2).all(|w| w[0] < w[1]),
+        "a change reached the sink twice or out of order"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_while_a_writer_runs_loses_and_repeats_nothing() {
+    let db = postgres().await.unwrap();
+    db.client()
+        .await
+        .unwrap()
+        .batch_execute(SCHEMA)
+        .await
+        .unwrap();
+    let setup = setup(&db);
+    let stop = Arc::new(AtomicBool::new(false));
+    let writing = writer(&db, stop.clone());
+    for round in 0..5u64 {
+        let mut d = setup.start();
+        tokio::time::sleep(Duration::from_millis(300 + round * 150)).await;
+        d.kill_9().unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let written = writing.await.unwrap();
+    assert!(written > 50, "the writer wrote only {written} transactions");
+    let d = setup.start();
+    converge(&setup, &db).await;
+    drop(d);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn terminated_walsender_reconnects_without_loss() {
+    let db = postgres().await.unwrap();
+    db.client()
+        .await
+        .unwrap()
+        .batch_execute(SCHEMA)
+        .await
+        .unwrap();
+    let setup = setup(&db);
+    let stop = Arc::new(AtomicBool::new(false));
+    let writing = writer(&db, stop.clone());
+    let d = setup.start();
+    let admin = db.client().await.unwrap();
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let killed = admin
+            .query("select pg_terminate_backend(active_pid) from pg_replication_slots where slot_name = $1 and active_pid is not null", &[&format!("{}_slot", db.name)])
+            .await
+            .unwrap();
+        assert_eq!(killed.len(), 1, "no walsender to terminate");
+    }
+    stop.store(true, Ordering::Relaxed);
+    writing.await.unwrap();
+    converge(&setup, &db).await;
+    assert!(
+        d.log().contains("retrying"),
+        "the source never noticed the terminated walsender:\n{}",
+        d.log()
+    );
+}
