@@ -13,12 +13,21 @@ use siphon_test_support::postgres;
 
 fn restart_postgres() {
     let version = std::fs::read_dir("/etc/postgresql")
-        .expect("/etc/postgresql: this test restarts the machine's PostgreSQL (Debian's pg_ctlcluster)")
+        .expect(
+            "/etc/postgresql: this test restarts the machine's PostgreSQL (Debian's pg_ctlcluster)",
+        )
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
         .max()
         .expect("a PostgreSQL cluster");
     let status = std::process::Command::new("pg_ctlcluster")
-        .args(["--skip-systemctl-redirect", &version, "main", "restart", "-m", "fast"])
+        .args([
+            "--skip-systemctl-redirect",
+            &version,
+            "main",
+            "restart",
+            "-m",
+            "fast",
+        ])
         .status()
         .expect("pg_ctlcluster (run the tests as root, as scripts/test does)");
     assert!(status.success(), "restarting PostgreSQL failed");
@@ -48,7 +57,8 @@ async fn postgres_restart_mid_stream_loses_nothing() {
         tokio::spawn(async move {
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                let Ok((client, conn)) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await else {
+                let Ok((client, conn)) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await
+                else {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 };
@@ -70,7 +80,10 @@ async fn postgres_restart_mid_stream_loses_nothing() {
     let after_restart = committed.load(Ordering::Relaxed);
     let deadline = Instant::now() + Duration::from_secs(30);
     while committed.load(Ordering::Relaxed) < after_restart + 100 {
-        assert!(Instant::now() < deadline, "the writer did not get going after the restart");
+        assert!(
+            Instant::now() < deadline,
+            "the writer did not get going after the restart"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     stop.store(true, Ordering::Relaxed);
@@ -82,7 +95,12 @@ async fn postgres_restart_mid_stream_loses_nothing() {
         .await
         .unwrap()
         .iter()
-        .map(|r| (("counters".to_owned(), r.get::<_, i64>(0)), serde_json::json!({"id": r.get::<_, i64>(0), "n": r.get::<_, i64>(1)})))
+        .map(|r| {
+            (
+                ("counters".to_owned(), r.get::<_, i64>(0)),
+                serde_json::json!({"id": r.get::<_, i64>(0), "n": r.get::<_, i64>(1)}),
+            )
+        })
         .collect();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -90,10 +108,17 @@ async fn postgres_restart_mid_stream_loses_nothing() {
         if got == want {
             break;
         }
-        assert!(Instant::now() < deadline, "the sink never matched the table after the restart:\n{}", d.log());
+        assert!(
+            Instant::now() < deadline,
+            "the sink never matched the table after the restart:\n{}",
+            d.log()
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let total: i64 = want.values().map(|r| r["n"].as_i64().unwrap()).sum();
     let updates = setup.output().iter().filter(|e| e["op"] == "u").count() as i64;
-    assert_eq!(updates, total, "each committed update reached the sink exactly once");
+    assert_eq!(
+        updates, total,
+        "each committed update reached the sink exactly once"
+    );
 }

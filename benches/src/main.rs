@@ -45,6 +45,19 @@ enum Bench {
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
     },
+    /// The PostgreSQL source vs pg_recvlogical (streaming) and COPY (snapshot), on the
+    /// workloads of ../shared/reference/pg_limit.sh.
+    Pg {
+        /// Rows of the single-transaction insert and of the snapshot table.
+        #[arg(long, default_value_t = 1_000_000)]
+        rows: u64,
+        /// One-row transactions.
+        #[arg(long, default_value_t = 100_000)]
+        txns: u64,
+        /// Server URL (a database is created and dropped in it).
+        #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
+        url: String,
+    },
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -64,8 +77,15 @@ impl std::fmt::Display for Fsync {
     }
 }
 
+mod pg;
+
+/// The allocator the `siphon` binary uses, so that the figures are the daemon's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> anyhow::Result<()> {
     match Args::parse().bench {
+        Bench::Pg { rows, txns, url } => pg::run(&url, rows, txns)?,
         Bench::Log {
             records,
             sizes,

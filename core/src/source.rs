@@ -62,6 +62,22 @@ impl SourceContext {
     /// Appends events in order and returns once they are durable; `ends_transaction` marks the
     /// last one as the end of its source transaction.
     pub async fn append(&self, events: &[Event], ends_transaction: bool) -> Result<Range<u64>> {
+        let ends: &[usize] = if ends_transaction && !events.is_empty() {
+            &[events.len() - 1]
+        } else {
+            &[]
+        };
+        self.append_marked(events, ends).await
+    }
+
+    /// Appends events of several transactions at once (one fsync for all: group commit) and
+    /// returns once they are durable; `transaction_ends` are the indices of the events that
+    /// end a source transaction.
+    pub async fn append_marked(
+        &self,
+        events: &[Event],
+        transaction_ends: &[usize],
+    ) -> Result<Range<u64>> {
         let mut records = Vec::with_capacity(events.len());
         for event in events {
             let flags = if event.op == Op::Delete {
@@ -75,8 +91,10 @@ impl SourceContext {
                 flags,
             });
         }
-        if ends_transaction && let Some(last) = records.last_mut() {
-            last.flags = last.flags.with(RecordFlags::TXN_END);
+        for &i in transaction_ends {
+            if let Some(r) = records.get_mut(i) {
+                r.flags = r.flags.with(RecordFlags::TXN_END);
+            }
         }
         let range = self.log.append(records).await?;
         if self.log.durable_end() < range.end {

@@ -15,8 +15,10 @@ use crate::catalog::{Table, pg_error, quote_ident, quote_literal};
 use crate::copy::parse_line;
 use crate::events::{EventFactory, PG_EPOCH_MICROS, Place, Shape};
 
-/// Events appended per call.
+/// Rows per message from a reader to the appender.
 const BATCH: usize = 1000;
+/// Events per append (one fsync each).
+const APPEND: usize = 20_000;
 
 /// What to snapshot and how.
 pub struct Snapshot {
@@ -45,7 +47,8 @@ impl Snapshot {
                 .enumerate()
                 .collect(),
         ));
-        let (tx, mut rx) = mpsc::channel::<Result<(usize, Row)>>(4 * BATCH);
+        // Rows travel in batches: one channel operation per thousand rows, not per row.
+        let (tx, mut rx) = mpsc::channel::<Result<(usize, Vec<Row>)>>(8);
         let mut workers = tokio::task::JoinSet::new();
         for _ in 0..self.parallelism.min(self.tables.len()).max(1) {
             let (queue, tx, pg, name) = (
@@ -68,7 +71,7 @@ impl Snapshot {
             .map_or(0, |d| d.as_micros() as i64))
             - PG_EPOCH_MICROS;
         let mut index = 0u64;
-        let mut batch: Vec<Event> = Vec::with_capacity(BATCH + 1);
+        let mut batch: Vec<Event> = Vec::with_capacity(APPEND + 1);
         let mut last_progress = Instant::now();
         let mut held: Option<Event> = None;
         loop {
@@ -80,31 +83,33 @@ impl Snapshot {
                 next = rx.recv() => next,
             };
             let Some(item) = next else { break };
-            let (table, row) = item?;
+            let (table, rows) = item?;
             let shape = &shapes[table];
-            let key = shape.key_of(&row);
-            let at = Place {
-                commit_lsn: self.consistent_point,
-                lsn: self.consistent_point,
-                index,
-                xid: None,
-                commit_time_micros: now_pg,
-                snapshot: SnapshotMarker::True,
-                table_order: 0,
-            };
-            index += 1;
-            // The newest row waits, so that the very last one can be marked `last`.
-            if let Some(prev) =
-                held.replace(
-                    self.factory
-                        .event(shape, Op::Read, None, Some(row), key, at),
-                )
-            {
-                batch.push(prev);
-            }
-            if batch.len() >= BATCH {
-                ctx.append(&batch, true).await?;
-                batch.clear();
+            for row in rows {
+                let key = shape.key_of(&row);
+                let at = Place {
+                    commit_lsn: self.consistent_point,
+                    lsn: self.consistent_point,
+                    index,
+                    xid: None,
+                    commit_time_micros: now_pg,
+                    snapshot: SnapshotMarker::True,
+                    table_order: 0,
+                };
+                index += 1;
+                // The newest row waits, so that the very last one can be marked `last`.
+                if let Some(prev) =
+                    held.replace(
+                        self.factory
+                            .event(shape, Op::Read, None, Some(row), key, at),
+                    )
+                {
+                    batch.push(prev);
+                }
+                if batch.len() >= BATCH {
+                    ctx.append(&batch, true).await?;
+                    batch.clear();
+                }
             }
             if last_progress.elapsed() > Duration::from_secs(5) {
                 tracing::info!(pipeline = %ctx.pipeline, rows = index, estimated_rows = total_estimate, "snapshot progress");
@@ -131,7 +136,7 @@ async fn read_tables(
     snapshot_name: &str,
     queue: &Mutex<VecDeque<(usize, Table)>>,
     shapes: &[Shape],
-    tx: &mpsc::Sender<Result<(usize, Row)>>,
+    tx: &mpsc::Sender<Result<(usize, Vec<Row>)>>,
 ) -> Result<()> {
     let client = crate::connect(pg).await?;
     loop {
@@ -159,6 +164,7 @@ async fn read_tables(
         let mut stream = std::pin::pin!(stream);
         let mut carry: Vec<u8> = Vec::new();
         let mut rows = 0u64;
+        let mut out: Vec<Row> = Vec::with_capacity(BATCH);
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|e| pg_error("reading a table", &e))?;
             carry.extend_from_slice(&chunk);
@@ -175,13 +181,17 @@ async fn read_tables(
                             .map_or(siphon_core::Value::Null, |t| shape.decode(c, t))
                     })
                     .collect();
-                if tx.send(Ok((i, shape.row(values)))).await.is_err() {
+                out.push(shape.row(values));
+                if out.len() >= BATCH && tx.send(Ok((i, std::mem::take(&mut out)))).await.is_err() {
                     return Ok(()); // the appender stopped
                 }
                 rows += 1;
                 start += nl + 1;
             }
             carry.drain(..start);
+        }
+        if !out.is_empty() && tx.send(Ok((i, std::mem::take(&mut out)))).await.is_err() {
+            return Ok(());
         }
         client
             .batch_execute("commit")

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use pgwire_replication::{ReplicationClient, ReplicationEvent};
 use siphon_core::event::{Op, SnapshotMarker};
 use siphon_core::source::SourceContext;
@@ -17,6 +18,16 @@ use crate::pgoutput::{self, Message, Relation, TupleValue};
 /// Events appended per call while a transaction is open (it streams through, never held
 /// whole in memory).
 const CHUNK: usize = 1000;
+
+/// Events received and not yet in the log, and the position to confirm once they are.
+#[derive(Default)]
+struct Pending {
+    events: Vec<Event>,
+    /// Indices of the events that end a transaction.
+    ends: Vec<usize>,
+    /// The server position to confirm once `events` are durable.
+    confirm: Option<pgwire_replication::Lsn>,
+}
 
 /// The transaction being received.
 struct Transaction {
@@ -40,26 +51,26 @@ pub struct Stream<'a> {
 }
 
 impl Stream<'_> {
-    pub async fn run(self) -> Result<()> {
+    pub async fn run(mut self) -> Result<()> {
         let mut shapes: HashMap<u32, Shape> = HashMap::new();
         let mut types = TypeCache::default();
         let mut tx: Option<Transaction> = None;
-        let mut pending: Vec<Event> = Vec::with_capacity(CHUNK + 2);
+        let mut pending = Pending::default();
         let mut heartbeat =
             tokio::time::interval(self.heartbeat.unwrap_or(Duration::from_secs(3600)));
         heartbeat.tick().await;
         loop {
-            let event = tokio::select! {
-                _ = self.ctx.cancel.cancelled() => return Ok(()),
-                _ = heartbeat.tick(), if self.heartbeat.is_some() => {
-                    self.client
-                        .batch_execute("select pg_logical_emit_message(false, 'siphon_heartbeat', '')")
-                        .await
-                        .map_err(|e| pg_error("writing a heartbeat", &e))?;
-                    continue;
+            // Whatever the server has sent already joins the batch; when nothing more is
+            // waiting, the batch goes to the log with one fsync (group commit).
+            let ready = self.repl.recv().now_or_never();
+            let event = match ready {
+                Some(event) if !self.ctx.cancel.is_cancelled() => Some(event),
+                _ => {
+                    self.flush(&mut pending, tx.is_some()).await?;
+                    self.next_event(&mut heartbeat).await?
                 }
-                event = self.repl.recv() => event,
             };
+            let Some(event) = event else { return Ok(()) };
             let event = match event {
                 Ok(Some(e)) => e,
                 Ok(None) => return Err(Error::transient("the replication stream ended")),
@@ -122,13 +133,11 @@ impl Stream<'_> {
                                     snapshot: SnapshotMarker::False,
                                     table_order: *table_order,
                                 };
-                                pending.push(self.factory.event(shape, op, before, after, key, at));
-                                if pending.len() > CHUNK {
-                                    // Keep the newest back: the commit marks it as the transaction's end.
-                                    let newest = pending.pop().expect("not empty");
-                                    self.ctx.append(&pending, false).await?;
-                                    pending.clear();
-                                    pending.push(newest);
+                                pending
+                                    .events
+                                    .push(self.factory.event(shape, op, before, after, key, at));
+                                if pending.events.len() > CHUNK {
+                                    self.flush(&mut pending, true).await?;
                                 }
                             }
                         }
@@ -140,23 +149,61 @@ impl Stream<'_> {
                     }
                 }
                 ReplicationEvent::Commit { end_lsn, .. } => {
-                    if !pending.is_empty() {
-                        self.ctx.append(&pending, true).await?;
-                        pending.clear();
+                    let first_of_tx = pending.ends.last().map_or(0, |e| e + 1);
+                    if pending.events.len() > first_of_tx {
+                        pending.ends.push(pending.events.len() - 1);
                     }
                     tx = None;
-                    // The log holds the whole transaction: the server may forget it.
-                    self.repl.update_applied_lsn(end_lsn);
+                    // Once the log holds the whole transaction, the server may forget it.
+                    pending.confirm = Some(end_lsn);
                 }
                 ReplicationEvent::KeepAlive { wal_end, .. } => {
-                    // Between transactions everything received is in the log, so the server's
-                    // position can be confirmed even when the captured tables are idle.
+                    // Between transactions, once everything received is in the log, the
+                    // server's position can be confirmed even when the captured tables are idle.
                     if tx.is_none() {
-                        self.repl.update_applied_lsn(wal_end);
+                        pending.confirm = Some(pending.confirm.map_or(wal_end, |c| c.max(wal_end)));
                     }
                 }
                 ReplicationEvent::Message { .. } => {}
                 ReplicationEvent::StoppedAt { .. } => return Ok(()),
+            }
+        }
+    }
+
+    /// Appends what is pending (keeping the newest event of an open transaction back, so that
+    /// its commit can mark it), then confirms the position.
+    async fn flush(&mut self, pending: &mut Pending, transaction_open: bool) -> Result<()> {
+        let first_open = pending.ends.last().map_or(0, |e| e + 1);
+        let keep = usize::from(transaction_open && pending.events.len() > first_open);
+        let n = pending.events.len() - keep;
+        if n > 0 {
+            self.ctx
+                .append_marked(&pending.events[..n], &pending.ends)
+                .await?;
+            pending.events.drain(..n);
+            pending.ends.clear();
+        }
+        if let Some(lsn) = pending.confirm.take() {
+            self.repl.update_applied_lsn(lsn);
+        }
+        Ok(())
+    }
+
+    /// Waits for the next replication event, writing heartbeats meanwhile; `None` on shutdown.
+    async fn next_event(
+        &mut self,
+        heartbeat: &mut tokio::time::Interval,
+    ) -> Result<Option<pgwire_replication::Result<Option<ReplicationEvent>>>> {
+        loop {
+            tokio::select! {
+                _ = self.ctx.cancel.cancelled() => return Ok(None),
+                _ = heartbeat.tick(), if self.heartbeat.is_some() => {
+                    self.client
+                        .batch_execute("select pg_logical_emit_message(false, 'siphon_heartbeat', '')")
+                        .await
+                        .map_err(|e| pg_error("writing a heartbeat", &e))?;
+                }
+                event = self.repl.recv() => return Ok(Some(event)),
             }
         }
     }

@@ -1,7 +1,7 @@
 //! PostgreSQL's text output of each type, to exact event values. pgoutput (text mode) and
 //! `COPY … TO STDOUT` both produce this text, so snapshots and streaming share one decoder.
 
-use chrono::{NaiveDate, NaiveDateTime, NaiveTime, Timelike};
+use chrono::NaiveDate;
 use siphon_core::Value;
 
 /// How siphon decodes a column type.
@@ -207,12 +207,29 @@ fn parse_date(text: &str) -> Option<i32> {
     }
 }
 
+/// "HH:MM:SS[.ffffff]" (hand-written: this runs for every time and timestamp value).
 fn parse_time(text: &str) -> Option<i64> {
-    if text == "24:00:00" {
-        return Some(86_400_000_000);
+    let b = text.as_bytes();
+    if b.len() < 8 || b[2] != b':' || b[5] != b':' {
+        return None;
     }
-    let t = NaiveTime::parse_from_str(text, "%H:%M:%S%.f").ok()?;
-    Some(i64::from(t.num_seconds_from_midnight()) * 1_000_000 + i64::from(t.nanosecond() / 1000))
+    let num = |s: &[u8]| -> Option<i64> {
+        s.iter().try_fold(0i64, |acc, c| {
+            c.is_ascii_digit().then(|| acc * 10 + i64::from(c - b'0'))
+        })
+    };
+    let (h, m, sec) = (num(&b[0..2])?, num(&b[3..5])?, num(&b[6..8])?);
+    if h > 24 || m > 59 || sec > 60 || (h == 24 && (m, sec) != (0, 0)) {
+        return None;
+    }
+    let frac = match &b[8..] {
+        [] => 0,
+        [b'.', digits @ ..] if !digits.is_empty() && digits.len() <= 6 => {
+            num(digits)? * 10i64.pow(6 - digits.len() as u32)
+        }
+        _ => return None,
+    };
+    Some(((h * 60 + m) * 60 + sec) * 1_000_000 + frac)
 }
 
 /// Splits "…+05:30" into the rest and the offset in seconds (east positive).
@@ -232,17 +249,21 @@ fn split_offset(text: &str) -> Option<(&str, i32)> {
     Some((rest, sign * secs))
 }
 
-fn parse_naive_datetime(text: &str) -> Option<NaiveDateTime> {
+/// Microseconds since the epoch of a "YYYY-MM-DD HH:MM:SS[.ffffff][ BC]" local time.
+fn parse_naive_datetime(text: &str) -> Option<i64> {
     let (t, bc) = era(text);
     let (date, time) = t.split_once(' ')?;
-    Some(parse_naive_date(date, bc)?.and_time(NaiveTime::parse_from_str(time, "%H:%M:%S%.f").ok()?))
+    let days = parse_naive_date(date, bc)?
+        .signed_duration_since(EPOCH)
+        .num_days();
+    Some(days * 86_400_000_000 + parse_time(time)?)
 }
 
 fn parse_timestamp(text: &str) -> Option<i64> {
     match text {
         "infinity" => Some(i64::MAX),
         "-infinity" => Some(i64::MIN),
-        _ => Some(parse_naive_datetime(text)?.and_utc().timestamp_micros()),
+        _ => parse_naive_datetime(text),
     }
 }
 
@@ -253,12 +274,12 @@ fn parse_timestamptz(text: &str) -> Option<i64> {
         _ => {
             let (t, bc) = era(text);
             let (rest, offset) = split_offset(t)?;
-            let local = parse_naive_datetime(&if bc {
-                format!("{rest} BC")
+            let local = if bc {
+                parse_naive_datetime(&format!("{rest} BC"))?
             } else {
-                rest.to_owned()
-            })?;
-            Some(local.and_utc().timestamp_micros() - i64::from(offset) * 1_000_000)
+                parse_naive_datetime(rest)?
+            };
+            Some(local - i64::from(offset) * 1_000_000)
         }
     }
 }

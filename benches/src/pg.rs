@@ -1,0 +1,234 @@
+//! `siphon-bench pg`: the PostgreSQL source against the server's own limits, on the same
+//! workloads as `../shared/reference/pg_limit.sh`, in one run:
+//!
+//! 1. a single transaction inserting `rows` rows, streamed from a slot's backlog into the log
+//!    (fsynced), vs `pg_recvlogical` (pgoutput, `-f /dev/null`) on another slot;
+//! 2. `txns` one-row transactions, likewise;
+//! 3. a snapshot of the `rows`-row table vs `COPY … TO STDOUT`.
+//!
+//! It also reports the process's peak RSS (VmHWM) after streaming the big transaction.
+
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use siphon_core::log::ChangeLog;
+use siphon_core::log::file::FileLog;
+use siphon_core::offsets::OffsetStore;
+use siphon_core::source::{Source, SourceContext};
+use siphon_source_postgres::{PostgresConfig, PostgresSource, SnapshotMode};
+use tokio_util::sync::CancellationToken;
+
+const TABLE: &str = "create table orders (id bigserial primary key, customer_id int not null, city text not null,
+  amount numeric(12,2) not null, status text not null, note text, created_at timestamptz not null default now());
+  create publication bench_pub for table orders;";
+
+const BULK: &str = "insert into orders (customer_id, city, amount, status, note) select (random()*100000)::int,
+  (array['Berlin','Paris','Tokyo','Lima','Oslo'])[1+floor(random()*5)::int], round((random()*1000)::numeric,2), 'paid', md5(g::text)
+  from generate_series(1, $ROWS) g";
+
+fn psql(url: &str, sql: &str) -> anyhow::Result<String> {
+    let out = Command::new("psql")
+        .args(["-X", "-q", "-At", "-d", url, "-c", sql])
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "psql failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8(out.stdout)?.trim().to_owned())
+}
+
+fn with_db(url: &str, db: &str) -> String {
+    let base = url.rsplit_once('/').map_or(url, |(b, _)| b);
+    format!("{base}/{db}")
+}
+
+/// pg_recvlogical on `slot` up to `end`; returns the elapsed time.
+fn recvlogical(url: &str, slot: &str, end: &str) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    let status = Command::new("pg_recvlogical")
+        .args([
+            "-d",
+            url,
+            "-S",
+            slot,
+            "--start",
+            "-E",
+            end,
+            "-o",
+            "proto_version=1",
+            "-o",
+            "publication_names=bench_pub",
+        ])
+        .args(["-f", "/dev/null", "--no-loop", "--fsync-interval=0"])
+        .stderr(Stdio::null())
+        .status()?;
+    anyhow::ensure!(status.success(), "pg_recvlogical failed");
+    Ok(started.elapsed())
+}
+
+/// The source on `slot` until the log holds `records` records (durably); returns the time.
+async fn siphon(
+    url: &str,
+    slot: &str,
+    snapshot: SnapshotMode,
+    records: u64,
+) -> anyhow::Result<Duration> {
+    let dir = tempfile::tempdir()?;
+    let log = FileLog::open(dir.path().join("log"), Default::default())?;
+    let cancel = CancellationToken::new();
+    let ctx = SourceContext {
+        pipeline: "bench".into(),
+        log: Arc::new(log.clone()),
+        offsets: OffsetStore::open(dir.path().join("offsets"))?,
+        cancel: cancel.clone(),
+    };
+    let config = PostgresConfig {
+        url: url.to_owned(),
+        password: None,
+        password_file: None,
+        tables: vec!["public.orders".into()],
+        slot: Some(slot.to_owned()),
+        publication: Some("bench_pub".into()),
+        snapshot,
+        snapshot_parallelism: 2,
+        heartbeat_interval: None,
+        status_interval: siphon_core::units::HumanDuration(Duration::from_secs(10)),
+        drop_slot_on_stop: false,
+        tls: "disable".into(),
+    };
+    let mut source = PostgresSource::new("bench", config);
+    let started = Instant::now();
+    let run = tokio::spawn(async move { source.run(&ctx).await });
+    let mut end = log.subscribe();
+    end.wait_for(|e| *e >= records).await?;
+    let elapsed = started.elapsed();
+    cancel.cancel();
+    run.await??;
+    Ok(elapsed)
+}
+
+fn peak_rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+pub fn run(url: &str, rows: u64, txns: u64) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let db = format!("siphon_bench_{}", std::process::id());
+    psql(url, &format!("create database {db}"))?;
+    let db_url = with_db(url, &db);
+    let result = (|| -> anyhow::Result<()> {
+        psql(&db_url, TABLE)?;
+        // 1. One big transaction.
+        psql(
+            &db_url,
+            "select pg_create_logical_replication_slot('ref_bulk', 'pgoutput'); select pg_create_logical_replication_slot('siphon_bulk', 'pgoutput')",
+        )?;
+        psql(&db_url, &BULK.replace("$ROWS", &rows.to_string()))?;
+        let end = psql(&db_url, "select pg_current_wal_lsn()")?;
+        let reference = recvlogical(&db_url, "ref_bulk", &end)?;
+        let ours = rt.block_on(siphon(&db_url, "siphon_bulk", SnapshotMode::Never, rows))?;
+        let rss = peak_rss_mib();
+        println!(
+            "| streaming, 1 transaction of {rows} rows | {:.0} rows/s | {:.0} rows/s | {:.2}x |",
+            rate(rows, reference),
+            rate(rows, ours),
+            reference.as_secs_f64() / ours.as_secs_f64()
+        );
+
+        // 2. Many one-row transactions.
+        psql(
+            &db_url,
+            "select pg_create_logical_replication_slot('ref_small', 'pgoutput'); select pg_create_logical_replication_slot('siphon_small', 'pgoutput')",
+        )?;
+        let script = tempfile::NamedTempFile::new()?;
+        std::fs::write(
+            script.path(),
+            "insert into orders (customer_id, city, amount, status, note) values (1, 'Oslo', 9.99, 'new', 'x');\n",
+        )?;
+        let pgbench = std::fs::read_dir("/usr/lib/postgresql")?
+            .filter_map(|e| e.ok())
+            .map(|e| e.path().join("bin/pgbench"))
+            .find(|p| p.exists());
+        let pgbench = pgbench
+            .ok_or_else(|| anyhow::anyhow!("pgbench not found under /usr/lib/postgresql"))?;
+        let status = Command::new(pgbench)
+            .args([
+                "-n",
+                "-c",
+                "4",
+                "-j",
+                "2",
+                "-t",
+                &(txns / 4).to_string(),
+                "-f",
+            ])
+            .arg(script.path())
+            .arg(&db_url)
+            .env("PGOPTIONS", "-c synchronous_commit=off")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()?;
+        anyhow::ensure!(status.success(), "pgbench failed");
+        let end = psql(&db_url, "select pg_current_wal_lsn()")?;
+        let reference = recvlogical(&db_url, "ref_small", &end)?;
+        let ours = rt.block_on(siphon(
+            &db_url,
+            "siphon_small",
+            SnapshotMode::Never,
+            txns / 4 * 4,
+        ))?;
+        println!(
+            "| streaming, {txns} one-row transactions | {:.0} txns/s | {:.0} txns/s | {:.2}x |",
+            rate(txns, reference),
+            rate(txns, ours),
+            reference.as_secs_f64() / ours.as_secs_f64()
+        );
+
+        // 3. Snapshot vs COPY.
+        psql(&db_url, &format!("delete from orders where id > {rows}"))?;
+        psql(&db_url, "vacuum orders")?;
+        let count: u64 = psql(&db_url, "select count(*) from orders")?.parse()?;
+        let started = Instant::now();
+        let status = Command::new("psql")
+            .args(["-X", "-q", "-d", &db_url, "-c", "copy orders to stdout"])
+            .stdout(Stdio::null())
+            .status()?;
+        anyhow::ensure!(status.success(), "COPY failed");
+        let reference = started.elapsed();
+        let ours = rt.block_on(siphon(
+            &db_url,
+            "siphon_snapshot",
+            SnapshotMode::Initial,
+            count,
+        ))?;
+        println!(
+            "| snapshot of {count} rows | {:.0} rows/s | {:.0} rows/s | {:.2}x |",
+            rate(count, reference),
+            rate(count, ours),
+            reference.as_secs_f64() / ours.as_secs_f64()
+        );
+        println!("\npeak RSS after streaming the {rows}-row transaction: {rss:.0} MiB");
+        Ok(())
+    })();
+    let _ = psql(
+        url,
+        &format!(
+            "select pg_drop_replication_slot(slot_name) from pg_replication_slots where database = '{db}'"
+        ),
+    );
+    let _ = psql(url, &format!("drop database if exists {db}"));
+    result
+}
+
+fn rate(n: u64, d: Duration) -> f64 {
+    n as f64 / d.as_secs_f64()
+}
