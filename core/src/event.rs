@@ -244,7 +244,9 @@ const EVENT_FORMAT: u8 = 1;
 impl Event {
     /// Encodes for the change log (compact binary, exact).
     pub fn encode(&self) -> crate::Result<Vec<u8>> {
-        let mut out = vec![EVENT_FORMAT];
+        // Sized for a typical row, so that encoding rarely reallocates.
+        let mut out = Vec::with_capacity(512);
+        out.push(EVENT_FORMAT);
         postcard::to_io(self, &mut out).map_err(|e| crate::Error::Codec(e.to_string()))?;
         Ok(out)
     }
@@ -268,7 +270,14 @@ impl Event {
         let Some(key) = &self.key else {
             return Vec::new();
         };
-        let mut out = self.source.qualified_table().into_bytes();
+        let mut out = Vec::with_capacity(64);
+        if let Some(schema) = &self.source.schema {
+            out.extend_from_slice(schema.as_bytes());
+        } else {
+            out.extend_from_slice(self.source.db.as_bytes());
+        }
+        out.push(b'.');
+        out.extend_from_slice(self.source.table.as_bytes());
         out.push(0);
         postcard::to_io(key, &mut out).expect("encoding into a Vec cannot fail");
         out

@@ -78,29 +78,18 @@ impl SourceContext {
         events: &[Event],
         transaction_ends: &[usize],
     ) -> Result<Range<u64>> {
-        let mut records = Vec::with_capacity(events.len());
-        for event in events {
-            let flags = if event.op == Op::Delete {
-                RecordFlags::TOMBSTONE
-            } else {
-                RecordFlags::default()
-            };
-            records.push(NewRecord {
-                key: event.log_key(),
-                value: event.encode()?,
-                flags,
-            });
-        }
-        for &i in transaction_ends {
-            if let Some(r) = records.get_mut(i) {
-                r.flags = r.flags.with(RecordFlags::TXN_END);
-            }
-        }
-        let range = self.log.append(records).await?;
+        let range = self.log.append(records(events, transaction_ends)?).await?;
         if self.log.durable_end() < range.end {
             self.log.flush().await?;
         }
         Ok(range)
+    }
+
+    /// Appends the first events of a transaction that is still open, without waiting for them
+    /// to be durable: the next `append` makes them so. Nothing may be confirmed upstream on
+    /// the strength of this call.
+    pub async fn append_open_transaction(&self, events: &[Event]) -> Result<Range<u64>> {
+        self.log.append_unsynced(records(events, &[])?).await
     }
 
     /// The last event the log holds durably: where the source resumes.
@@ -110,4 +99,19 @@ impl SourceContext {
             None => Ok(None),
         }
     }
+}
+
+/// Log records of events; `transaction_ends` index the events that end a transaction.
+fn records(events: &[Event], transaction_ends: &[usize]) -> Result<Vec<NewRecord>> {
+    let mut records = Vec::with_capacity(events.len());
+    for event in events {
+        let flags = if event.op == Op::Delete { RecordFlags::TOMBSTONE } else { RecordFlags::default() };
+        records.push(NewRecord { key: event.log_key(), value: event.encode()?, flags });
+    }
+    for &i in transaction_ends {
+        if let Some(r) = records.get_mut(i) {
+            r.flags = r.flags.with(RecordFlags::TXN_END);
+        }
+    }
+    Ok(records)
 }

@@ -8,6 +8,11 @@ pub fn parse_line(line: &[u8]) -> Result<Vec<Option<String>>, String> {
             out.push(None);
             continue;
         }
+        if !field.contains(&b'\\') {
+            let text = std::str::from_utf8(field).map_err(|e| format!("not UTF-8: {e}"))?;
+            out.push(Some(text.to_owned()));
+            continue;
+        }
         let mut bytes = Vec::with_capacity(field.len());
         let mut i = 0;
         while i < field.len() {

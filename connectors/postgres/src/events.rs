@@ -7,7 +7,7 @@ use siphon_core::event::{
     Event, Op, Row, SnapshotMarker, SourceInfo, SourcePosition, TransactionInfo, Value,
 };
 
-use crate::values::{PgType, decode_text};
+use crate::values::{PgType, decode_owned};
 
 /// Microseconds from the Unix epoch to PostgreSQL's (2000-01-01).
 pub const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
@@ -31,19 +31,21 @@ static WARNED: Mutex<Option<HashSet<String>>> = Mutex::new(None);
 impl Shape {
     /// Decodes one column's text; a value siphon cannot decode travels as text, with a warning.
     pub fn decode(&self, column: usize, text: &str) -> Value {
+        self.decode_owned(column, text.to_owned())
+    }
+
+    /// [`Shape::decode`] of an owned text, whose buffer text-like values keep.
+    pub fn decode_owned(&self, column: usize, text: String) -> Value {
         let (name, ty) = &self.columns[column];
-        match decode_text(ty, text) {
+        match decode_owned(ty, text) {
             Ok(v) => v,
-            Err(e) => {
+            Err((e, text)) => {
                 let what = format!("{}.{}.{name}", self.schema, self.table);
                 let mut warned = WARNED.lock().unwrap();
                 if warned.get_or_insert_with(HashSet::new).insert(what.clone()) {
                     tracing::warn!(column = %what, error = %e, "a value siphon cannot decode travels as text");
                 }
-                Value::Other {
-                    type_name: format!("{ty:?}").to_lowercase(),
-                    text: text.to_owned(),
-                }
+                Value::Other { type_name: format!("{ty:?}").to_lowercase(), text }
             }
         }
     }

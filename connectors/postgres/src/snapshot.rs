@@ -174,12 +174,9 @@ async fn read_tables(
                 let fields = parse_line(line)
                     .map_err(|e| Error::permanent(format!("COPY of {}: {e}", table.qualified())))?;
                 let values = fields
-                    .iter()
+                    .into_iter()
                     .enumerate()
-                    .map(|(c, f)| {
-                        f.as_deref()
-                            .map_or(siphon_core::Value::Null, |t| shape.decode(c, t))
-                    })
+                    .map(|(c, f)| f.map_or(siphon_core::Value::Null, |t| shape.decode_owned(c, t)))
                     .collect();
                 out.push(shape.row(values));
                 if out.len() >= BATCH && tx.send(Ok((i, std::mem::take(&mut out)))).await.is_err() {

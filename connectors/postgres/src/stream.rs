@@ -176,10 +176,12 @@ impl Stream<'_> {
         let first_open = pending.ends.last().map_or(0, |e| e + 1);
         let keep = usize::from(transaction_open && pending.events.len() > first_open);
         let n = pending.events.len() - keep;
-        if n > 0 {
-            self.ctx
-                .append_marked(&pending.events[..n], &pending.ends)
-                .await?;
+        if n > 0 && pending.ends.is_empty() && transaction_open {
+            // Only the start of an open transaction: durable with its commit, no fsync now.
+            self.ctx.append_open_transaction(&pending.events[..n]).await?;
+            pending.events.drain(..n);
+        } else if n > 0 {
+            self.ctx.append_marked(&pending.events[..n], &pending.ends).await?;
             pending.events.drain(..n);
             pending.ends.clear();
         }

@@ -98,6 +98,19 @@ impl PgType {
     }
 }
 
+/// Like [`decode_text`], taking the text by value so that text-like values keep its buffer;
+/// on error the text comes back with the reason.
+pub fn decode_owned(ty: &PgType, text: String) -> Result<Value, (String, String)> {
+    Ok(match ty {
+        PgType::Text => Value::Text(text),
+        PgType::Numeric => Value::Decimal(text),
+        PgType::Json => Value::Json(text),
+        PgType::Enum => Value::Enum(text),
+        PgType::Other(name) => Value::Other { type_name: name.clone(), text },
+        _ => return decode_text(ty, &text).map_err(|e| (e, text)),
+    })
+}
+
 /// Decodes the server's text for a value of `ty`.
 pub fn decode_text(ty: &PgType, text: &str) -> Result<Value, String> {
     let bad = |what: &str| format!("not a valid {what}: {text:?}");

@@ -69,6 +69,12 @@ pub trait ChangeLog: Send + Sync + std::fmt::Debug + 'static {
     /// [`ChangeLog::durable_end`] passes them (at once under the default fsync policy).
     async fn append(&self, records: Vec<NewRecord>) -> Result<Range<u64>>;
 
+    /// Appends records that need not be durable yet (the start of a large source
+    /// transaction): they become durable, and visible to readers, with the next `append` or
+    /// `flush`. Saves an fsync per chunk of a transaction that nobody may confirm before its
+    /// commit anyway.
+    async fn append_unsynced(&self, records: Vec<NewRecord>) -> Result<Range<u64>>;
+
     /// Makes every appended record durable now; returns the durable end.
     async fn flush(&self) -> Result<u64>;
 

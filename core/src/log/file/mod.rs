@@ -173,6 +173,16 @@ impl FileLog {
 
     /// Appends, blocking the calling thread (see [`ChangeLog::append`]).
     pub fn append_blocking(&self, records: &[NewRecord]) -> Result<Range<u64>> {
+        self.append_with(records, true)
+    }
+
+    /// Appends without making the records durable yet, blocking the calling thread (see
+    /// [`ChangeLog::append_unsynced`]).
+    pub fn append_unsynced_blocking(&self, records: &[NewRecord]) -> Result<Range<u64>> {
+        self.append_with(records, false)
+    }
+
+    fn append_with(&self, records: &[NewRecord], sync: bool) -> Result<Range<u64>> {
         let inner = &self.inner;
         let mut w = inner.writer.as_ref().ok_or_else(read_only)?.lock().unwrap();
         let first = w.next_offset;
@@ -203,10 +213,8 @@ impl FileLog {
         w.last_timestamp_ms = timestamp_ms;
         let end = w.next_offset;
         match inner.config.fsync {
-            FsyncPolicy::Batch => {
-                w.file.sync()?;
-                inner.publish(end);
-            }
+            FsyncPolicy::Batch if sync => inner.sync_through(&mut w, end)?,
+            FsyncPolicy::Batch => w.unsynced_end = Some(end),
             FsyncPolicy::Never => inner.publish(end),
             FsyncPolicy::Interval => {
                 w.unsynced_end = Some(end);
@@ -356,6 +364,11 @@ impl Inner {
         });
     }
 
+    fn sync_through(&self, w: &mut Writer, end: u64) -> Result<()> {
+        w.unsynced_end = Some(end);
+        self.sync(w)
+    }
+
     fn sync(&self, w: &mut Writer) -> Result<()> {
         if let Some(end) = w.unsynced_end.take() {
             w.file.sync()?;
@@ -459,6 +472,11 @@ impl ChangeLog for FileLog {
     async fn append(&self, records: Vec<NewRecord>) -> Result<Range<u64>> {
         let log = self.clone();
         blocking(move || log.append_blocking(&records)).await
+    }
+
+    async fn append_unsynced(&self, records: Vec<NewRecord>) -> Result<Range<u64>> {
+        let log = self.clone();
+        blocking(move || log.append_unsynced_blocking(&records)).await
     }
 
     async fn flush(&self) -> Result<u64> {
