@@ -48,6 +48,12 @@ async fn postgres_restart_mid_stream_loses_nothing() {
     );
     let setup = Setup::with_source(&source, 0, "");
     let d = setup.start();
+    // The snapshot first, so that every update below reaches the sink as an update.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while setup.output().len() < 50 {
+        assert!(Instant::now() < deadline, "no snapshot:\n{}", d.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     // A writer that rides through the restart, reconnecting.
     let stop = Arc::new(AtomicBool::new(false));

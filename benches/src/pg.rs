@@ -129,8 +129,16 @@ pub fn run(url: &str, rows: u64, txns: u64) -> anyhow::Result<()> {
         psql(&db_url, TABLE)?;
         if std::env::var_os("SIPHON_BENCH_SNAPSHOT_ONLY").is_some() {
             psql(&db_url, &BULK.replace("$ROWS", &rows.to_string()))?;
-            let ours = rt.block_on(siphon(&db_url, "siphon_snapshot", SnapshotMode::Initial, rows))?;
-            println!("| snapshot of {rows} rows | | {:.0} rows/s | |", rate(rows, ours));
+            let ours = rt.block_on(siphon(
+                &db_url,
+                "siphon_snapshot",
+                SnapshotMode::Initial,
+                rows,
+            ))?;
+            println!(
+                "| snapshot of {rows} rows | | {:.0} rows/s | |",
+                rate(rows, ours)
+            );
             return Ok(());
         }
         // 1. One big transaction.

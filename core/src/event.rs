@@ -100,19 +100,22 @@ pub enum Value {
     Unchanged,
 }
 
+/// A shared name (column, table, database): cloned per event without allocating.
+pub type Name = std::sync::Arc<str>;
+
 /// A row: column name to value, in the table's column order.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-pub struct Row(pub Vec<(String, Value)>);
+pub struct Row(pub Vec<(Name, Value)>);
 
 impl Row {
     /// The value of a column, if the row has it.
     pub fn get(&self, column: &str) -> Option<&Value> {
-        self.0.iter().find(|(c, _)| c == column).map(|(_, v)| v)
+        self.0.iter().find(|(c, _)| &**c == column).map(|(_, v)| v)
     }
 
     /// Columns and values in order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Value)> {
-        self.0.iter().map(|(c, v)| (c.as_str(), v))
+        self.0.iter().map(|(c, v)| (&**c, v))
     }
 
     /// Number of columns.
@@ -126,7 +129,7 @@ impl Row {
     }
 }
 
-impl<S: Into<String>> FromIterator<(S, Value)> for Row {
+impl<S: Into<Name>> FromIterator<(S, Value)> for Row {
     fn from_iter<I: IntoIterator<Item = (S, Value)>>(iter: I) -> Self {
         Row(iter.into_iter().map(|(c, v)| (c.into(), v)).collect())
     }
@@ -179,15 +182,15 @@ pub enum SnapshotMarker {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SourceInfo {
     /// Connector kind: `postgresql`, `mysql`, `generator`.
-    pub connector: String,
+    pub connector: Name,
     /// Logical server name (the pipeline's name).
-    pub name: String,
+    pub name: Name,
     /// Database name.
-    pub db: String,
+    pub db: Name,
     /// Schema (PostgreSQL), if any.
-    pub schema: Option<String>,
+    pub schema: Option<Name>,
     /// Table name.
-    pub table: String,
+    pub table: Name,
     /// Position in the source's change stream.
     pub position: SourcePosition,
     /// Source transaction id.

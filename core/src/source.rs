@@ -105,8 +105,16 @@ impl SourceContext {
 fn records(events: &[Event], transaction_ends: &[usize]) -> Result<Vec<NewRecord>> {
     let mut records = Vec::with_capacity(events.len());
     for event in events {
-        let flags = if event.op == Op::Delete { RecordFlags::TOMBSTONE } else { RecordFlags::default() };
-        records.push(NewRecord { key: event.log_key(), value: event.encode()?, flags });
+        let flags = if event.op == Op::Delete {
+            RecordFlags::TOMBSTONE
+        } else {
+            RecordFlags::default()
+        };
+        records.push(NewRecord {
+            key: event.log_key(),
+            value: event.encode()?,
+            flags,
+        });
     }
     for &i in transaction_ends {
         if let Some(r) = records.get_mut(i) {

@@ -72,7 +72,7 @@ impl GeneratorSource {
             key: c.primary_key.then_some(key),
             source: SourceInfo {
                 connector: "generator".into(),
-                name: self.pipeline.clone(),
+                name: self.pipeline.as_str().into(),
                 db: "generator".into(),
                 schema: Some(schema.into()),
                 table: table.into(),
@@ -213,7 +213,7 @@ mod tests {
             [Op::Create, Op::Update, Op::Update, Op::Update, Op::Delete]
         );
         assert_eq!(g.event(30).op, Op::Create);
-        assert_eq!(g.event(1).source.table, "customers");
+        assert_eq!(&*g.event(1).source.table, "customers");
         assert!(g.ends_transaction(3) && !g.ends_transaction(4));
     }
 

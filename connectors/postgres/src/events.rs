@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::sync::Mutex;
 
 use siphon_core::event::{
-    Event, Op, Row, SnapshotMarker, SourceInfo, SourcePosition, TransactionInfo, Value,
+    Event, Name, Op, Row, SnapshotMarker, SourceInfo, SourcePosition, TransactionInfo, Value,
 };
 
 use crate::values::{PgType, decode_owned};
@@ -16,11 +16,11 @@ pub const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Shape {
     /// Schema.
-    pub schema: String,
+    pub schema: Name,
     /// Table.
-    pub table: String,
+    pub table: Name,
     /// Column names and how to decode them.
-    pub columns: Vec<(String, PgType)>,
+    pub columns: Vec<(Name, PgType)>,
     /// Positions of the primary-key columns; empty for a table without one.
     pub key: Vec<usize>,
 }
@@ -45,7 +45,10 @@ impl Shape {
                 if warned.get_or_insert_with(HashSet::new).insert(what.clone()) {
                     tracing::warn!(column = %what, error = %e, "a value siphon cannot decode travels as text");
                 }
-                Value::Other { type_name: format!("{ty:?}").to_lowercase(), text }
+                Value::Other {
+                    type_name: format!("{ty:?}").to_lowercase(),
+                    text,
+                }
             }
         }
     }
@@ -73,9 +76,9 @@ impl Shape {
 #[derive(Debug, Clone)]
 pub struct EventFactory {
     /// Server name in the source block (the pipeline).
-    pub name: String,
+    pub name: Name,
     /// Database name.
-    pub db: String,
+    pub db: Name,
 }
 
 /// Where an event is and what it belongs to.

@@ -137,8 +137,8 @@ impl PostgresSource {
 
     fn factory(&self, pg: &tokio_postgres::Config) -> EventFactory {
         EventFactory {
-            name: self.pipeline.clone(),
-            db: pg.get_dbname().unwrap_or("postgres").to_owned(),
+            name: self.pipeline.as_str().into(),
+            db: pg.get_dbname().unwrap_or("postgres").into(),
         }
     }
 
@@ -199,7 +199,7 @@ impl PostgresSource {
         for t in tables {
             let mut columns = Vec::with_capacity(t.columns.len());
             for (name, oid) in &t.columns {
-                columns.push((name.clone(), types.resolve(client, *oid).await?));
+                columns.push((name.as_str().into(), types.resolve(client, *oid).await?));
             }
             let key = t
                 .key
@@ -209,8 +209,8 @@ impl PostgresSource {
             out.push((
                 t.clone(),
                 Shape {
-                    schema: t.schema.clone(),
-                    table: t.name.clone(),
+                    schema: t.schema.as_str().into(),
+                    table: t.name.as_str().into(),
                     columns,
                     key,
                 },

@@ -178,10 +178,14 @@ impl Stream<'_> {
         let n = pending.events.len() - keep;
         if n > 0 && pending.ends.is_empty() && transaction_open {
             // Only the start of an open transaction: durable with its commit, no fsync now.
-            self.ctx.append_open_transaction(&pending.events[..n]).await?;
+            self.ctx
+                .append_open_transaction(&pending.events[..n])
+                .await?;
             pending.events.drain(..n);
         } else if n > 0 {
-            self.ctx.append_marked(&pending.events[..n], &pending.ends).await?;
+            self.ctx
+                .append_marked(&pending.events[..n], &pending.ends)
+                .await?;
             pending.events.drain(..n);
             pending.ends.clear();
         }
@@ -215,7 +219,7 @@ impl Stream<'_> {
         let mut columns = Vec::with_capacity(r.columns.len());
         for c in &r.columns {
             columns.push((
-                c.name.clone(),
+                c.name.as_str().into(),
                 types.resolve(self.client, c.type_oid).await?,
             ));
         }
@@ -237,8 +241,8 @@ impl Stream<'_> {
             .filter_map(|k| r.columns.iter().position(|c| &c.name == k))
             .collect();
         Ok(Shape {
-            schema: r.namespace.clone(),
-            table: r.name.clone(),
+            schema: r.namespace.as_str().into(),
+            table: r.name.as_str().into(),
             columns,
             key,
         })

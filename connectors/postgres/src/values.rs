@@ -106,7 +106,10 @@ pub fn decode_owned(ty: &PgType, text: String) -> Result<Value, (String, String)
         PgType::Numeric => Value::Decimal(text),
         PgType::Json => Value::Json(text),
         PgType::Enum => Value::Enum(text),
-        PgType::Other(name) => Value::Other { type_name: name.clone(), text },
+        PgType::Other(name) => Value::Other {
+            type_name: name.clone(),
+            text,
+        },
         _ => return decode_text(ty, &text).map_err(|e| (e, text)),
     })
 }
