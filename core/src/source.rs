@@ -78,7 +78,14 @@ impl SourceContext {
         events: &[Event],
         transaction_ends: &[usize],
     ) -> Result<Range<u64>> {
-        let range = self.log.append(records(events, transaction_ends)?).await?;
+        self.append_records(encode_events(events, transaction_ends)?)
+            .await
+    }
+
+    /// Appends events already encoded with [`encode_events`] (so that encoding can run in
+    /// parallel) and returns once they are durable.
+    pub async fn append_records(&self, records: Vec<NewRecord>) -> Result<Range<u64>> {
+        let range = self.log.append(records).await?;
         if self.log.durable_end() < range.end {
             self.log.flush().await?;
         }
@@ -89,7 +96,7 @@ impl SourceContext {
     /// to be durable: the next `append` makes them so. Nothing may be confirmed upstream on
     /// the strength of this call.
     pub async fn append_open_transaction(&self, events: &[Event]) -> Result<Range<u64>> {
-        self.log.append_unsynced(records(events, &[])?).await
+        self.log.append_unsynced(encode_events(events, &[])?).await
     }
 
     /// The last event the log holds durably: where the source resumes.
@@ -102,7 +109,7 @@ impl SourceContext {
 }
 
 /// Log records of events; `transaction_ends` index the events that end a transaction.
-fn records(events: &[Event], transaction_ends: &[usize]) -> Result<Vec<NewRecord>> {
+pub fn encode_events(events: &[Event], transaction_ends: &[usize]) -> Result<Vec<NewRecord>> {
     let mut records = Vec::with_capacity(events.len());
     for event in events {
         let flags = if event.op == Op::Delete {

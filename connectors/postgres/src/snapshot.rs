@@ -2,13 +2,15 @@
 //! transaction that uses the slot's exported snapshot, several tables at once, row by row.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use siphon_core::event::{Op, SnapshotMarker};
-use siphon_core::source::SourceContext;
-use siphon_core::{Error, Event, Result, Row};
+use siphon_core::log::NewRecord;
+use siphon_core::source::{SourceContext, encode_events};
+use siphon_core::{Error, Event, Result, Row, Value};
 use tokio::sync::mpsc;
 
 use crate::catalog::{Table, pg_error, quote_ident, quote_literal};
@@ -47,33 +49,39 @@ impl Snapshot {
                 .enumerate()
                 .collect(),
         ));
-        // Rows travel in batches: one channel operation per thousand rows, not per row.
-        let (tx, mut rx) = mpsc::channel::<Result<(usize, Vec<Row>)>>(8);
+        // Readers decode and encode rows in batches; the appender only writes them.
+        let (tx, mut rx) = mpsc::channel::<Result<Encoded>>(8);
+        let next_index = Arc::new(AtomicU64::new(0));
+        let now_pg = (std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as i64))
+            - PG_EPOCH_MICROS;
         let mut workers = tokio::task::JoinSet::new();
         for _ in 0..self.parallelism.min(self.tables.len()).max(1) {
-            let (queue, tx, pg, name) = (
-                queue.clone(),
-                tx.clone(),
-                self.pg.clone(),
-                self.snapshot_name.clone(),
-            );
-            let shapes = shapes.clone();
+            let reader = Reader {
+                pg: self.pg.clone(),
+                snapshot_name: self.snapshot_name.clone(),
+                queue: queue.clone(),
+                shapes: shapes.clone(),
+                factory: self.factory.clone(),
+                consistent_point: self.consistent_point,
+                commit_time_micros: now_pg,
+                next_index: next_index.clone(),
+            };
+            let tx = tx.clone();
             workers.spawn(async move {
-                if let Err(e) = read_tables(&pg, &name, &queue, &shapes, &tx).await {
+                if let Err(e) = reader.read_tables(&tx).await {
                     let _ = tx.send(Err(e)).await;
                 }
             });
         }
         drop(tx);
 
-        let now_pg = (std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_micros() as i64))
-            - PG_EPOCH_MICROS;
-        let mut index = 0u64;
-        let mut batch: Vec<Event> = Vec::with_capacity(APPEND + 1);
+        let mut rows = 0u64;
+        let mut pending: Vec<NewRecord> = Vec::with_capacity(APPEND + BATCH);
         let mut last_progress = Instant::now();
-        let mut held: Option<Event> = None;
+        // The newest batch's last event waits, so that the very last one can be marked `last`.
+        let mut held: Option<(NewRecord, Event)> = None;
         loop {
             let next = tokio::select! {
                 _ = ctx.cancel.cancelled() => {
@@ -83,117 +91,152 @@ impl Snapshot {
                 next = rx.recv() => next,
             };
             let Some(item) = next else { break };
-            let (table, rows) = item?;
-            let shape = &shapes[table];
-            for row in rows {
-                let key = shape.key_of(&row);
-                let at = Place {
-                    commit_lsn: self.consistent_point,
-                    lsn: self.consistent_point,
-                    index,
-                    xid: None,
-                    commit_time_micros: now_pg,
-                    snapshot: SnapshotMarker::True,
-                    table_order: 0,
-                };
-                index += 1;
-                // The newest row waits, so that the very last one can be marked `last`.
-                if let Some(prev) =
-                    held.replace(
-                        self.factory
-                            .event(shape, Op::Read, None, Some(row), key, at),
-                    )
-                {
-                    batch.push(prev);
-                }
-                if batch.len() >= BATCH {
-                    ctx.append(&batch, true).await?;
-                    batch.clear();
-                }
+            let mut batch = item?;
+            rows += batch.records.len() as u64;
+            let last = batch.records.pop().expect("batches are not empty");
+            if let Some((record, _)) = held.replace((last, batch.last_event)) {
+                pending.push(record);
+            }
+            pending.append(&mut batch.records);
+            if pending.len() >= APPEND {
+                ctx.append_records(std::mem::take(&mut pending)).await?;
             }
             if last_progress.elapsed() > Duration::from_secs(5) {
-                tracing::info!(pipeline = %ctx.pipeline, rows = index, estimated_rows = total_estimate, "snapshot progress");
+                tracing::info!(pipeline = %ctx.pipeline, rows, estimated_rows = total_estimate, "snapshot progress");
                 last_progress = Instant::now();
             }
         }
         while let Some(done) = workers.join_next().await {
             done.map_err(|e| Error::permanent(format!("a snapshot reader failed: {e}")))?;
         }
-        if let Some(mut last) = held {
+        if let Some((_, mut last)) = held {
             last.source.snapshot = SnapshotMarker::Last;
-            batch.push(last);
+            pending.extend(encode_events(&[last], &[0])?);
         }
-        if !batch.is_empty() {
-            ctx.append(&batch, true).await?;
+        if !pending.is_empty() {
+            ctx.append_records(pending).await?;
         }
-        tracing::info!(pipeline = %ctx.pipeline, rows = index, elapsed = ?started.elapsed(), "snapshot done");
-        Ok(index)
+        tracing::info!(pipeline = %ctx.pipeline, rows, elapsed = ?started.elapsed(), "snapshot done");
+        Ok(rows)
     }
 }
 
-async fn read_tables(
-    pg: &tokio_postgres::Config,
-    snapshot_name: &str,
-    queue: &Mutex<VecDeque<(usize, Table)>>,
-    shapes: &[Shape],
-    tx: &mpsc::Sender<Result<(usize, Vec<Row>)>>,
-) -> Result<()> {
-    let client = crate::connect(pg).await?;
-    loop {
-        let Some((i, table)) = queue.lock().unwrap().pop_front() else {
-            return Ok(());
-        };
-        let shape = &shapes[i];
-        client
-            .batch_execute(&format!(
-                "begin isolation level repeatable read read only; set transaction snapshot {}",
-                quote_literal(snapshot_name)
-            ))
-            .await
-            .map_err(|e| pg_error("starting the snapshot transaction", &e))?;
-        let columns: Vec<String> = shape.columns.iter().map(|(c, _)| quote_ident(c)).collect();
-        let sql = format!(
-            "copy (select {} from {}) to stdout",
-            columns.join(", "),
-            table.quoted()
-        );
-        let stream = client
-            .copy_out(sql.as_str())
-            .await
-            .map_err(|e| pg_error("reading a table", &e))?;
-        let mut stream = std::pin::pin!(stream);
-        let mut carry: Vec<u8> = Vec::new();
-        let mut rows = 0u64;
-        let mut out: Vec<Row> = Vec::with_capacity(BATCH);
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| pg_error("reading a table", &e))?;
-            carry.extend_from_slice(&chunk);
-            let mut start = 0;
-            while let Some(nl) = carry[start..].iter().position(|b| *b == b'\n') {
-                let line = &carry[start..start + nl];
-                let fields = parse_line(line)
-                    .map_err(|e| Error::permanent(format!("COPY of {}: {e}", table.qualified())))?;
-                let values = fields
-                    .into_iter()
-                    .enumerate()
-                    .map(|(c, f)| f.map_or(siphon_core::Value::Null, |t| shape.decode_owned(c, t)))
-                    .collect();
-                out.push(shape.row(values));
-                if out.len() >= BATCH && tx.send(Ok((i, std::mem::take(&mut out)))).await.is_err() {
-                    return Ok(()); // the appender stopped
+/// A batch of rows of one table, encoded for the log; its last record ends a "transaction"
+/// (so sinks may apply it), and its last event is kept to be re-marked if it is the very last.
+struct Encoded {
+    records: Vec<NewRecord>,
+    last_event: Event,
+}
+
+/// One snapshot reader: takes tables from the queue until it is empty.
+struct Reader {
+    pg: tokio_postgres::Config,
+    snapshot_name: String,
+    queue: Arc<Mutex<VecDeque<(usize, Table)>>>,
+    shapes: Vec<Shape>,
+    factory: EventFactory,
+    consistent_point: u64,
+    commit_time_micros: i64,
+    next_index: Arc<AtomicU64>,
+}
+
+impl Reader {
+    /// Events of `rows` of table `shape`, encoded.
+    fn encode(&self, shape: &Shape, rows: Vec<Row>) -> Result<Encoded> {
+        let first = self
+            .next_index
+            .fetch_add(rows.len() as u64, Ordering::Relaxed);
+        let events: Vec<Event> = rows
+            .into_iter()
+            .enumerate()
+            .map(|(i, row)| {
+                let key = shape.key_of(&row);
+                let at = Place {
+                    commit_lsn: self.consistent_point,
+                    lsn: self.consistent_point,
+                    index: first + i as u64,
+                    xid: None,
+                    commit_time_micros: self.commit_time_micros,
+                    snapshot: SnapshotMarker::True,
+                    table_order: 0,
+                };
+                self.factory
+                    .event(shape, Op::Read, None, Some(row), key, at)
+            })
+            .collect();
+        let records = encode_events(&events, &[events.len() - 1])?;
+        let last_event = events.into_iter().last().expect("not empty");
+        Ok(Encoded {
+            records,
+            last_event,
+        })
+    }
+
+    async fn read_tables(&self, tx: &mpsc::Sender<Result<Encoded>>) -> Result<()> {
+        let client = crate::connect(&self.pg).await?;
+        loop {
+            let Some((i, table)) = self.queue.lock().unwrap().pop_front() else {
+                return Ok(());
+            };
+            let shape = &self.shapes[i];
+            client
+                .batch_execute(&format!(
+                    "begin isolation level repeatable read read only; set transaction snapshot {}",
+                    quote_literal(&self.snapshot_name)
+                ))
+                .await
+                .map_err(|e| pg_error("starting the snapshot transaction", &e))?;
+            let columns: Vec<String> = shape.columns.iter().map(|(c, _)| quote_ident(c)).collect();
+            let sql = format!(
+                "copy (select {} from {}) to stdout",
+                columns.join(", "),
+                table.quoted()
+            );
+            let stream = client
+                .copy_out(sql.as_str())
+                .await
+                .map_err(|e| pg_error("reading a table", &e))?;
+            let mut stream = std::pin::pin!(stream);
+            let mut carry: Vec<u8> = Vec::new();
+            let mut rows = 0u64;
+            let mut out: Vec<Row> = Vec::with_capacity(BATCH);
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(|e| pg_error("reading a table", &e))?;
+                carry.extend_from_slice(&chunk);
+                let mut start = 0;
+                while let Some(nl) = carry[start..].iter().position(|b| *b == b'\n') {
+                    let line = &carry[start..start + nl];
+                    let fields = parse_line(line).map_err(|e| {
+                        Error::permanent(format!("COPY of {}: {e}", table.qualified()))
+                    })?;
+                    let values = fields
+                        .into_iter()
+                        .enumerate()
+                        .map(|(c, f)| f.map_or(Value::Null, |t| shape.decode_owned(c, t)))
+                        .collect();
+                    out.push(shape.row(values));
+                    if out.len() >= BATCH {
+                        let batch = self.encode(shape, std::mem::take(&mut out))?;
+                        if tx.send(Ok(batch)).await.is_err() {
+                            return Ok(()); // the appender stopped
+                        }
+                    }
+                    rows += 1;
+                    start += nl + 1;
                 }
-                rows += 1;
-                start += nl + 1;
+                carry.drain(..start);
             }
-            carry.drain(..start);
+            if !out.is_empty() {
+                let batch = self.encode(shape, std::mem::take(&mut out))?;
+                if tx.send(Ok(batch)).await.is_err() {
+                    return Ok(());
+                }
+            }
+            client
+                .batch_execute("commit")
+                .await
+                .map_err(|e| pg_error("ending the snapshot transaction", &e))?;
+            tracing::info!(table = %table.qualified(), rows, "table snapshot done");
         }
-        if !out.is_empty() && tx.send(Ok((i, std::mem::take(&mut out)))).await.is_err() {
-            return Ok(());
-        }
-        client
-            .batch_execute("commit")
-            .await
-            .map_err(|e| pg_error("ending the snapshot transaction", &e))?;
-        tracing::info!(table = %table.qualified(), rows, "table snapshot done");
     }
 }
