@@ -74,18 +74,45 @@ async fn table(db: &PgDatabase) -> BTreeMap<(String, i64), Json> {
 async fn converge(setup: &Setup, db: &PgDatabase) {
     let want = table(db).await;
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let http = reqwest::Client::new();
+    let status = format!("http://127.0.0.1:{}/api/pipelines", setup.admin_port);
     loop {
-        let got = fold(&setup.output());
-        if got == want {
+        // Fold the output (expensive) only once the sink has caught up with the log.
+        let caught_up = match http.get(&status).send().await {
+            Ok(r) => r
+                .json::<Json>()
+                .await
+                .is_ok_and(|s| common::sink(&s)["lag_records"] == 0),
+            Err(_) => false,
+        };
+        if caught_up && fold(&setup.output()) == want {
             break;
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the sink never matched the table ({} rows vs {})",
-            got.len(),
-            want.len()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        if std::time::Instant::now() > deadline {
+            let got = fold(&setup.output());
+            let differing: Vec<_> = want
+                .iter()
+                .filter(|(k, v)| got.get(*k) != Some(*v))
+                .map(|(k, v)| format!("{k:?}: table {v}, sink {:?}", got.get(k)))
+                .chain(
+                    got.keys()
+                        .filter(|k| !want.contains_key(*k))
+                        .map(|k| format!("{k:?}: only in the sink")),
+                )
+                .collect();
+            let kept = std::env::temp_dir().join(format!("siphon-failed-{}", std::process::id()));
+            let _ = std::process::Command::new("cp")
+                .arg("-r")
+                .arg(setup.dir.path())
+                .arg(&kept)
+                .status();
+            panic!(
+                "the sink never matched the table (copied to {}); differences:\n{}",
+                kept.display(),
+                differing.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // Each streamed change at most once: LSN positions strictly increase.
     let positions: Vec<(u64, u64)> = setup
@@ -162,6 +189,49 @@ async fn terminated_walsender_reconnects_without_loss() {
     assert!(
         d.log().contains("retrying"),
         "the source never noticed the terminated walsender:\n{}",
+        d.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_mid_snapshot_takes_the_snapshot_again() {
+    let db = postgres().await.unwrap();
+    db.client()
+        .await
+        .unwrap()
+        .batch_execute(
+            "create table accounts (id bigint primary key, owner text not null, balance numeric(14,2) not null, version bigint not null);
+             insert into accounts select g, 'owner ' || g, g, 0 from generate_series(1, 100000) g;",
+        )
+        .await
+        .unwrap();
+    let setup = setup(&db);
+    let mut d = setup.start();
+    // Kill it once the snapshot has written part of the table, not all of it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let written = setup.output().len();
+        if written > 0 && written < 100_000 {
+            break;
+        }
+        assert!(
+            written < 100_000,
+            "the snapshot finished before the test could interrupt it"
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no snapshot output:\n{}",
+            d.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    d.kill_9().unwrap();
+    db.client().await.unwrap().batch_execute("update accounts set version = 1 where id <= 10; delete from accounts where id = 100000").await.unwrap();
+    let d = setup.start();
+    converge(&setup, &db).await;
+    assert!(
+        d.log().contains("snapshot done"),
+        "the second start did not take the snapshot again:\n{}",
         d.log()
     );
 }

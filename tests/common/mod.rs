@@ -163,6 +163,7 @@ pub fn fold(events: &[Json]) -> BTreeMap<(String, i64), Json> {
     for e in events {
         let table = e["source"]["table"].as_str().unwrap().to_owned();
         match e["op"].as_str().unwrap() {
+            "t" => rows.retain(|(t, _), _| *t != table),
             "d" => {
                 rows.remove(&(table, e["before"]["id"].as_i64().unwrap()));
             }

@@ -308,6 +308,7 @@ impl Source for PostgresSource {
                 tables: self.shapes(&client, &tables).await?,
                 parallelism: self.config.snapshot_parallelism,
                 factory: factory.clone(),
+                replaces_earlier: ctx.log.durable_end() > ctx.log.start_offset(),
             })
             .run(ctx)
             .await

@@ -30,6 +30,10 @@ pub struct Snapshot {
     pub tables: Vec<(Table, Shape)>,
     pub parallelism: usize,
     pub factory: EventFactory,
+    /// The log holds events of an earlier snapshot or stream (a snapshot that did not finish,
+    /// or a lost slot): each table is truncated first, so that rows deleted since then do
+    /// not survive in the sinks.
+    pub replaces_earlier: bool,
 }
 
 impl Snapshot {
@@ -77,6 +81,26 @@ impl Snapshot {
         }
         drop(tx);
 
+        if self.replaces_earlier {
+            let truncates: Vec<Event> = shapes
+                .iter()
+                .map(|shape| {
+                    let at = Place {
+                        commit_lsn: self.consistent_point,
+                        lsn: self.consistent_point,
+                        index: 0,
+                        xid: None,
+                        commit_time_micros: now_pg,
+                        snapshot: SnapshotMarker::True,
+                        table_order: 0,
+                    };
+                    self.factory
+                        .event(shape, Op::Truncate, None, None, None, at)
+                })
+                .collect();
+            ctx.append(&truncates, true).await?;
+            tracing::info!(pipeline = %ctx.pipeline, tables = truncates.len(), "the log holds an earlier snapshot or stream: its tables are truncated before this snapshot");
+        }
         let mut rows = 0u64;
         let mut pending: Vec<NewRecord> = Vec::with_capacity(APPEND + BATCH);
         let mut last_progress = Instant::now();
