@@ -234,4 +234,22 @@ async fn kill_9_mid_snapshot_takes_the_snapshot_again() {
         "the second start did not take the snapshot again:\n{}",
         d.log()
     );
+    let metrics = reqwest::get(format!("http://127.0.0.1:{}/metrics", setup.admin_port))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "siphon_source_snapshot_rows{pipeline=\"demo\"} 99999"),
+        "{metrics}"
+    );
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("siphon_source_slot_lag_bytes{pipeline=\"demo\"}")),
+        "{metrics}"
+    );
 }

@@ -83,6 +83,7 @@ async fn siphon(
         log: Arc::new(log.clone()),
         offsets: OffsetStore::open(dir.path().join("offsets"))?,
         cancel: cancel.clone(),
+        metrics: Default::default(),
     };
     let config = PostgresConfig {
         url: url.to_owned(),

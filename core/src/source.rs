@@ -1,7 +1,8 @@
 //! The source side: what a connector implements, and the context through which it appends.
 
+use std::collections::BTreeMap;
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
@@ -56,6 +57,31 @@ pub struct SourceContext {
     pub offsets: OffsetStore,
     /// Fires on shutdown.
     pub cancel: CancellationToken,
+    /// Gauges the source reports (snapshot progress, replication lag), shown in status and
+    /// metrics.
+    pub metrics: SourceMetrics,
+}
+
+/// Named gauges a source reports, e.g. `snapshot_rows` or `slot_lag_bytes`; the runtime
+/// exports each as `siphon_source_<name>`. Cheap to clone; clones share the values.
+#[derive(Debug, Clone, Default)]
+pub struct SourceMetrics(Arc<Mutex<BTreeMap<&'static str, f64>>>);
+
+impl SourceMetrics {
+    /// Sets a gauge.
+    pub fn set(&self, name: &'static str, value: f64) {
+        self.0.lock().unwrap().insert(name, value);
+    }
+
+    /// Every gauge now.
+    pub fn values(&self) -> BTreeMap<String, f64> {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), *v))
+            .collect()
+    }
 }
 
 impl SourceContext {

@@ -110,6 +110,14 @@ fn render(statuses: &[PipelineStatus], running: bool, config: &Config) -> String
             siphon_core::units::ByteSize(p.log.size_bytes),
             p.log.segments,
         );
+        if !p.source_metrics.is_empty() {
+            let gauges: Vec<String> = p
+                .source_metrics
+                .iter()
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect();
+            let _ = writeln!(out, "          {}", gauges.join(", "));
+        }
         for (name, s) in &p.sinks {
             let _ = writeln!(
                 out,

@@ -45,6 +45,7 @@ pub enum SinkCommand {
 #[derive(Debug)]
 pub struct PipelineHandle {
     log: Arc<dyn ChangeLog>,
+    source_metrics: siphon_core::source::SourceMetrics,
     status: Mutex<PipelineStatus>,
     end_at_start: u64,
     sinks: BTreeMap<String, mpsc::Sender<SinkCommand>>,
@@ -56,6 +57,7 @@ impl PipelineHandle {
         let mut s = self.status.lock().unwrap().clone();
         s.log = self.log.stats();
         s.records_appended = s.log.end_offset.saturating_sub(self.end_at_start);
+        s.source_metrics = self.source_metrics.values();
         s.compute_lag(now_ms());
         s
     }

@@ -81,6 +81,7 @@ pub(super) fn start(
         sinks.push((sink_name.clone(), sink, sink_config.delivery.clone(), rx));
     }
     let handle = Arc::new(PipelineHandle {
+        source_metrics: Default::default(),
         end_at_start: log.durable_end(),
         log: log.clone(),
         status: Mutex::new(status),
@@ -94,6 +95,7 @@ pub(super) fn start(
                 log: log.clone(),
                 offsets: offsets.clone(),
                 cancel: cancel.clone(),
+                metrics: handle.source_metrics.clone(),
             };
             tasks.spawn(source_task::run(
                 p.source.build(name),

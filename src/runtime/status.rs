@@ -112,6 +112,9 @@ pub struct PipelineStatus {
     pub records_appended: u64,
     /// Records the log's hard size cap removed before some sink read them.
     pub records_lost: u64,
+    /// Gauges the source reports (snapshot progress, replication lag).
+    #[serde(default)]
+    pub source_metrics: BTreeMap<String, f64>,
     /// Sinks by name.
     pub sinks: BTreeMap<String, SinkStatus>,
 }
@@ -229,6 +232,23 @@ pub fn render_metrics(pipelines: &[PipelineStatus]) -> String {
         "Source retries after transient errors.",
         per_pipeline(&|p| p.source.retries as f64),
     );
+    let mut source_gauges: BTreeMap<&str, Vec<(String, f64)>> = BTreeMap::new();
+    for p in pipelines {
+        for (name, v) in &p.source_metrics {
+            source_gauges
+                .entry(name)
+                .or_default()
+                .push((format!("pipeline=\"{}\"", escape(&p.name)), *v));
+        }
+    }
+    for (name, samples) in source_gauges {
+        family(
+            &format!("siphon_source_{name}"),
+            "gauge",
+            "Reported by the source.",
+            samples,
+        );
+    }
     family(
         "siphon_sink_applied_offset",
         "gauge",

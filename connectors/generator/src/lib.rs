@@ -229,6 +229,7 @@ mod tests {
             log: Arc::new(log.clone()),
             offsets,
             cancel: Default::default(),
+            metrics: Default::default(),
         };
         let mut g = GeneratorSource::new(
             "demo",

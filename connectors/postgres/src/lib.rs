@@ -351,6 +351,8 @@ impl Source for PostgresSource {
             factory,
             resume_after,
             heartbeat: self.config.heartbeat_interval.map(|h| h.0),
+            slot: self.slot.clone(),
+            lag_interval: self.config.status_interval.0,
         }
         .run()
         .await;

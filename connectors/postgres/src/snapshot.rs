@@ -81,6 +81,10 @@ impl Snapshot {
         }
         drop(tx);
 
+        ctx.metrics.set("snapshot_running", 1.0);
+        ctx.metrics.set("snapshot_rows", 0.0);
+        ctx.metrics
+            .set("snapshot_rows_estimated", total_estimate as f64);
         if self.replaces_earlier {
             let truncates: Vec<Event> = shapes
                 .iter()
@@ -125,6 +129,7 @@ impl Snapshot {
             if pending.len() >= APPEND {
                 ctx.append_records(std::mem::take(&mut pending)).await?;
             }
+            ctx.metrics.set("snapshot_rows", rows as f64);
             if last_progress.elapsed() > Duration::from_secs(5) {
                 tracing::info!(pipeline = %ctx.pipeline, rows, estimated_rows = total_estimate, "snapshot progress");
                 last_progress = Instant::now();
@@ -140,6 +145,8 @@ impl Snapshot {
         if !pending.is_empty() {
             ctx.append_records(pending).await?;
         }
+        ctx.metrics.set("snapshot_rows", rows as f64);
+        ctx.metrics.set("snapshot_running", 0.0);
         tracing::info!(pipeline = %ctx.pipeline, rows, elapsed = ?started.elapsed(), "snapshot done");
         Ok(rows)
     }

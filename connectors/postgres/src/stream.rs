@@ -48,6 +48,9 @@ pub struct Stream<'a> {
     /// was appended before a restart and is dropped.
     pub resume_after: Option<(u64, u64)>,
     pub heartbeat: Option<Duration>,
+    /// The slot, whose lag behind the server's WAL is reported every `lag_interval`.
+    pub slot: String,
+    pub lag_interval: Duration,
 }
 
 impl Stream<'_> {
@@ -59,6 +62,7 @@ impl Stream<'_> {
         let mut heartbeat =
             tokio::time::interval(self.heartbeat.unwrap_or(Duration::from_secs(3600)));
         heartbeat.tick().await;
+        let mut lag = tokio::time::interval(self.lag_interval);
         loop {
             // Whatever the server has sent already joins the batch; when nothing more is
             // waiting, the batch goes to the log with one fsync (group commit).
@@ -67,7 +71,7 @@ impl Stream<'_> {
                 Some(event) if !self.ctx.cancel.is_cancelled() => Some(event),
                 _ => {
                     self.flush(&mut pending, tx.is_some()).await?;
-                    self.next_event(&mut heartbeat).await?
+                    self.next_event(&mut heartbeat, &mut lag).await?
                 }
             };
             let Some(event) = event else { return Ok(()) };
@@ -199,6 +203,7 @@ impl Stream<'_> {
     async fn next_event(
         &mut self,
         heartbeat: &mut tokio::time::Interval,
+        lag: &mut tokio::time::Interval,
     ) -> Result<Option<pgwire_replication::Result<Option<ReplicationEvent>>>> {
         loop {
             tokio::select! {
@@ -209,8 +214,26 @@ impl Stream<'_> {
                         .await
                         .map_err(|e| pg_error("writing a heartbeat", &e))?;
                 }
+                _ = lag.tick() => self.report_lag().await,
                 event = self.repl.recv() => return Ok(Some(event)),
             }
+        }
+    }
+
+    /// How far the slot's confirmed position is behind the server's WAL: what the server keeps
+    /// for siphon. A failed query only skips one report.
+    async fn report_lag(&self) {
+        let lag = self
+            .client
+            .query_opt(
+                "select (pg_current_wal_lsn() - confirmed_flush_lsn)::int8 from pg_replication_slots where slot_name = $1",
+                &[&self.slot],
+            )
+            .await;
+        if let Ok(Some(row)) = lag
+            && let Some(bytes) = row.get::<_, Option<i64>>(0)
+        {
+            self.ctx.metrics.set("slot_lag_bytes", bytes as f64);
         }
     }
 

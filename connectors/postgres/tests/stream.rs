@@ -32,6 +32,7 @@ impl Harness {
             log: Arc::new(log.clone()),
             offsets: OffsetStore::open(dir.path().join("offsets")).unwrap(),
             cancel: CancellationToken::new(),
+            metrics: Default::default(),
         };
         let config = PostgresConfig {
             url: db.url.clone(),
@@ -204,6 +205,12 @@ async fn snapshot_then_stream_reproduces_the_tables() {
     let snapshot = h.events();
     assert_eq!(snapshot.len(), 550);
     assert!(snapshot.iter().all(|(_, _, e)| e.op == Op::Read));
+    let metrics = h.ctx.metrics.values();
+    assert_eq!(
+        (metrics["snapshot_rows"], metrics["snapshot_running"]),
+        (550.0, 0.0),
+        "{metrics:?}"
+    );
 
     let client = h.db.client().await.unwrap();
     client
@@ -499,6 +506,11 @@ async fn idle_captured_tables_still_advance_the_slot() {
     assert!(
         h.events().is_empty(),
         "nothing of the uncaptured table reached the log"
+    );
+    let metrics = h.ctx.metrics.values();
+    assert!(
+        metrics.contains_key("slot_lag_bytes"),
+        "the slot's lag is reported: {metrics:?}"
     );
     stop.cancel();
     run.await.unwrap().unwrap();

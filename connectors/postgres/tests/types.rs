@@ -171,6 +171,7 @@ async fn every_type_decodes_exactly_in_snapshot_and_stream() {
         log: Arc::new(log.clone()),
         offsets: OffsetStore::open(dir.path().join("offsets")).unwrap(),
         cancel: cancel.clone(),
+        metrics: Default::default(),
     };
     let config = PostgresConfig {
         url: db.url.clone(),
