@@ -66,15 +66,21 @@ impl Stream<'_> {
         loop {
             // Whatever the server has sent already joins the batch; when nothing more is
             // waiting, the batch goes to the log with one fsync (group commit).
-            let ready = self.repl.recv().now_or_never();
-            let event = match ready {
-                Some(event) if !self.ctx.cancel.is_cancelled() => Some(event),
-                _ => {
+            // Shutdown is checked before an event is taken, so none is ever taken and dropped.
+            if self.ctx.cancel.is_cancelled() {
+                self.flush(&mut pending, tx.is_some()).await?;
+                return Ok(());
+            }
+            let event = match self.repl.recv().now_or_never() {
+                Some(event) => event,
+                None => {
                     self.flush(&mut pending, tx.is_some()).await?;
-                    self.next_event(&mut heartbeat, &mut lag).await?
+                    match self.next_event(&mut heartbeat, &mut lag).await? {
+                        Some(event) => event,
+                        None => return Ok(()),
+                    }
                 }
             };
-            let Some(event) = event else { return Ok(()) };
             let event = match event {
                 Ok(Some(e)) => e,
                 Ok(None) => return Err(Error::transient("the replication stream ended")),
@@ -207,6 +213,7 @@ impl Stream<'_> {
     ) -> Result<Option<pgwire_replication::Result<Option<ReplicationEvent>>>> {
         loop {
             tokio::select! {
+                biased;
                 _ = self.ctx.cancel.cancelled() => return Ok(None),
                 _ = heartbeat.tick(), if self.heartbeat.is_some() => {
                     self.client
