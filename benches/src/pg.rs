@@ -97,7 +97,8 @@ async fn siphon(
         heartbeat_interval: None,
         status_interval: siphon_core::units::HumanDuration(Duration::from_secs(10)),
         drop_slot_on_stop: false,
-        tls: "disable".into(),
+        tls: None,
+        tls_ca_file: None,
     };
     let mut source = PostgresSource::new("bench", config);
     let started = Instant::now();

@@ -35,6 +35,37 @@ impl TryFrom<String> for SnapshotMode {
     }
 }
 
+/// TLS to the server, as libpq's `sslmode` has it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", try_from = "String")]
+pub enum TlsMode {
+    /// No TLS.
+    #[default]
+    Disable,
+    /// Encrypt; trust any server certificate.
+    Require,
+    /// Encrypt; the certificate must chain to `tls_ca_file`.
+    VerifyCa,
+    /// Like `verify_ca`, and the certificate must name the host.
+    VerifyFull,
+}
+
+impl TryFrom<String> for TlsMode {
+    type Error = String;
+
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        match value.as_str() {
+            "disable" => Ok(TlsMode::Disable),
+            "require" => Ok(TlsMode::Require),
+            "verify_ca" | "verify-ca" => Ok(TlsMode::VerifyCa),
+            "verify_full" | "verify-full" => Ok(TlsMode::VerifyFull),
+            other => Err(format!(
+                "unknown tls mode {other:?}; allowed: \"disable\", \"require\", \"verify_ca\", \"verify_full\""
+            )),
+        }
+    }
+}
+
 /// `kind = "postgres"`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -73,9 +104,13 @@ pub struct PostgresConfig {
     /// next start needs a new snapshot).
     #[serde(default)]
     pub drop_slot_on_stop: bool,
-    /// TLS to the server: only "disable" is supported yet.
-    #[serde(default = "default_tls")]
-    pub tls: String,
+    /// TLS to the server: "disable", "require", "verify_ca" or "verify_full". Unset: the
+    /// URL's `sslmode` (`require` turns TLS on; otherwise it is off).
+    #[serde(default)]
+    pub tls: Option<TlsMode>,
+    /// CA certificates (PEM) for `verify_ca` and `verify_full`.
+    #[serde(default)]
+    pub tls_ca_file: Option<PathBuf>,
 }
 
 fn default_parallelism() -> usize {
@@ -86,11 +121,21 @@ fn default_status_interval() -> HumanDuration {
     HumanDuration(Duration::from_secs(10))
 }
 
-fn default_tls() -> String {
-    "disable".into()
-}
-
 impl PostgresConfig {
+    /// The TLS mode in force: `tls`, or the URL's `sslmode`.
+    pub fn tls_mode(&self) -> TlsMode {
+        self.tls.unwrap_or_else(|| {
+            match self
+                .url
+                .parse::<tokio_postgres::Config>()
+                .map(|c| c.get_ssl_mode())
+            {
+                Ok(tokio_postgres::config::SslMode::Require) => TlsMode::Require,
+                _ => TlsMode::Disable,
+            }
+        })
+    }
+
     /// Checks the settings; the message names the key.
     pub fn validate(&self) -> Result<(), String> {
         if self.tables.is_empty() {
@@ -110,11 +155,12 @@ impl PostgresConfig {
         if self.password.is_some() && self.password_file.is_some() {
             return Err("set either password or password_file, not both".into());
         }
-        if self.tls != "disable" {
-            return Err(format!(
-                "tls = {:?} is not supported yet; allowed: \"disable\"",
-                self.tls
-            ));
+        if matches!(self.tls, Some(TlsMode::VerifyCa | TlsMode::VerifyFull))
+            && self.tls_ca_file.is_none()
+        {
+            return Err(
+                "tls_ca_file is required with tls = \"verify_ca\" or \"verify_full\"".into(),
+            );
         }
         self.url
             .parse::<tokio_postgres::Config>()

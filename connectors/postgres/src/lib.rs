@@ -14,17 +14,18 @@ mod events;
 mod pgoutput;
 mod snapshot;
 mod stream;
+mod tls;
 mod values;
 
 use async_trait::async_trait;
-use pgwire_replication::{PgWireError, ReplicationClient, ReplicationConfig};
+use pgwire_replication::{PgWireError, ReplicationClient, ReplicationConfig, TlsConfig};
 use serde::{Deserialize, Serialize};
 use siphon_core::event::{SnapshotMarker, SourcePosition};
 use siphon_core::source::{Source, SourceContext, TableInfo};
 use siphon_core::{Error, Result};
 use tokio_postgres::config::Host;
 
-pub use config::{PostgresConfig, SnapshotMode};
+pub use config::{PostgresConfig, SnapshotMode, TlsMode};
 use events::{EventFactory, Shape};
 
 /// Session settings that make the server's text output what [`values`] reads.
@@ -48,20 +49,49 @@ pub struct PostgresSource {
     publication: String,
 }
 
-/// Connects a query client with siphon's session settings.
-pub(crate) async fn connect(pg: &tokio_postgres::Config) -> Result<tokio_postgres::Client> {
-    let mut pg = pg.clone();
-    pg.options(SESSION_SETTINGS);
-    let (client, connection) = pg
-        .connect(tokio_postgres::NoTls)
-        .await
-        .map_err(|e| catalog::pg_error("connecting to PostgreSQL", &e))?;
-    tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            tracing::debug!(error = %e, "PostgreSQL connection ended");
+/// How to reach the server for ordinary queries: connection settings and TLS.
+#[derive(Clone)]
+pub(crate) struct Conn {
+    pg: tokio_postgres::Config,
+    tls: Option<rustls::ClientConfig>,
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // tokio_postgres::Config's Debug hides the password; TLS settings say nothing secret.
+        f.debug_struct("Conn")
+            .field("pg", &self.pg)
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
+}
+
+impl Conn {
+    /// A query client with siphon's session settings.
+    pub(crate) async fn connect(&self) -> Result<tokio_postgres::Client> {
+        let mut pg = self.pg.clone();
+        pg.options(SESSION_SETTINGS);
+        let failed = |e: tokio_postgres::Error| catalog::pg_error("connecting to PostgreSQL", &e);
+        let log_end = |r: std::result::Result<(), tokio_postgres::Error>| {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "PostgreSQL connection ended");
+            }
+        };
+        match &self.tls {
+            None => {
+                let (client, connection) =
+                    pg.connect(tokio_postgres::NoTls).await.map_err(failed)?;
+                tokio::spawn(async move { log_end(connection.await) });
+                Ok(client)
+            }
+            Some(tls) => {
+                let tls = tokio_postgres_rustls::MakeRustlsConnect::new(tls.clone());
+                let (client, connection) = pg.connect(tls).await.map_err(failed)?;
+                tokio::spawn(async move { log_end(connection.await) });
+                Ok(client)
+            }
         }
-    });
-    Ok(client)
+    }
 }
 
 /// Maps a replication error: network and server trouble are transient.
@@ -91,6 +121,14 @@ impl PostgresSource {
             slot,
             publication,
         }
+    }
+
+    fn conn(&self) -> Result<Conn> {
+        let tls = tls::client_config(self.config.tls_mode(), self.config.tls_ca_file.as_deref())?;
+        Ok(Conn {
+            pg: self.pg_config()?,
+            tls,
+        })
     }
 
     fn pg_config(&self) -> Result<tokio_postgres::Config> {
@@ -132,6 +170,12 @@ impl PostgresSource {
         .with_options(SESSION_SETTINGS)
         .with_status_interval(self.config.status_interval.0)
         .with_wakeup_interval(self.config.status_interval.0)
+        .with_tls(match self.config.tls_mode() {
+            TlsMode::Disable => TlsConfig::disabled(),
+            TlsMode::Require => TlsConfig::require(),
+            TlsMode::VerifyCa => TlsConfig::verify_ca(self.config.tls_ca_file.clone()),
+            TlsMode::VerifyFull => TlsConfig::verify_full(self.config.tls_ca_file.clone()),
+        })
         .with_application_name(format!("siphon {}", self.pipeline)))
     }
 
@@ -223,7 +267,7 @@ impl PostgresSource {
 #[async_trait]
 impl Source for PostgresSource {
     async fn check(&mut self) -> Result<()> {
-        let client = connect(&self.pg_config()?).await?;
+        let client = self.conn()?.connect().await?;
         catalog::preflight(&client).await?;
         catalog::tables(&client, &self.config.tables)
             .await
@@ -231,7 +275,7 @@ impl Source for PostgresSource {
     }
 
     async fn tables(&mut self) -> Result<Vec<TableInfo>> {
-        let client = connect(&self.pg_config()?).await?;
+        let client = self.conn()?.connect().await?;
         let tables = catalog::tables(&client, &self.config.tables).await?;
         Ok(tables
             .into_iter()
@@ -243,8 +287,9 @@ impl Source for PostgresSource {
     }
 
     async fn run(&mut self, ctx: &SourceContext) -> Result<()> {
-        let pg = self.pg_config()?;
-        let client = connect(&pg).await?;
+        let conn = self.conn()?;
+        let pg = conn.pg.clone();
+        let client = conn.connect().await?;
         catalog::preflight(&client).await?;
         let tables = catalog::tables(&client, &self.config.tables).await?;
         for t in tables.iter().filter(|t| t.replica_identity == 'n') {
@@ -302,7 +347,7 @@ impl Source for PostgresSource {
                 .expect("plain struct"),
             )?;
             match (snapshot::Snapshot {
-                pg: pg.clone(),
+                conn: conn.clone(),
                 snapshot_name,
                 consistent_point,
                 tables: self.shapes(&client, &tables).await?,

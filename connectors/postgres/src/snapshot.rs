@@ -24,7 +24,7 @@ const APPEND: usize = 20_000;
 
 /// What to snapshot and how.
 pub struct Snapshot {
-    pub pg: tokio_postgres::Config,
+    pub conn: crate::Conn,
     pub snapshot_name: String,
     pub consistent_point: u64,
     pub tables: Vec<(Table, Shape)>,
@@ -63,7 +63,7 @@ impl Snapshot {
         let mut workers = tokio::task::JoinSet::new();
         for _ in 0..self.parallelism.min(self.tables.len()).max(1) {
             let reader = Reader {
-                pg: self.pg.clone(),
+                conn: self.conn.clone(),
                 snapshot_name: self.snapshot_name.clone(),
                 queue: queue.clone(),
                 shapes: shapes.clone(),
@@ -161,7 +161,7 @@ struct Encoded {
 
 /// One snapshot reader: takes tables from the queue until it is empty.
 struct Reader {
-    pg: tokio_postgres::Config,
+    conn: crate::Conn,
     snapshot_name: String,
     queue: Arc<Mutex<VecDeque<(usize, Table)>>>,
     shapes: Vec<Shape>,
@@ -204,7 +204,7 @@ impl Reader {
     }
 
     async fn read_tables(&self, tx: &mpsc::Sender<Result<Encoded>>) -> Result<()> {
-        let client = crate::connect(&self.pg).await?;
+        let client = self.conn.connect().await?;
         loop {
             let Some((i, table)) = self.queue.lock().unwrap().pop_front() else {
                 return Ok(());

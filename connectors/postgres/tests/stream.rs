@@ -46,7 +46,8 @@ impl Harness {
             heartbeat_interval: None,
             status_interval: siphon_core::units::HumanDuration(Duration::from_millis(200)),
             drop_slot_on_stop: false,
-            tls: "disable".into(),
+            tls: None,
+            tls_ca_file: None,
         };
         Harness {
             _dir: dir,

@@ -10,7 +10,7 @@ use siphon_core::log::file::FileLog;
 use siphon_core::offsets::OffsetStore;
 use siphon_core::source::{Source, SourceContext};
 use siphon_core::{Event, Value};
-use siphon_source_postgres::{PostgresConfig, PostgresSource, SnapshotMode};
+use siphon_source_postgres::{PostgresConfig, PostgresSource, SnapshotMode, TlsMode};
 use siphon_test_support::postgres;
 use tokio_util::sync::CancellationToken;
 
@@ -185,7 +185,8 @@ async fn every_type_decodes_exactly_in_snapshot_and_stream() {
         heartbeat_interval: None,
         status_interval: siphon_core::units::HumanDuration(Duration::from_millis(200)),
         drop_slot_on_stop: true,
-        tls: "disable".into(),
+        tls: Some(TlsMode::Require),
+        tls_ca_file: None,
     };
     let mut source = PostgresSource::new("types", config);
     let run = tokio::spawn(async move { source.run(&ctx).await });
@@ -207,6 +208,17 @@ async fn every_type_decodes_exactly_in_snapshot_and_stream() {
         .batch_execute(&format!("insert into every_type values (2, {VALUES});"))
         .await
         .unwrap();
+    // TLS (`require`) on the replication connection, and the queries beside it.
+    let encrypted: i64 = client
+        .query_one(
+            "select count(*) from pg_stat_ssl s join pg_stat_activity a using (pid) \
+             where a.application_name = 'siphon types' and s.ssl",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(encrypted, 1, "the replication connection is not encrypted");
     while events(&log).len() < 2 {
         assert!(Instant::now() < deadline, "no streamed row");
         tokio::time::sleep(Duration::from_millis(50)).await;
