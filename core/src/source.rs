@@ -122,7 +122,15 @@ impl SourceContext {
     /// to be durable: the next `append` makes them so. Nothing may be confirmed upstream on
     /// the strength of this call.
     pub async fn append_open_transaction(&self, events: &[Event]) -> Result<Range<u64>> {
-        self.log.append_unsynced(encode_events(events, &[])?).await
+        self.append_records_unsynced(encode_events(events, &[])?)
+            .await
+    }
+
+    /// Appends encoded records without waiting for them to be durable (see
+    /// [`SourceContext::append_open_transaction`]): a snapshot in progress, which nothing is
+    /// confirmed on until it ends.
+    pub async fn append_records_unsynced(&self, records: Vec<NewRecord>) -> Result<Range<u64>> {
+        self.log.append_unsynced(records).await
     }
 
     /// The last event the log holds durably: where the source resumes.

@@ -1,7 +1,10 @@
 //! Rows of `COPY … TO STDOUT` (text format): tab-separated, `\N` for NULL, backslash escapes.
 
-/// Splits one line (without its newline) into column texts.
-pub fn parse_line(line: &[u8]) -> Result<Vec<Option<String>>, String> {
+use std::borrow::Cow;
+
+/// Splits one line (without its newline) into column texts, borrowing from the line where no
+/// escape needs undoing.
+pub fn parse_line(line: &[u8]) -> Result<Vec<Option<Cow<'_, str>>>, String> {
     let mut out = Vec::new();
     for field in line.split(|b| *b == b'\t') {
         if field == b"\\N" {
@@ -10,7 +13,7 @@ pub fn parse_line(line: &[u8]) -> Result<Vec<Option<String>>, String> {
         }
         if !field.contains(&b'\\') {
             let text = std::str::from_utf8(field).map_err(|e| format!("not UTF-8: {e}"))?;
-            out.push(Some(text.to_owned()));
+            out.push(Some(Cow::Borrowed(text)));
             continue;
         }
         let mut bytes = Vec::with_capacity(field.len());
@@ -62,9 +65,9 @@ pub fn parse_line(line: &[u8]) -> Result<Vec<Option<String>>, String> {
                 other => bytes.push(other),
             }
         }
-        out.push(Some(
+        out.push(Some(Cow::Owned(
             String::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))?,
-        ));
+        )));
     }
     Ok(out)
 }
@@ -84,7 +87,7 @@ mod tests {
                 Some("AB".into())
             ]
         );
-        assert_eq!(parse_line(b"").unwrap(), vec![Some(String::new())]);
+        assert_eq!(parse_line(b"").unwrap(), vec![Some(Cow::Borrowed(""))]);
         assert!(parse_line(b"bad\\").is_err());
     }
 }

@@ -1,5 +1,6 @@
 //! Rows to events: one shape per table (columns, types, key), shared by snapshot and stream.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::Mutex;
 
@@ -7,7 +8,7 @@ use siphon_core::event::{
     Event, Name, Op, Row, SnapshotMarker, SourceInfo, SourcePosition, TransactionInfo, Value,
 };
 
-use crate::values::{PgType, decode_owned};
+use crate::values::{PgType, decode_cow};
 
 /// Microseconds from the Unix epoch to PostgreSQL's (2000-01-01).
 pub const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
@@ -30,14 +31,9 @@ static WARNED: Mutex<Option<HashSet<String>>> = Mutex::new(None);
 
 impl Shape {
     /// Decodes one column's text; a value siphon cannot decode travels as text, with a warning.
-    pub fn decode(&self, column: usize, text: &str) -> Value {
-        self.decode_owned(column, text.to_owned())
-    }
-
-    /// [`Shape::decode`] of an owned text, whose buffer text-like values keep.
-    pub fn decode_owned(&self, column: usize, text: String) -> Value {
+    pub fn decode(&self, column: usize, text: Cow<'_, str>) -> Value {
         let (name, ty) = &self.columns[column];
-        match decode_owned(ty, text) {
+        match decode_cow(ty, text) {
             Ok(v) => v,
             Err((e, text)) => {
                 let what = format!("{}.{}.{name}", self.schema, self.table);
@@ -47,7 +43,7 @@ impl Shape {
                 }
                 Value::Other {
                     type_name: format!("{ty:?}").to_lowercase(),
-                    text,
+                    text: text.into_owned(),
                 }
             }
         }

@@ -338,7 +338,7 @@ fn row(shape: &Shape, tuple: &[TupleValue]) -> Row {
             TupleValue::Null => Value::Null,
             TupleValue::Unchanged => Value::Unchanged,
             TupleValue::Text(b) => match std::str::from_utf8(b) {
-                Ok(t) if i < shape.columns.len() => shape.decode(i, t),
+                Ok(t) if i < shape.columns.len() => shape.decode(i, std::borrow::Cow::Borrowed(t)),
                 _ => Value::Other {
                     type_name: "bytes".into(),
                     text: String::from_utf8_lossy(b).into_owned(),

@@ -1,6 +1,8 @@
 //! PostgreSQL's text output of each type, to exact event values. pgoutput (text mode) and
 //! `COPY … TO STDOUT` both produce this text, so snapshots and streaming share one decoder.
 
+use std::borrow::Cow;
+
 use chrono::NaiveDate;
 use siphon_core::Value;
 
@@ -98,17 +100,17 @@ impl PgType {
     }
 }
 
-/// Like [`decode_text`], taking the text by value so that text-like values keep its buffer;
-/// on error the text comes back with the reason.
-pub fn decode_owned(ty: &PgType, text: String) -> Result<Value, (String, String)> {
+/// Like [`decode_text`] for text that may be borrowed or owned: text-like values take an owned
+/// buffer as it is, other types parse without copying. On error the text comes back.
+pub fn decode_cow<'a>(ty: &PgType, text: Cow<'a, str>) -> Result<Value, (String, Cow<'a, str>)> {
     Ok(match ty {
-        PgType::Text => Value::Text(text),
-        PgType::Numeric => Value::Decimal(text),
-        PgType::Json => Value::Json(text),
-        PgType::Enum => Value::Enum(text),
+        PgType::Text => Value::Text(text.into_owned()),
+        PgType::Numeric => Value::Decimal(text.into_owned()),
+        PgType::Json => Value::Json(text.into_owned()),
+        PgType::Enum => Value::Enum(text.into_owned()),
         PgType::Other(name) => Value::Other {
             type_name: name.clone(),
-            text,
+            text: text.into_owned(),
         },
         _ => return decode_text(ty, &text).map_err(|e| (e, text)),
     })

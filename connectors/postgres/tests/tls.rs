@@ -30,20 +30,49 @@ fn config(url: &str, tls: TlsMode, ca: Option<PathBuf>) -> PostgresConfig {
 async fn tls_modes_verify_what_they_promise() {
     let db = postgres().await.unwrap();
     let client = db.client().await.unwrap();
-    client.batch_execute("create table t (id int primary key)").await.unwrap();
+    client
+        .batch_execute("create table t (id int primary key)")
+        .await
+        .unwrap();
     let ssl: String = client.query_one("show ssl", &[]).await.unwrap().get(0);
-    assert_eq!(ssl, "on", "this test needs PostgreSQL with ssl = on (Debian's default)");
-    let cert: String = client.query_one("show ssl_cert_file", &[]).await.unwrap().get(0);
+    assert_eq!(
+        ssl, "on",
+        "this test needs PostgreSQL with ssl = on (Debian's default)"
+    );
+    let cert: String = client
+        .query_one("show ssl_cert_file", &[])
+        .await
+        .unwrap()
+        .get(0);
 
     // require: encrypted, any certificate.
-    PostgresSource::new("tls", config(&db.url, TlsMode::Require, None)).check().await.unwrap();
+    PostgresSource::new("tls", config(&db.url, TlsMode::Require, None))
+        .check()
+        .await
+        .unwrap();
     // verify_ca: the self-signed certificate is its own CA; the name is not checked.
-    PostgresSource::new("tls", config(&db.url, TlsMode::VerifyCa, Some(cert.clone().into()))).check().await.unwrap();
+    PostgresSource::new(
+        "tls",
+        config(&db.url, TlsMode::VerifyCa, Some(cert.clone().into())),
+    )
+    .check()
+    .await
+    .unwrap();
     // verify_full: the certificate does not name 127.0.0.1, so the connection is refused.
-    let err = PostgresSource::new("tls", config(&db.url, TlsMode::VerifyFull, Some(cert.into()))).check().await.unwrap_err();
+    let err = PostgresSource::new(
+        "tls",
+        config(&db.url, TlsMode::VerifyFull, Some(cert.into())),
+    )
+    .check()
+    .await
+    .unwrap_err();
     assert!(err.to_string().contains("connecting"), "{err}");
     // sslmode=require in the URL turns TLS on without `tls`.
-    let mut from_url = config(&format!("{}?sslmode=require", db.url), TlsMode::Disable, None);
+    let mut from_url = config(
+        &format!("{}?sslmode=require", db.url),
+        TlsMode::Disable,
+        None,
+    );
     from_url.tls = None;
     assert_eq!(from_url.tls_mode(), TlsMode::Require);
 }
