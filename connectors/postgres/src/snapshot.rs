@@ -2,6 +2,7 @@
 //! transaction that uses the slot's exported snapshot, several tables at once, row by row.
 
 use std::collections::VecDeque;
+use std::io::IsTerminal;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -83,6 +84,18 @@ impl Snapshot {
         }
         drop(tx);
 
+        // On a terminal, a bar too (the logs and metrics carry the same progress).
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar = indicatif::ProgressBar::new(total_estimate.max(0) as u64);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "snapshot [{bar:40}] {pos}/~{len} rows ({per_sec}, eta {eta})",
+                )
+                .expect("a valid template")
+                .progress_chars("=> "),
+            );
+            bar
+        });
         ctx.metrics.set("snapshot_running", 1.0);
         ctx.metrics.set("snapshot_rows", 0.0);
         ctx.metrics
@@ -142,6 +155,9 @@ impl Snapshot {
                 }
             }
             ctx.metrics.set("snapshot_rows", rows as f64);
+            if let Some(bar) = &bar {
+                bar.set_position(rows);
+            }
             if last_progress.elapsed() > Duration::from_secs(5) {
                 tracing::info!(pipeline = %ctx.pipeline, rows, estimated_rows = total_estimate, "snapshot progress");
                 last_progress = Instant::now();
@@ -159,6 +175,9 @@ impl Snapshot {
         }
         ctx.metrics.set("snapshot_rows", rows as f64);
         ctx.metrics.set("snapshot_running", 0.0);
+        if let Some(bar) = bar {
+            bar.finish_and_clear();
+        }
         tracing::info!(pipeline = %ctx.pipeline, rows, elapsed = ?started.elapsed(), "snapshot done");
         Ok(rows)
     }
