@@ -138,12 +138,7 @@ async fn converge(setup: &Setup, db: &PgDatabase) {
 #[tokio::test(flavor = "multi_thread")]
 async fn kill_9_while_a_writer_runs_loses_and_repeats_nothing() {
     let db = postgres().await.unwrap();
-    db.client()
-        .await
-        .unwrap()
-        .batch_execute(SCHEMA)
-        .await
-        .unwrap();
+    db.execute(SCHEMA).await.unwrap();
     let setup = setup(&db);
     let stop = Arc::new(AtomicBool::new(false));
     let writing = writer(&db, stop.clone());
@@ -164,12 +159,7 @@ async fn kill_9_while_a_writer_runs_loses_and_repeats_nothing() {
 #[tokio::test(flavor = "multi_thread")]
 async fn terminated_walsender_reconnects_without_loss() {
     let db = postgres().await.unwrap();
-    db.client()
-        .await
-        .unwrap()
-        .batch_execute(SCHEMA)
-        .await
-        .unwrap();
+    db.execute(SCHEMA).await.unwrap();
     let setup = setup(&db);
     let stop = Arc::new(AtomicBool::new(false));
     let writing = writer(&db, stop.clone());
@@ -226,7 +216,11 @@ async fn kill_9_mid_snapshot_takes_the_snapshot_again() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     d.kill_9().unwrap();
-    db.client().await.unwrap().batch_execute("update accounts set version = 1 where id <= 10; delete from accounts where id = 100000").await.unwrap();
+    db.execute(
+        "update accounts set version = 1 where id <= 10; delete from accounts where id = 100000",
+    )
+    .await
+    .unwrap();
     let d = setup.start();
     converge(&setup, &db).await;
     assert!(

@@ -36,12 +36,7 @@ fn restart_postgres() {
 #[tokio::test(flavor = "multi_thread")]
 async fn postgres_restart_mid_stream_loses_nothing() {
     let db = postgres().await.unwrap();
-    db.client()
-        .await
-        .unwrap()
-        .batch_execute("create table counters (id bigint primary key, n bigint not null); insert into counters select g, 0 from generate_series(1, 50) g;")
-        .await
-        .unwrap();
+    db.execute("create table counters (id bigint primary key, n bigint not null); insert into counters select g, 0 from generate_series(1, 50) g;").await.unwrap();
     let source = format!(
         "kind = \"postgres\"\nurl = \"{}\"\ntables = [\"public.counters\"]\nslot = \"{}_slot\"\nstatus_interval = \"200ms\"",
         db.url, db.name

@@ -190,12 +190,7 @@ const SCHEMA: &str = "
 #[tokio::test(flavor = "multi_thread")]
 async fn snapshot_then_stream_reproduces_the_tables() {
     let db = postgres().await.unwrap();
-    db.client()
-        .await
-        .unwrap()
-        .batch_execute(SCHEMA)
-        .await
-        .unwrap();
+    db.execute(SCHEMA).await.unwrap();
     let h = Harness::new(db, &["public.orders", "public.customers"]).await;
     let (run, stop) = h.start();
     h.wait_for("the snapshot", |e| {
@@ -265,12 +260,7 @@ async fn snapshot_then_stream_reproduces_the_tables() {
 #[tokio::test(flavor = "multi_thread")]
 async fn restart_resumes_without_loss_or_duplicates() {
     let db = postgres().await.unwrap();
-    db.client()
-        .await
-        .unwrap()
-        .batch_execute(SCHEMA)
-        .await
-        .unwrap();
+    db.execute(SCHEMA).await.unwrap();
     let h = Harness::new(db, &["public.orders"]).await;
     let client = h.db.client().await.unwrap();
     // The snapshot first (a stop during a snapshot takes it again from the start).
@@ -454,12 +444,7 @@ async fn toast_ddl_and_replica_identity() {
 #[tokio::test(flavor = "multi_thread")]
 async fn idle_captured_tables_still_advance_the_slot() {
     let db = postgres().await.unwrap();
-    db.client()
-        .await
-        .unwrap()
-        .batch_execute(
-            "create table watched (id bigint primary key); create table busy (id bigint);",
-        )
+    db.execute("create table watched (id bigint primary key); create table busy (id bigint);")
         .await
         .unwrap();
     let h = Harness::new(db, &["public.watched"]).await;

@@ -84,6 +84,11 @@ async fn postgres_at(admin_url: &str) -> anyhow::Result<PgDatabase> {
 }
 
 impl PgDatabase {
+    /// Runs SQL statements (a schema, a workload) on a client of its own.
+    pub async fn execute(&self, sql: &str) -> anyhow::Result<()> {
+        Ok(self.client().await?.batch_execute(sql).await?)
+    }
+
     /// A new client on this database.
     pub async fn client(&self) -> anyhow::Result<tokio_postgres::Client> {
         let (client, conn) = tokio_postgres::connect(&self.url, tokio_postgres::NoTls).await?;
