@@ -32,20 +32,24 @@ static WARNED: Mutex<Option<HashSet<String>>> = Mutex::new(None);
 impl Shape {
     /// Decodes one column's text; a value siphon cannot decode travels as text, with a warning.
     pub fn decode(&self, column: usize, text: Cow<'_, str>) -> Value {
-        let (name, ty) = &self.columns[column];
+        let ty = &self.columns[column].1;
         match decode_cow(ty, text) {
             Ok(v) => v,
-            Err((e, text)) => {
-                let what = format!("{}.{}.{name}", self.schema, self.table);
-                let mut warned = WARNED.lock().unwrap();
-                if warned.get_or_insert_with(HashSet::new).insert(what.clone()) {
-                    tracing::warn!(column = %what, error = %e, "a value siphon cannot decode travels as text");
-                }
-                Value::Other {
-                    type_name: format!("{ty:?}").to_lowercase(),
-                    text: text.into_owned(),
-                }
-            }
+            Err((e, text)) => self.undecodable(column, &text, &e),
+        }
+    }
+
+    /// A value siphon cannot decode: it travels as text, with a warning once per column.
+    pub fn undecodable(&self, column: usize, text: &str, error: &str) -> Value {
+        let (name, ty) = &self.columns[column];
+        let what = format!("{}.{}.{name}", self.schema, self.table);
+        let mut warned = WARNED.lock().unwrap();
+        if warned.get_or_insert_with(HashSet::new).insert(what.clone()) {
+            tracing::warn!(column = %what, error, "a value siphon cannot decode travels as text");
+        }
+        Value::Other {
+            type_name: format!("{ty:?}").to_lowercase(),
+            text: text.to_owned(),
         }
     }
 

@@ -7,9 +7,9 @@
 //! pgoutput messages are decoded here ([`pgoutput`]), values from their text form
 //! ([`values`]), the same text COPY produces, so snapshot and stream decode alike.
 
+mod binary;
 mod catalog;
 mod config;
-mod copy;
 mod events;
 mod pgoutput;
 mod snapshot;

@@ -14,8 +14,8 @@ use siphon_core::source::{SourceContext, encode_events};
 use siphon_core::{Error, Event, Result, Row, Value};
 use tokio::sync::mpsc;
 
+use crate::binary;
 use crate::catalog::{Table, pg_error, quote_ident, quote_literal};
-use crate::copy::parse_line;
 use crate::events::{EventFactory, PG_EPOCH_MICROS, Place, Shape};
 
 /// Rows per message from a reader to the appender.
@@ -248,9 +248,27 @@ impl Reader {
                 ))
                 .await
                 .map_err(|e| pg_error("starting the snapshot transaction", &e))?;
-            let columns: Vec<String> = shape.columns.iter().map(|(c, _)| quote_ident(c)).collect();
+            // Binary COPY: no text to parse. A column whose type siphon keeps as text is read
+            // as `::text` and decoded from that.
+            let binary: Vec<bool> = shape
+                .columns
+                .iter()
+                .map(|(_, ty)| binary::supported(ty))
+                .collect();
+            let columns: Vec<String> = shape
+                .columns
+                .iter()
+                .zip(&binary)
+                .map(|((c, _), &bin)| {
+                    if bin {
+                        quote_ident(c)
+                    } else {
+                        format!("{}::text", quote_ident(c))
+                    }
+                })
+                .collect();
             let sql = format!(
-                "copy (select {} from {}) to stdout",
+                "copy (select {} from {}) to stdout (format binary)",
                 columns.join(", "),
                 table.quoted()
             );
@@ -262,19 +280,28 @@ impl Reader {
             let mut carry: Vec<u8> = Vec::new();
             let mut rows = 0u64;
             let mut out: Vec<Row> = Vec::with_capacity(BATCH);
+            let mut tuples = binary::CopyReader::default();
+            let bad = |e: String| Error::permanent(format!("COPY of {}: {e}", table.qualified()));
             while let Some(chunk) = stream.next().await {
                 let chunk = chunk.map_err(|e| pg_error("reading a table", &e))?;
                 carry.extend_from_slice(&chunk);
                 let mut start = 0;
-                while let Some(nl) = carry[start..].iter().position(|b| *b == b'\n') {
-                    let line = &carry[start..start + nl];
-                    let fields = parse_line(line).map_err(|e| {
-                        Error::permanent(format!("COPY of {}: {e}", table.qualified()))
-                    })?;
+                while let Some((tuple, used)) = tuples.next(&carry[start..]).map_err(bad)? {
+                    start += used;
+                    let binary::Tuple::Fields(fields) = tuple else {
+                        continue;
+                    };
                     let values = fields
                         .into_iter()
                         .enumerate()
-                        .map(|(c, f)| f.map_or(Value::Null, |t| shape.decode(c, t)))
+                        .map(|(c, f)| match f {
+                            None => Value::Null,
+                            Some(bytes) if binary[c] => binary::decode(&shape.columns[c].1, bytes)
+                                .unwrap_or_else(|e| {
+                                    shape.undecodable(c, &String::from_utf8_lossy(bytes), &e)
+                                }),
+                            Some(bytes) => shape.decode(c, String::from_utf8_lossy(bytes)),
+                        })
                         .collect();
                     out.push(shape.row(values));
                     if out.len() >= BATCH {
@@ -284,7 +311,6 @@ impl Reader {
                         }
                     }
                     rows += 1;
-                    start += nl + 1;
                 }
                 carry.drain(..start);
             }

@@ -53,7 +53,9 @@ impl PgType {
         use PgType::*;
         Some(match oid {
             16 => Bool,
-            20 | 21 | 23 | 26 => Int,
+            20 | 21 | 23 => Int,
+            // An oid is unsigned: kept as text so that no value comes out negative.
+            26 => Other("oid".into()),
             700 => Float32,
             701 => Float64,
             1700 => Numeric,
@@ -75,7 +77,8 @@ impl PgType {
             1560 => Other("bit".into()),
             1562 => Other("varbit".into()),
             1000 => Array(Box::new(Bool)),
-            1005 | 1007 | 1016 | 1028 => Array(Box::new(Int)),
+            1005 | 1007 | 1016 => Array(Box::new(Int)),
+            1028 => Array(Box::new(Other("oid".into()))),
             1021 => Array(Box::new(Float32)),
             1022 => Array(Box::new(Float64)),
             1231 => Array(Box::new(Numeric)),

@@ -1,0 +1,283 @@
+//! PostgreSQL's binary format of values (COPY … (FORMAT binary)): cheaper to read than text,
+//! and exact. Types siphon keeps as text ([`PgType::Other`]) have no binary decoder here;
+//! the snapshot reads such columns as `::text`.
+
+use siphon_core::Value;
+
+use crate::events::PG_EPOCH_MICROS;
+use crate::values::PgType;
+
+/// Days from 1970-01-01 to PostgreSQL's epoch, 2000-01-01.
+const PG_EPOCH_DAYS: i32 = 10_957;
+
+/// Whether values of `ty` can be read in binary (no part of it is kept as server text).
+pub fn supported(ty: &PgType) -> bool {
+    match ty {
+        PgType::Other(_) => false,
+        PgType::Array(elem) => supported(elem),
+        _ => true,
+    }
+}
+
+fn take<const N: usize>(b: &mut &[u8]) -> Result<[u8; N], String> {
+    if b.len() < N {
+        return Err("binary value too short".into());
+    }
+    let (head, tail) = b.split_at(N);
+    *b = tail;
+    Ok(head.try_into().expect("N bytes"))
+}
+
+fn utf8(b: &[u8]) -> Result<String, String> {
+    String::from_utf8(b.to_vec()).map_err(|e| format!("not UTF-8: {e}"))
+}
+
+/// Decodes one binary value of `ty`.
+pub fn decode(ty: &PgType, mut b: &[u8]) -> Result<Value, String> {
+    let b = &mut b;
+    Ok(match ty {
+        PgType::Bool => Value::Bool(take::<1>(b)?[0] != 0),
+        PgType::Int => match b.len() {
+            2 => Value::Int(i64::from(i16::from_be_bytes(take(b)?))),
+            4 => Value::Int(i64::from(i32::from_be_bytes(take(b)?))),
+            8 => Value::Int(i64::from_be_bytes(take(b)?)),
+            n => return Err(format!("integer of {n} bytes")),
+        },
+        PgType::Float32 => Value::Float32(f32::from_be_bytes(take(b)?)),
+        PgType::Float64 => Value::Float64(f64::from_be_bytes(take(b)?)),
+        PgType::Numeric => Value::Decimal(numeric(b)?),
+        PgType::Text => Value::Text(utf8(b)?),
+        PgType::Enum => Value::Enum(utf8(b)?),
+        PgType::Json => match b.first() {
+            // jsonb starts with its format version (1); json is plain text, which never
+            // starts with that byte.
+            Some(1) => Value::Json(utf8(&b[1..])?),
+            _ => Value::Json(utf8(b)?),
+        },
+        PgType::Bytea => Value::Bytes(b.to_vec()),
+        PgType::Uuid => Value::Uuid(take(b)?),
+        PgType::Date => Value::Date(match i32::from_be_bytes(take(b)?) {
+            i32::MAX => i32::MAX,
+            i32::MIN => i32::MIN,
+            d => d + PG_EPOCH_DAYS,
+        }),
+        PgType::Time => Value::Time(i64::from_be_bytes(take(b)?)),
+        PgType::TimeTz => {
+            let micros = i64::from_be_bytes(take(b)?);
+            // PostgreSQL stores the zone in seconds west of UTC.
+            let west = i32::from_be_bytes(take(b)?);
+            Value::TimeTz {
+                micros,
+                offset_seconds: -west,
+            }
+        }
+        PgType::Timestamp | PgType::TimestampTz => {
+            let us = match i64::from_be_bytes(take(b)?) {
+                i64::MAX => i64::MAX,
+                i64::MIN => i64::MIN,
+                us => us + PG_EPOCH_MICROS,
+            };
+            if *ty == PgType::Timestamp {
+                Value::Timestamp(us)
+            } else {
+                Value::TimestampTz(us)
+            }
+        }
+        PgType::Interval => {
+            let micros = i64::from_be_bytes(take(b)?);
+            let days = i32::from_be_bytes(take(b)?);
+            let months = i32::from_be_bytes(take(b)?);
+            Value::Interval {
+                months,
+                days,
+                micros,
+            }
+        }
+        PgType::Array(elem) => array(elem, b)?,
+        PgType::Other(name) => return Err(format!("no binary decoder for {name}")),
+    })
+}
+
+/// Numeric: digit groups of base 10000 to exact decimal text.
+fn numeric(b: &mut &[u8]) -> Result<String, String> {
+    let ndigits = i16::from_be_bytes(take(b)?) as usize;
+    let weight = i32::from(i16::from_be_bytes(take(b)?));
+    let sign = u16::from_be_bytes(take(b)?);
+    let dscale = u16::from_be_bytes(take(b)?) as usize;
+    match sign {
+        0xC000 => return Ok("NaN".into()),
+        0xD000 => return Ok("Infinity".into()),
+        0xF000 => return Ok("-Infinity".into()),
+        _ => {}
+    }
+    let digits = (0..ndigits)
+        .map(|_| take::<2>(b).map(i16::from_be_bytes))
+        .collect::<Result<Vec<_>, _>>()?;
+    let group = |i: i32| {
+        if i >= 0 {
+            digits.get(i as usize).copied().unwrap_or(0)
+        } else {
+            0
+        }
+    };
+    let mut out = String::new();
+    if sign == 0x4000 {
+        out.push('-');
+    }
+    if weight < 0 {
+        out.push('0');
+    } else {
+        for i in 0..=weight {
+            if i == 0 {
+                out.push_str(&group(i).to_string());
+            } else {
+                out.push_str(&format!("{:04}", group(i)));
+            }
+        }
+    }
+    if dscale > 0 {
+        out.push('.');
+        let mut frac = String::new();
+        let mut i = weight + 1;
+        while frac.len() < dscale {
+            frac.push_str(&format!("{:04}", group(i)));
+            i += 1;
+        }
+        out.push_str(&frac[..dscale]);
+    }
+    Ok(out)
+}
+
+/// An array: dimensions, then the elements in row-major order.
+fn array(elem: &PgType, b: &mut &[u8]) -> Result<Value, String> {
+    let ndim = i32::from_be_bytes(take(b)?);
+    let _has_nulls = i32::from_be_bytes(take(b)?);
+    let _elem_oid = u32::from_be_bytes(take(b)?);
+    if ndim == 0 {
+        return Ok(Value::Array(Vec::new()));
+    }
+    let dims = (0..ndim)
+        .map(|_| {
+            let len = i32::from_be_bytes(take(b)?);
+            let _lower = i32::from_be_bytes(take(b)?);
+            Ok(len.max(0) as usize)
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let total: usize = dims.iter().product();
+    let mut items = Vec::with_capacity(total);
+    for _ in 0..total {
+        let len = i32::from_be_bytes(take(b)?);
+        if len < 0 {
+            items.push(Value::Null);
+        } else {
+            let len = len as usize;
+            if b.len() < len {
+                return Err("array element too short".into());
+            }
+            let (v, rest) = b.split_at(len);
+            *b = rest;
+            items.push(decode(elem, v)?);
+        }
+    }
+    // Nest from the innermost dimension out.
+    for &d in dims[1..].iter().rev() {
+        items = items.chunks(d).map(|c| Value::Array(c.to_vec())).collect();
+    }
+    Ok(Value::Array(items))
+}
+
+/// Splits COPY binary data into tuples of fields (`None` for NULL).
+#[derive(Debug, Default)]
+pub struct CopyReader {
+    header_done: bool,
+}
+
+/// What the next bytes of a COPY stream hold.
+pub enum Tuple<'a> {
+    /// A tuple's fields.
+    Fields(Vec<Option<&'a [u8]>>),
+    /// The end-of-data marker.
+    End,
+}
+
+const SIGNATURE: &[u8] = b"PGCOPY\n\xff\r\n\0";
+
+impl CopyReader {
+    /// The next tuple in `buf` and the bytes it took; `None` if `buf` does not hold a whole one.
+    pub fn next<'a>(&mut self, buf: &'a [u8]) -> Result<Option<(Tuple<'a>, usize)>, String> {
+        let mut at = 0;
+        if !self.header_done {
+            if buf.len() < SIGNATURE.len() + 8 {
+                return Ok(None);
+            }
+            if !buf.starts_with(SIGNATURE) {
+                return Err("not COPY binary data".into());
+            }
+            let ext = u32::from_be_bytes(
+                buf[SIGNATURE.len() + 4..SIGNATURE.len() + 8]
+                    .try_into()
+                    .expect("4 bytes"),
+            ) as usize;
+            let header = SIGNATURE.len() + 8 + ext;
+            if buf.len() < header {
+                return Ok(None);
+            }
+            at = header;
+            self.header_done = true;
+        }
+        let Some(count) = buf.get(at..at + 2) else {
+            return Ok(None);
+        };
+        let count = i16::from_be_bytes(count.try_into().expect("2 bytes"));
+        let mut pos = at + 2;
+        if count < 0 {
+            return Ok(Some((Tuple::End, pos)));
+        }
+        let mut fields = Vec::with_capacity(count as usize);
+        for _ in 0..count {
+            let Some(len) = buf.get(pos..pos + 4) else {
+                return Ok(None);
+            };
+            let len = i32::from_be_bytes(len.try_into().expect("4 bytes"));
+            pos += 4;
+            if len < 0 {
+                fields.push(None);
+                continue;
+            }
+            let Some(v) = buf.get(pos..pos + len as usize) else {
+                return Ok(None);
+            };
+            fields.push(Some(v));
+            pos += len as usize;
+        }
+        Ok(Some((Tuple::Fields(fields), pos)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn numeric_bytes(ndigits: i16, weight: i16, sign: u16, dscale: u16, digits: &[i16]) -> Vec<u8> {
+        let mut v = Vec::new();
+        v.extend_from_slice(&ndigits.to_be_bytes());
+        v.extend_from_slice(&weight.to_be_bytes());
+        v.extend_from_slice(&sign.to_be_bytes());
+        v.extend_from_slice(&dscale.to_be_bytes());
+        for d in digits {
+            v.extend_from_slice(&d.to_be_bytes());
+        }
+        v
+    }
+
+    #[test]
+    fn numerics() {
+        let n = |b: Vec<u8>| numeric(&mut b.as_slice()).unwrap();
+        assert_eq!(n(numeric_bytes(2, 0, 0, 4, &[12, 3400])), "12.3400");
+        assert_eq!(n(numeric_bytes(1, -1, 0x4000, 5, &[1200])), "-0.12000");
+        assert_eq!(n(numeric_bytes(2, 1, 0, 0, &[1, 2])), "10002");
+        assert_eq!(n(numeric_bytes(0, 0, 0, 2, &[])), "0.00");
+        assert_eq!(n(numeric_bytes(1, -2, 0, 6, &[5000])), "0.000050");
+        assert_eq!(n(numeric_bytes(0, 0, 0xC000, 0, &[])), "NaN");
+    }
+}
