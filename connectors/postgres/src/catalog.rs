@@ -24,6 +24,8 @@ pub struct Table {
     pub replica_identity: char,
     /// The planner's row estimate, for snapshot progress.
     pub estimated_rows: i64,
+    /// Pages of the table's heap, to split a big table's snapshot between readers.
+    pub pages: i64,
 }
 
 impl Table {
@@ -112,7 +114,8 @@ pub async fn tables(client: &Client, patterns: &[String]) -> Result<Vec<Table>> 
         };
         let rows = client
             .query(
-                "select c.oid, n.nspname::text, c.relname::text, c.relreplident::text, c.reltuples::int8 \
+                "select c.oid, n.nspname::text, c.relname::text, c.relreplident::text, c.reltuples::int8, \
+                 (pg_relation_size(c.oid) / current_setting('block_size')::int)::int8 \
                  from pg_class c join pg_namespace n on n.oid = c.relnamespace \
                  where n.nspname = $1 and c.relname like $2 and c.relkind in ('r', 'p') order by c.relname",
                 &[&schema, &like],
@@ -161,6 +164,7 @@ pub async fn tables(client: &Client, patterns: &[String]) -> Result<Vec<Table>> 
                 columns,
                 replica_identity: identity.chars().next().unwrap_or('d'),
                 estimated_rows: row.get::<_, i64>(4).max(0),
+                pages: row.get(5),
             });
         }
     }

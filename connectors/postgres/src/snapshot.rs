@@ -49,13 +49,10 @@ impl Snapshot {
             consistent_point = self.consistent_point, "snapshot starting"
         );
         let shapes: Vec<Shape> = self.tables.iter().map(|(_, s)| s.clone()).collect();
-        let queue: Arc<Mutex<VecDeque<(usize, Table)>>> = Arc::new(Mutex::new(
-            self.tables
-                .iter()
-                .map(|(t, _)| t.clone())
-                .enumerate()
-                .collect(),
-        ));
+        let tables: Arc<Vec<Table>> =
+            Arc::new(self.tables.iter().map(|(t, _)| t.clone()).collect());
+        let queue: Arc<Mutex<VecDeque<Chunk>>> =
+            Arc::new(Mutex::new(chunks(&self.tables, self.parallelism)));
         // Readers decode and encode rows in batches; the appender only writes them.
         let (tx, mut rx) = mpsc::channel::<Result<Encoded>>(32);
         let next_index = Arc::new(AtomicU64::new(0));
@@ -69,6 +66,7 @@ impl Snapshot {
                 conn: self.conn.clone(),
                 snapshot_name: self.snapshot_name.clone(),
                 queue: queue.clone(),
+                tables: tables.clone(),
                 shapes: shapes.clone(),
                 factory: self.factory.clone(),
                 consistent_point: self.consistent_point,
@@ -190,11 +188,48 @@ struct Encoded {
     last_event: Event,
 }
 
-/// One snapshot reader: takes tables from the queue until it is empty.
+/// A part of a table for one reader: pages `[first, end)` (to the table's end when `end` is
+/// `None`), or the whole table.
+#[derive(Debug, Clone)]
+struct Chunk {
+    table: usize,
+    pages: Option<(i64, Option<i64>)>,
+}
+
+/// Pages per reader below which a table is not split.
+const MIN_CHUNK_PAGES: i64 = 1000;
+
+/// The work of a snapshot: each table whole, or a big one split into page ranges so that
+/// several readers share it (TID range scans, PostgreSQL 14+).
+fn chunks(tables: &[(Table, Shape)], parallelism: usize) -> VecDeque<Chunk> {
+    let mut out = VecDeque::new();
+    for (i, (t, _)) in tables.iter().enumerate() {
+        let n = (t.pages / MIN_CHUNK_PAGES).clamp(1, parallelism.max(1) as i64);
+        if n == 1 {
+            out.push_back(Chunk {
+                table: i,
+                pages: None,
+            });
+            continue;
+        }
+        let per = t.pages / n;
+        for k in 0..n {
+            let end = (k + 1 < n).then(|| (k + 1) * per);
+            out.push_back(Chunk {
+                table: i,
+                pages: Some((k * per, end)),
+            });
+        }
+    }
+    out
+}
+
+/// One snapshot reader: takes chunks from the queue until it is empty.
 struct Reader {
     conn: crate::Conn,
     snapshot_name: String,
-    queue: Arc<Mutex<VecDeque<(usize, Table)>>>,
+    queue: Arc<Mutex<VecDeque<Chunk>>>,
+    tables: Arc<Vec<Table>>,
     shapes: Vec<Shape>,
     factory: EventFactory,
     consistent_point: u64,
@@ -237,10 +272,10 @@ impl Reader {
     async fn read_tables(&self, tx: &mpsc::Sender<Result<Encoded>>) -> Result<()> {
         let client = self.conn.connect().await?;
         loop {
-            let Some((i, table)) = self.queue.lock().unwrap().pop_front() else {
+            let Some(chunk) = self.queue.lock().unwrap().pop_front() else {
                 return Ok(());
             };
-            let shape = &self.shapes[i];
+            let (table, shape) = (&self.tables[chunk.table], &self.shapes[chunk.table]);
             client
                 .batch_execute(&format!(
                     "begin isolation level repeatable read read only; set transaction snapshot {}",
@@ -267,8 +302,15 @@ impl Reader {
                     }
                 })
                 .collect();
+            let range = match chunk.pages {
+                None => String::new(),
+                Some((first, None)) => format!(" where ctid >= '({first},0)'::tid"),
+                Some((first, Some(end))) => {
+                    format!(" where ctid >= '({first},0)'::tid and ctid < '({end},0)'::tid")
+                }
+            };
             let sql = format!(
-                "copy (select {} from {}) to stdout (format binary)",
+                "copy (select {} from {}{range}) to stdout (format binary)",
                 columns.join(", "),
                 table.quoted()
             );
@@ -324,7 +366,58 @@ impl Reader {
                 .batch_execute("commit")
                 .await
                 .map_err(|e| pg_error("ending the snapshot transaction", &e))?;
-            tracing::info!(table = %table.qualified(), rows, "table snapshot done");
+            tracing::info!(table = %table.qualified(), pages = ?chunk.pages, rows, "table snapshot done");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(pages: i64) -> (Table, Shape) {
+        let t = Table {
+            oid: 1,
+            schema: "s".into(),
+            name: "t".into(),
+            key: vec![],
+            columns: vec![],
+            replica_identity: 'd',
+            estimated_rows: 0,
+            pages,
+        };
+        (
+            t,
+            Shape {
+                schema: "s".into(),
+                table: "t".into(),
+                columns: vec![],
+                key: vec![],
+            },
+        )
+    }
+
+    #[test]
+    fn big_tables_are_split_between_readers_and_the_last_chunk_is_open_ended() {
+        let got: Vec<_> = chunks(&[table(10), table(9000)], 3)
+            .into_iter()
+            .map(|c| (c.table, c.pages))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (0, None),
+                (1, Some((0, Some(3000)))),
+                (1, Some((3000, Some(6000)))),
+                (1, Some((6000, None)))
+            ]
+        );
+        // Too small to split, or one reader only.
+        assert!(chunks(&[table(1500)], 4).iter().all(|c| c.pages.is_none()));
+        assert!(
+            chunks(&[table(90_000)], 1)
+                .iter()
+                .all(|c| c.pages.is_none())
+        );
     }
 }
