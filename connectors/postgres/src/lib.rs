@@ -47,6 +47,9 @@ pub struct PostgresSource {
     config: PostgresConfig,
     slot: String,
     publication: String,
+    /// Whether the stream may use pgoutput's binary tuple format; cleared for good when a
+    /// column of a type siphon reads only as text appears (then the stream restarts in text).
+    binary_allowed: bool,
 }
 
 /// How to reach the server for ordinary queries: connection settings and TLS.
@@ -120,6 +123,7 @@ impl PostgresSource {
             config,
             slot,
             publication,
+            binary_allowed: true,
         }
     }
 
@@ -148,7 +152,11 @@ impl PostgresSource {
         Ok(pg)
     }
 
-    fn replication_config(&self, pg: &tokio_postgres::Config) -> Result<ReplicationConfig> {
+    fn replication_config(
+        &self,
+        pg: &tokio_postgres::Config,
+        binary: bool,
+    ) -> Result<ReplicationConfig> {
         let host = match pg.get_hosts().first() {
             Some(Host::Tcp(h)) => h.clone(),
             Some(Host::Unix(p)) => p.display().to_string(),
@@ -176,6 +184,7 @@ impl PostgresSource {
             TlsMode::VerifyCa => TlsConfig::verify_ca(self.config.tls_ca_file.clone()),
             TlsMode::VerifyFull => TlsConfig::verify_full(self.config.tls_ca_file.clone()),
         })
+        .with_binary(binary)
         .with_application_name(format!("siphon {}", self.pipeline)))
     }
 
@@ -331,7 +340,22 @@ impl Source for PostgresSource {
             // Left from a snapshot that did not finish, or invalidated: start over.
             self.drop_slot(&client).await?;
         }
-        let mut repl = ReplicationClient::connect_gated(self.replication_config(&pg)?)
+        // pgoutput's binary tuples (PostgreSQL 14+) when every captured column has a binary
+        // decoder; text otherwise.
+        let version: i32 = client
+            .query_one("select current_setting('server_version_num')::int", &[])
+            .await
+            .map_err(|e| catalog::pg_error("reading the server version", &e))?
+            .get(0);
+        let shapes = self.shapes(&client, &tables).await?;
+        let binary = self.binary_allowed
+            && version >= 140_000
+            && shapes
+                .iter()
+                .all(|(_, s)| s.columns.iter().all(|(_, ty)| binary::supported(ty)));
+        ctx.metrics
+            .set("binary_tuples", f64::from(u8::from(binary)));
+        let mut repl = ReplicationClient::connect_gated(self.replication_config(&pg, binary)?)
             .await
             .map_err(|e| replication_error(&e))?;
         let factory = self.factory(&pg);
@@ -350,7 +374,7 @@ impl Source for PostgresSource {
                 conn: conn.clone(),
                 snapshot_name,
                 consistent_point,
-                tables: self.shapes(&client, &tables).await?,
+                tables: shapes,
                 parallelism: self.config.snapshot_parallelism,
                 factory: factory.clone(),
                 replaces_earlier: ctx.log.durable_end() > ctx.log.start_offset(),
@@ -398,6 +422,7 @@ impl Source for PostgresSource {
             heartbeat: self.config.heartbeat_interval.map(|h| h.0),
             slot: self.slot.clone(),
             lag_interval: self.config.status_interval.0,
+            binary: binary.then_some(&mut self.binary_allowed),
         }
         .run()
         .await;

@@ -51,6 +51,10 @@ pub struct Stream<'a> {
     /// The slot, whose lag behind the server's WAL is reported every `lag_interval`.
     pub slot: String,
     pub lag_interval: Duration,
+    /// In binary mode: the source's permission to use it, withdrawn (and the stream ended
+    /// with a transient error, so that it restarts in text) when a table gains a column
+    /// siphon reads only as text.
+    pub binary: Option<&'a mut bool>,
 }
 
 impl Stream<'_> {
@@ -106,6 +110,18 @@ impl Stream<'_> {
                     let message =
                         pgoutput::decode(data).map_err(|e| Error::permanent(e.to_string()))?;
                     match message {
+                        Message::Relation(r)
+                            if self.binary.is_some()
+                                && !self.binary_decodable(&r, &mut types).await? =>
+                        {
+                            if let Some(allowed) = self.binary.take() {
+                                *allowed = false;
+                            }
+                            return Err(Error::transient(format!(
+                                "{}.{} has a column siphon reads only as text: streaming again in text mode",
+                                r.namespace, r.name
+                            )));
+                        }
                         Message::Relation(r) => {
                             let shape = self.shape(&r, &mut types).await?;
                             shapes.insert(r.id, shape);
@@ -244,6 +260,16 @@ impl Stream<'_> {
         }
     }
 
+    /// Whether every column of a relation has a binary decoder.
+    async fn binary_decodable(&self, r: &Relation, types: &mut TypeCache) -> Result<bool> {
+        for c in &r.columns {
+            if !crate::binary::supported(&types.resolve(self.client, c.type_oid).await?) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     /// The shape of a table from its Relation message; the key is its primary key now.
     async fn shape(&self, r: &Relation, types: &mut TypeCache) -> Result<Shape> {
         let mut columns = Vec::with_capacity(r.columns.len());
@@ -344,6 +370,10 @@ fn row(shape: &Shape, tuple: &[TupleValue]) -> Row {
                     text: String::from_utf8_lossy(b).into_owned(),
                 },
             },
+            TupleValue::Binary(b) if i < shape.columns.len() => {
+                crate::binary::decode(&shape.columns[i].1, b)
+                    .unwrap_or_else(|e| shape.undecodable(i, &String::from_utf8_lossy(b), &e))
+            }
             TupleValue::Binary(b) => Value::Bytes(b.to_vec()),
         })
         .collect();

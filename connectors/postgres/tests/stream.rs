@@ -501,3 +501,64 @@ async fn idle_captured_tables_still_advance_the_slot() {
     stop.cancel();
     run.await.unwrap().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn binary_stream_falls_back_to_text_when_a_text_only_column_appears() {
+    let db = postgres().await.unwrap();
+    db.execute("create table hosts (id bigint primary key, name text)")
+        .await
+        .unwrap();
+    let h = Harness::new(db, &["public.hosts"]).await;
+    let (run, _stop) = h.start();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    // Streaming has begun once the slot's lag is reported.
+    while !h.ctx.metrics.values().contains_key("slot_lag_bytes") {
+        assert!(Instant::now() < deadline, "never streamed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        h.ctx.metrics.values()["binary_tuples"],
+        1.0,
+        "not streaming in binary"
+    );
+    h.db.execute("insert into hosts values (1, 'a'); alter table hosts add column addr inet; insert into hosts values (2, 'b', '10.0.0.1')")
+        .await
+        .unwrap();
+    let Ok(finished) = tokio::time::timeout(Duration::from_secs(30), run).await else {
+        panic!(
+            "the source did not stop; the log holds {:?}",
+            h.events()
+                .iter()
+                .map(|(_, _, e)| e.after.clone())
+                .collect::<Vec<_>>()
+        );
+    };
+    let err = finished.unwrap().unwrap_err();
+    assert!(
+        err.is_transient() && err.to_string().contains("text mode"),
+        "{err}"
+    );
+    // Started again, it streams in text and the row with the inet column arrives.
+    let (run, stop) = h.start();
+    h.wait_for("the row with an inet", |e| {
+        e.iter().any(|(_, _, e)| {
+            e.after
+                .as_ref()
+                .and_then(|a| a.get("addr"))
+                .is_some_and(|v| *v != Value::Null)
+        })
+    })
+    .await;
+    assert_eq!(h.ctx.metrics.values()["binary_tuples"], 0.0);
+    stop.cancel();
+    run.await.unwrap().unwrap();
+    let rows = fold(&h.events());
+    assert_eq!(rows["hosts"].len(), 2);
+    assert_eq!(
+        rows["hosts"][&2].get("addr"),
+        Some(&Value::Other {
+            type_name: "inet".into(),
+            text: "10.0.0.1".into()
+        })
+    );
+}
