@@ -197,23 +197,31 @@ async fn kill_9_mid_snapshot_takes_the_snapshot_again() {
         .unwrap();
     let setup = setup(&db);
     let mut d = setup.start();
-    // Kill it once the snapshot has written part of the table, not all of it.
+    // Kill it while the source is in the middle of the snapshot (its gauges say so).
+    let http = reqwest::Client::new();
+    let status = format!("http://127.0.0.1:{}/api/pipelines", setup.admin_port);
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
-        let written = setup.output().len();
-        if written > 0 && written < 100_000 {
-            break;
+        if let Ok(resp) = http.get(&status).send().await
+            && let Ok(s) = resp.json::<Json>().await
+        {
+            let gauges = &s[0]["source_metrics"];
+            let rows = gauges["snapshot_rows"].as_f64().unwrap_or(0.0);
+            // Past 40k rows at least one append of the snapshot (20k rows each) is written.
+            if gauges["snapshot_running"] == 1.0 && rows >= 40_000.0 {
+                break;
+            }
+            assert!(
+                gauges["snapshot_running"] != 0.0,
+                "the snapshot finished before the test could interrupt it"
+            );
         }
         assert!(
-            written < 100_000,
-            "the snapshot finished before the test could interrupt it"
-        );
-        assert!(
             std::time::Instant::now() < deadline,
-            "no snapshot output:\n{}",
+            "no snapshot:\n{}",
             d.log()
         );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
     d.kill_9().unwrap();
     db.execute(
@@ -224,8 +232,9 @@ async fn kill_9_mid_snapshot_takes_the_snapshot_again() {
     let d = setup.start();
     converge(&setup, &db).await;
     assert!(
-        d.log().contains("snapshot done"),
-        "the second start did not take the snapshot again:\n{}",
+        d.log()
+            .contains("its tables are truncated before this snapshot"),
+        "the second start did not take the snapshot again over the first one's rows:\n{}",
         d.log()
     );
     let metrics = reqwest::get(format!("http://127.0.0.1:{}/metrics", setup.admin_port))
