@@ -258,3 +258,43 @@ async fn a_failing_sink_does_not_stop_the_source_or_other_sinks() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sink_that_lost_records_waits_for_a_replay_and_recovers_with_it() {
+    let setup = Setup::new(200, "1ms", "");
+    // A cursor saying the log's size cap dropped records this sink never applied.
+    let offsets = setup.dir.path().join("data/pipelines/demo/offsets");
+    std::fs::create_dir_all(&offsets).unwrap();
+    std::fs::write(
+        offsets.join("sink-out.json"),
+        r#"{"next_offset": 0, "lost": {"first": 0, "end": 5}}"#,
+    )
+    .unwrap();
+    let d = setup.start();
+    let status = wait_status(
+        &d,
+        Duration::from_secs(30),
+        "the sink to need a replay",
+        |s| sink(s)["state"] == "needs_replay",
+    )
+    .await;
+    let error = sink(&status)["last_error"].as_str().unwrap().to_owned();
+    assert!(
+        error.contains("dropped offsets 0..5")
+            && error.contains("siphon replay demo out --from 0 --reset"),
+        "{error}"
+    );
+    assert!(
+        setup.output().is_empty(),
+        "a sink needing a replay applied records"
+    );
+
+    let out = setup.cli(&["replay", "demo", "out", "--from", "0", "--reset"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    drain_and_stop(d, 200).await;
+    assert_exactly_once(&setup, 200);
+}

@@ -202,12 +202,14 @@ pub struct SourceInfo {
 }
 
 impl SourceInfo {
+    /// The schema, or the database where the source has no schemas.
+    pub fn namespace(&self) -> &str {
+        self.schema.as_deref().unwrap_or(&self.db)
+    }
+
     /// `schema.table`, or `db.table` where the source has no schemas.
     pub fn qualified_table(&self) -> String {
-        match &self.schema {
-            Some(s) => format!("{s}.{}", self.table),
-            None => format!("{}.{}", self.db, self.table),
-        }
+        format!("{}.{}", self.namespace(), self.table)
     }
 }
 
@@ -274,11 +276,7 @@ impl Event {
             return Vec::new();
         };
         let mut out = Vec::with_capacity(64);
-        if let Some(schema) = &self.source.schema {
-            out.extend_from_slice(schema.as_bytes());
-        } else {
-            out.extend_from_slice(self.source.db.as_bytes());
-        }
+        out.extend_from_slice(self.source.namespace().as_bytes());
         out.push(b'.');
         out.extend_from_slice(self.source.table.as_bytes());
         out.push(0);

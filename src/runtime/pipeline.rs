@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use siphon_core::log::file::FileLog;
 use siphon_core::log::{ChangeLog, Consumer};
-use siphon_core::offsets::OffsetStore;
+use siphon_core::offsets::{LostRecords, OffsetStore};
 use siphon_core::source::{SourceContext, TableInfo};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::status::{ComponentStatus, PipelineStatus, SinkStatus, State};
+use super::status::{ComponentStatus, PipelineStatus, SinkStatus, State, needs_replay_message};
 use super::{PipelineHandle, sink_task, source_task};
 use crate::config::{Config, LogSpec, PipelineConfig};
 
@@ -164,11 +164,12 @@ async fn maintain(handle: Arc<PipelineHandle>, every: Duration, cancel: Cancella
                         for (sink, range) in &report.lost {
                             if let Some(st) = s.sinks.get_mut(sink) {
                                 st.component.state = State::NeedsReplay;
-                                st.component.last_error = Some(format!(
-                                    "the change log reached max_size and dropped offsets {}..{} before this sink \
-                                     applied them; rebuild it with `siphon replay {} {sink} --from 0 --reset`",
-                                    range.start, range.end, s.name
-                                ));
+                                let lost = LostRecords {
+                                    first: range.start,
+                                    end: range.end,
+                                };
+                                st.component.last_error =
+                                    Some(needs_replay_message(&s.name, sink, &lost));
                             }
                         }
                     });

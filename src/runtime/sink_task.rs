@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::backoff::{Backoff, sleep_unless_cancelled};
 use super::batcher::Batcher;
-use super::status::{SinkStatus, State};
+use super::status::{SinkStatus, State, needs_replay_message};
 use super::{PipelineHandle, SinkCommand};
 use crate::config::DeliveryConfig;
 
@@ -60,18 +60,21 @@ pub(super) async fn run(mut t: SinkTask) {
         return t.set_state(State::Stopped);
     };
     let lost = t.handle.status.lock().unwrap().sinks[&t.name].lost.clone();
-    let mut phase = if lost.is_some() {
-        t.update(|s| {
-            s.component.state = State::NeedsReplay;
-            s.component.last_error = Some(needs_replay_message(&t.handle, &t.name));
-        });
-        Phase::Idle
-    } else {
-        Phase::Open {
+    let mut phase = match lost {
+        Some(lost) => {
+            // The message reads the status, so it is made before the status is locked.
+            let message = needs_replay(&t.handle, &t.name, &lost);
+            t.update(|s| {
+                s.component.state = State::NeedsReplay;
+                s.component.last_error = Some(message);
+            });
+            Phase::Idle
+        }
+        None => Phase::Open {
             from: None,
             reset: false,
             reply: None,
-        }
+        },
     };
     loop {
         phase = match phase {
@@ -122,12 +125,9 @@ pub(super) async fn run(mut t: SinkTask) {
     }
 }
 
-fn needs_replay_message(handle: &PipelineHandle, sink: &str) -> String {
+fn needs_replay(handle: &PipelineHandle, sink: &str, lost: &LostRecords) -> String {
     let pipeline = handle.status.lock().unwrap().name.clone();
-    format!(
-        "this sink lost records to the change log's max_size cap; rebuild it with \
-         `siphon replay {pipeline} {sink} --from 0 --reset`"
-    )
+    needs_replay_message(&pipeline, sink, lost)
 }
 
 impl SinkTask {
@@ -250,7 +250,7 @@ impl SinkTask {
             if let Err(e) = self.save_cursor(requested, Some(lost.clone())) {
                 tracing::error!(sink = %self.name, error = %e, "saving the cursor failed");
             }
-            let message = needs_replay_message(&self.handle, &self.name);
+            let message = needs_replay(&self.handle, &self.name, &lost);
             self.update(|s| {
                 s.component.state = State::NeedsReplay;
                 s.component.last_error = Some(message);

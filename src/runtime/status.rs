@@ -69,6 +69,15 @@ impl ComponentStatus {
     }
 }
 
+/// What status says of a sink that lost records to the log's `max_size` cap.
+pub fn needs_replay_message(pipeline: &str, sink: &str, lost: &LostRecords) -> String {
+    format!(
+        "the change log reached max_size and dropped offsets {}..{} before this sink applied \
+         them; rebuild it with `siphon replay {pipeline} {sink} --from 0 --reset`",
+        lost.first, lost.end
+    )
+}
+
 /// One sink.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SinkStatus {

@@ -132,18 +132,7 @@ pub async fn tables(client: &Client, patterns: &[String]) -> Result<Vec<Table>> 
             if out.iter().any(|t| t.oid == oid) {
                 continue;
             }
-            let key = client
-                .query(
-                    "select a.attname::text from pg_index i join pg_attribute a \
-                     on a.attrelid = i.indrelid and a.attnum = any(i.indkey) \
-                     where i.indrelid = $1 and i.indisprimary order by array_position(i.indkey, a.attnum)",
-                    &[&oid],
-                )
-                .await
-                .map_err(|e| pg_error("reading primary keys", &e))?
-                .iter()
-                .map(|r| r.get(0))
-                .collect();
+            let key = primary_key(client, oid).await?;
             let columns = client
                 .query(
                     "select attname::text, atttypid from pg_attribute \
@@ -169,6 +158,22 @@ pub async fn tables(client: &Client, patterns: &[String]) -> Result<Vec<Table>> 
         }
     }
     Ok(out)
+}
+
+/// The primary-key columns of table `oid`, in key order; empty without a primary key.
+pub async fn primary_key(client: &Client, oid: u32) -> Result<Vec<String>> {
+    Ok(client
+        .query(
+            "select a.attname::text from pg_index i join pg_attribute a \
+             on a.attrelid = i.indrelid and a.attnum = any(i.indkey) \
+             where i.indrelid = $1 and i.indisprimary order by array_position(i.indkey, a.attnum)",
+            &[&oid],
+        )
+        .await
+        .map_err(|e| pg_error("reading a primary key", &e))?
+        .iter()
+        .map(|r| r.get(0))
+        .collect())
 }
 
 /// Makes sure the publication exists and covers every table.

@@ -8,6 +8,9 @@ use siphon_core::event::{
     Event, Name, Op, Row, SnapshotMarker, SourceInfo, SourcePosition, TransactionInfo, Value,
 };
 
+use siphon_core::Result;
+
+use crate::catalog::TypeCache;
 use crate::values::{PgType, decode_cow};
 
 /// Microseconds from the Unix epoch to PostgreSQL's (2000-01-01).
@@ -30,6 +33,38 @@ pub struct Shape {
 static WARNED: Mutex<Option<HashSet<String>>> = Mutex::new(None);
 
 impl Shape {
+    /// The shape of table `schema.table` with these columns (name, type OID) and primary key,
+    /// asking the catalog for types that are not built in.
+    pub async fn resolve(
+        client: &tokio_postgres::Client,
+        types: &mut TypeCache,
+        (schema, table): (&str, &str),
+        columns: &[(String, u32)],
+        primary_key: &[String],
+    ) -> Result<Shape> {
+        let mut resolved: Vec<(Name, PgType)> = Vec::new();
+        for (name, oid) in columns {
+            resolved.push((name.as_str().into(), types.resolve(client, *oid).await?));
+        }
+        let key = primary_key
+            .iter()
+            .filter_map(|k| resolved.iter().position(|(c, _)| &**c == k))
+            .collect();
+        Ok(Shape {
+            schema: schema.into(),
+            table: table.into(),
+            columns: resolved,
+            key,
+        })
+    }
+
+    /// Whether every column has a binary decoder ([`crate::binary`]).
+    pub fn binary_decodable(&self) -> bool {
+        self.columns
+            .iter()
+            .all(|(_, ty)| crate::binary::supported(ty))
+    }
+
     /// Decodes one column's text; a value siphon cannot decode travels as text, with a warning.
     pub fn decode(&self, column: usize, text: Cow<'_, str>) -> Value {
         let ty = &self.columns[column].1;

@@ -4,8 +4,9 @@
 //!
 //! The replication connection is the `pgwire-replication` crate (tokio-postgres has no
 //! replication protocol); ordinary queries (catalog, snapshot) go through tokio-postgres.
-//! pgoutput messages are decoded here ([`pgoutput`]), values from their text form
-//! ([`values`]), the same text COPY produces, so snapshot and stream decode alike.
+//! pgoutput messages are decoded here ([`pgoutput`]); values from PostgreSQL's text output
+//! ([`values`]) or its binary format ([`binary`]: binary COPY in snapshots, binary tuples in
+//! the stream when every column has a decoder).
 
 mod binary;
 mod catalog;
@@ -250,24 +251,10 @@ impl PostgresSource {
         let mut types = catalog::TypeCache::default();
         let mut out = Vec::with_capacity(tables.len());
         for t in tables {
-            let mut columns = Vec::with_capacity(t.columns.len());
-            for (name, oid) in &t.columns {
-                columns.push((name.as_str().into(), types.resolve(client, *oid).await?));
-            }
-            let key = t
-                .key
-                .iter()
-                .filter_map(|k| t.columns.iter().position(|(c, _)| c == k))
-                .collect();
-            out.push((
-                t.clone(),
-                Shape {
-                    schema: t.schema.as_str().into(),
-                    table: t.name.as_str().into(),
-                    columns,
-                    key,
-                },
-            ));
+            let shape =
+                Shape::resolve(client, &mut types, (&t.schema, &t.name), &t.columns, &t.key)
+                    .await?;
+            out.push((t.clone(), shape));
         }
         Ok(out)
     }
@@ -350,9 +337,7 @@ impl Source for PostgresSource {
         let shapes = self.shapes(&client, &tables).await?;
         let binary = self.binary_allowed
             && version >= 140_000
-            && shapes
-                .iter()
-                .all(|(_, s)| s.columns.iter().all(|(_, ty)| binary::supported(ty)));
+            && shapes.iter().all(|(_, s)| s.binary_decodable());
         ctx.metrics
             .set("binary_tuples", f64::from(u8::from(binary)));
         let mut repl = ReplicationClient::connect_gated(self.replication_config(&pg, binary)?)

@@ -11,7 +11,7 @@ use siphon_core::source::SourceContext;
 use siphon_core::{Error, Event, Result, Row, Value};
 use tokio_postgres::Client;
 
-use crate::catalog::{TypeCache, pg_error};
+use crate::catalog::{self, TypeCache, pg_error};
 use crate::events::{EventFactory, Place, Shape};
 use crate::pgoutput::{self, Message, Relation, TupleValue};
 
@@ -110,20 +110,17 @@ impl Stream<'_> {
                     let message =
                         pgoutput::decode(data).map_err(|e| Error::permanent(e.to_string()))?;
                     match message {
-                        Message::Relation(r)
-                            if self.binary.is_some()
-                                && !self.binary_decodable(&r, &mut types).await? =>
-                        {
-                            if let Some(allowed) = self.binary.take() {
-                                *allowed = false;
-                            }
-                            return Err(Error::transient(format!(
-                                "{}.{} has a column siphon reads only as text: streaming again in text mode",
-                                r.namespace, r.name
-                            )));
-                        }
                         Message::Relation(r) => {
                             let shape = self.shape(&r, &mut types).await?;
+                            if self.binary.is_some() && !shape.binary_decodable() {
+                                if let Some(allowed) = self.binary.take() {
+                                    *allowed = false;
+                                }
+                                return Err(Error::transient(format!(
+                                    "{}.{} has a column siphon reads only as text: streaming again in text mode",
+                                    r.namespace, r.name
+                                )));
+                            }
                             shapes.insert(r.id, shape);
                         }
                         change @ (Message::Insert { .. }
@@ -260,48 +257,15 @@ impl Stream<'_> {
         }
     }
 
-    /// Whether every column of a relation has a binary decoder.
-    async fn binary_decodable(&self, r: &Relation, types: &mut TypeCache) -> Result<bool> {
-        for c in &r.columns {
-            if !crate::binary::supported(&types.resolve(self.client, c.type_oid).await?) {
-                return Ok(false);
-            }
-        }
-        Ok(true)
-    }
-
     /// The shape of a table from its Relation message; the key is its primary key now.
     async fn shape(&self, r: &Relation, types: &mut TypeCache) -> Result<Shape> {
-        let mut columns = Vec::with_capacity(r.columns.len());
-        for c in &r.columns {
-            columns.push((
-                c.name.as_str().into(),
-                types.resolve(self.client, c.type_oid).await?,
-            ));
-        }
-        let pk: Vec<String> = self
-            .client
-            .query(
-                "select a.attname::text from pg_index i join pg_attribute a \
-                 on a.attrelid = i.indrelid and a.attnum = any(i.indkey) \
-                 where i.indrelid = $1 and i.indisprimary order by array_position(i.indkey, a.attnum)",
-                &[&r.id],
-            )
-            .await
-            .map_err(|e| pg_error("reading a primary key", &e))?
+        let key = catalog::primary_key(self.client, r.id).await?;
+        let columns: Vec<(String, u32)> = r
+            .columns
             .iter()
-            .map(|row| row.get(0))
+            .map(|c| (c.name.clone(), c.type_oid))
             .collect();
-        let key = pk
-            .iter()
-            .filter_map(|k| r.columns.iter().position(|c| &c.name == k))
-            .collect();
-        Ok(Shape {
-            schema: r.namespace.as_str().into(),
-            table: r.name.as_str().into(),
-            columns,
-            key,
-        })
+        Shape::resolve(self.client, types, (&r.namespace, &r.name), &columns, &key).await
     }
 }
 
