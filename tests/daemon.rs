@@ -102,36 +102,12 @@ async fn replay_rebuilds_the_store_online_and_offline() {
     .await;
 
     // Online: the daemon pauses the sink, resets it, replays, and goes on.
-    std::fs::remove_dir_all(setup.out_dir()).unwrap();
-    let out = setup.cli(&["replay", "demo", "out", "--from", "0", "--reset"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("replay done: 500 records"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_same_rows(&setup, 500);
+    wipe_and_replay(&setup, "replay done: 500 records");
     d.signal("TERM").unwrap();
     assert!(d.wait(Duration::from_secs(15)).unwrap().success());
 
     // Offline: the same from the data directory.
-    std::fs::remove_dir_all(setup.out_dir()).unwrap();
-    let out = setup.cli(&["replay", "demo", "out", "--from", "0", "--reset"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("offline"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_same_rows(&setup, 500);
+    wipe_and_replay(&setup, "offline");
 
     // A replay from the middle without reset re-applies nothing the sink already holds.
     let out = setup.cli(&["replay", "demo", "out", "--from", "200"]);
@@ -141,6 +117,16 @@ async fn replay_rebuilds_the_store_online_and_offline() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_same_rows(&setup, 500);
+}
+
+/// Removes the sink's files, rebuilds them with `siphon replay --from 0 --reset` (whose output
+/// must mention `expect`), and compares with the source.
+fn wipe_and_replay(setup: &Setup, expect: &str) {
+    std::fs::remove_dir_all(setup.out_dir()).unwrap();
+    let out = setup.cli(&["replay", "demo", "out", "--from", "0", "--reset"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && stderr.contains(expect), "{stderr}");
+    assert_same_rows(setup, 500);
 }
 
 #[tokio::test(flavor = "multi_thread")]

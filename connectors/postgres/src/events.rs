@@ -135,6 +135,21 @@ pub struct Place {
     pub table_order: u64,
 }
 
+impl Place {
+    /// A snapshot row's place: the slot's consistent point and a running index.
+    pub fn snapshot(consistent_point: u64, commit_time_micros: i64, index: u64) -> Place {
+        Place {
+            commit_lsn: consistent_point,
+            lsn: consistent_point,
+            index,
+            xid: None,
+            commit_time_micros,
+            snapshot: SnapshotMarker::True,
+            table_order: 0,
+        }
+    }
+}
+
 impl EventFactory {
     /// An event of `shape`'s table.
     pub fn event(

@@ -51,8 +51,10 @@ impl Snapshot {
         let shapes: Vec<Shape> = self.tables.iter().map(|(_, s)| s.clone()).collect();
         let tables: Arc<Vec<Table>> =
             Arc::new(self.tables.iter().map(|(t, _)| t.clone()).collect());
-        let queue: Arc<Mutex<VecDeque<Chunk>>> =
-            Arc::new(Mutex::new(chunks(&self.tables, self.parallelism)));
+        let work = chunks(&self.tables, self.parallelism);
+        // As many readers as there are chunks to read at once (a big table makes several).
+        let readers = self.parallelism.min(work.len()).max(1);
+        let queue: Arc<Mutex<VecDeque<Chunk>>> = Arc::new(Mutex::new(work));
         // Readers decode and encode rows in batches; the appender only writes them.
         let (tx, mut rx) = mpsc::channel::<Result<Encoded>>(32);
         let next_index = Arc::new(AtomicU64::new(0));
@@ -61,7 +63,7 @@ impl Snapshot {
             .map_or(0, |d| d.as_micros() as i64))
             - PG_EPOCH_MICROS;
         let mut workers = tokio::task::JoinSet::new();
-        for _ in 0..self.parallelism.min(self.tables.len()).max(1) {
+        for _ in 0..readers {
             let reader = Reader {
                 conn: self.conn.clone(),
                 snapshot_name: self.snapshot_name.clone(),
@@ -102,15 +104,7 @@ impl Snapshot {
             let truncates: Vec<Event> = shapes
                 .iter()
                 .map(|shape| {
-                    let at = Place {
-                        commit_lsn: self.consistent_point,
-                        lsn: self.consistent_point,
-                        index: 0,
-                        xid: None,
-                        commit_time_micros: now_pg,
-                        snapshot: SnapshotMarker::True,
-                        table_order: 0,
-                    };
+                    let at = Place::snapshot(self.consistent_point, now_pg, 0);
                     self.factory
                         .event(shape, Op::Truncate, None, None, None, at)
                 })
@@ -248,15 +242,11 @@ impl Reader {
             .enumerate()
             .map(|(i, row)| {
                 let key = shape.key_of(&row);
-                let at = Place {
-                    commit_lsn: self.consistent_point,
-                    lsn: self.consistent_point,
-                    index: first + i as u64,
-                    xid: None,
-                    commit_time_micros: self.commit_time_micros,
-                    snapshot: SnapshotMarker::True,
-                    table_order: 0,
-                };
+                let at = Place::snapshot(
+                    self.consistent_point,
+                    self.commit_time_micros,
+                    first + i as u64,
+                );
                 self.factory
                     .event(shape, Op::Read, None, Some(row), key, at)
             })
