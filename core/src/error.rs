@@ -61,6 +61,18 @@ pub enum Error {
         /// What failed, for humans (never containing a password).
         message: String,
     },
+    /// The target refused one record for good (a mapping error, a constraint): retrying the
+    /// same record cannot help. The runtime stops the sink, or with `on_error = "dead_letter"`
+    /// writes the record to the dead-letter file and goes on without it.
+    #[error("the target rejected the record at offset {offset} (table {table}): {reason}")]
+    Rejected {
+        /// The record's log offset.
+        offset: u64,
+        /// `schema.table` of the record.
+        table: String,
+        /// The target's reason.
+        reason: String,
+    },
     /// The operation was cancelled by shutdown.
     #[error("cancelled by shutdown")]
     Cancelled,

@@ -127,6 +127,19 @@ impl Row {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+
+    /// This row with each [`Value::Unchanged`] column replaced by that column's value in
+    /// `earlier` (an older version of the same row), where `earlier` has one.
+    pub fn fill_unchanged(&self, earlier: &Row) -> Row {
+        Row(self
+            .0
+            .iter()
+            .map(|(c, v)| match (v, earlier.get(c)) {
+                (Value::Unchanged, Some(old)) => (c.clone(), old.clone()),
+                _ => (c.clone(), v.clone()),
+            })
+            .collect())
+    }
 }
 
 impl<S: Into<Name>> FromIterator<(S, Value)> for Row {

@@ -30,7 +30,7 @@ pub(super) async fn check(config: &Config, connect: bool) -> anyhow::Result<Exit
             source.check().await,
         );
         for (sink_name, s) in &p.sinks {
-            let result = match s.spec.build() {
+            let result = match s.spec.build(name, sink_name) {
                 Ok(mut sink) => sink.check().await,
                 Err(e) => Err(e),
             };

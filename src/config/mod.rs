@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use siphon_core::Secret;
+use siphon_core::sink::routing::Routing;
 use siphon_core::units::HumanDuration;
 
 pub use error::ConfigError;
@@ -124,11 +125,42 @@ pub struct DeliveryConfig {
     /// Longest pause between two retries after a transient error (the backoff doubles from
     /// 100ms up to this).
     pub max_backoff: HumanDuration,
+    /// Tables this sink takes: "schema.table", "schema.*" or "*"; empty: every table.
+    pub tables: Vec<String>,
+    /// Columns this sink leaves out: "column" (in every table) or "schema.table.column".
+    pub exclude_columns: Vec<String>,
+    /// What to do with a record the target rejects for good: stop the sink (`fail`) or write
+    /// it to `<data_dir>/pipelines/<pipeline>/dead-letter/<sink>.jsonl` and go on
+    /// (`dead_letter`).
+    pub on_error: OnError,
+}
+
+/// What a sink does with a record its target rejects for good.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnError {
+    /// Stop this sink with an error naming the record (the default).
+    #[default]
+    Fail,
+    /// Write the record and the reason to the sink's dead-letter file and go on.
+    DeadLetter,
 }
 
 impl DeliveryConfig {
     /// The keys of this table, taken out of a sink's table before its kind's settings are read.
-    pub const KEYS: &[&str] = &["batch_size", "linger", "max_backoff"];
+    pub const KEYS: &[&str] = &[
+        "batch_size",
+        "linger",
+        "max_backoff",
+        "tables",
+        "exclude_columns",
+        "on_error",
+    ];
+
+    /// The tables and columns this sink takes.
+    pub fn routing(&self) -> Result<Routing, String> {
+        Routing::new(&self.tables, &self.exclude_columns)
+    }
 }
 
 impl Default for DeliveryConfig {
@@ -137,6 +169,9 @@ impl Default for DeliveryConfig {
             batch_size: 1000,
             linger: HumanDuration(Duration::from_millis(5)),
             max_backoff: HumanDuration(Duration::from_secs(30)),
+            tables: Vec::new(),
+            exclude_columns: Vec::new(),
+            on_error: OnError::Fail,
         }
     }
 }
@@ -306,6 +341,10 @@ fn split_delivery(
             format!("{key}.batch_size"),
             "must be at least 1",
         ));
+    }
+    if let Err(e) = delivery.routing() {
+        let field = e.split(':').next().unwrap_or_default();
+        return Err(ConfigError::new(format!("{key}.{field}"), e));
     }
     Ok((
         delivery,

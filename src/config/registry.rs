@@ -5,6 +5,7 @@ use siphon_core::log::file::FileLogConfig;
 use siphon_core::sink::Sink;
 use siphon_core::source::Source;
 use siphon_sink_file::{FileSinkConfig, JsonLinesSink, StdoutSinkConfig};
+use siphon_sink_redis::{RedisSink, RedisSinkConfig};
 use siphon_source_generator::{GeneratorConfig, GeneratorSource};
 use siphon_source_postgres::{PostgresConfig, PostgresSource};
 
@@ -133,16 +134,23 @@ pub enum SinkSpec {
     Stdout(StdoutSinkConfig),
     /// `kind = "file"`.
     File(FileSinkConfig),
+    /// `kind = "redis"`.
+    Redis(RedisSinkConfig),
 }
 
 impl SinkSpec {
-    const KINDS: &[&str] = &["stdout", "file"];
+    const KINDS: &[&str] = &["redis", "stdout", "file"];
 
     pub(super) fn parse(key: &str, value: config::Value) -> Result<Self, ConfigError> {
         let (kind, rest) = split_kind(key, value, None, Self::KINDS)?;
         match kind.as_str() {
             "stdout" => Ok(SinkSpec::Stdout(deserialize(key, rest)?)),
             "file" => Ok(SinkSpec::File(deserialize(key, rest)?)),
+            "redis" => {
+                let c: RedisSinkConfig = deserialize(key, rest)?;
+                c.validate().map_err(|m| ConfigError::new(key, m))?;
+                Ok(SinkSpec::Redis(c))
+            }
             _ => unreachable!("split_kind checked the kind"),
         }
     }
@@ -152,14 +160,16 @@ impl SinkSpec {
         match self {
             SinkSpec::Stdout(_) => "stdout",
             SinkSpec::File(_) => "file",
+            SinkSpec::Redis(_) => "redis",
         }
     }
 
-    /// A sink, ready to be opened.
-    pub fn build(&self) -> siphon_core::Result<Box<dyn Sink>> {
+    /// Sink `sink` of pipeline `pipeline`, ready to be opened.
+    pub fn build(&self, pipeline: &str, sink: &str) -> siphon_core::Result<Box<dyn Sink>> {
         Ok(match self {
             SinkSpec::Stdout(c) => Box::new(JsonLinesSink::stdout(c)),
             SinkSpec::File(c) => Box::new(JsonLinesSink::files(c.clone())?),
+            SinkSpec::Redis(c) => Box::new(RedisSink::new(c.clone(), pipeline, sink)?),
         })
     }
 }

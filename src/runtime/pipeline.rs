@@ -63,7 +63,7 @@ pub(super) fn start(
     {
         let sink = sink_config
             .spec
-            .build()
+            .build(name, sink_name)
             .map_err(|e| anyhow::anyhow!("sink {sink_name}: {e}"))?;
         let cursor = offsets.sink(sink_name)?;
         status.sinks.insert(
@@ -76,9 +76,19 @@ pub(super) fn start(
                 ..Default::default()
             },
         );
+        let routing = sink_config
+            .delivery
+            .routing()
+            .map_err(|e| anyhow::anyhow!("sink {sink_name}: {e}"))?;
         let (tx, rx) = mpsc::channel(4);
         controls.insert(sink_name.clone(), tx);
-        sinks.push((sink_name.clone(), sink, sink_config.delivery.clone(), rx));
+        sinks.push((
+            sink_name.clone(),
+            sink,
+            sink_config.delivery.clone(),
+            routing,
+            rx,
+        ));
     }
     let handle = Arc::new(PipelineHandle {
         source_metrics: Default::default(),
@@ -112,11 +122,13 @@ pub(super) fn start(
         }
         StartMode::SinkOnly { tables, .. } => watch::channel(Some(tables)).1,
     };
-    for (sink_name, sink, delivery, commands) in sinks {
+    for (sink_name, sink, delivery, routing, commands) in sinks {
         tasks.spawn(sink_task::run(sink_task::SinkTask {
+            dead_letter: dir.join("dead-letter").join(format!("{sink_name}.jsonl")),
             name: sink_name,
             sink,
             delivery,
+            routing,
             log: log.clone(),
             offsets: offsets.clone(),
             handle: handle.clone(),

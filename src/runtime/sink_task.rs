@@ -1,11 +1,14 @@
 //! The task that runs one sink: read from its cursor, apply batches, save the cursor; retry
 //! transient errors; stop on permanent ones; replay on request.
 
+use std::io::Write as _;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
 use siphon_core::log::{ChangeLog, LogRecord, RecordFlags};
 use siphon_core::offsets::{LostRecords, OffsetStore, SinkCursor};
+use siphon_core::sink::routing::Routing;
 use siphon_core::sink::{Sink, SinkRecord};
 use siphon_core::source::TableInfo;
 use siphon_core::{Error, Event};
@@ -16,12 +19,16 @@ use super::backoff::{Backoff, sleep_unless_cancelled};
 use super::batcher::Batcher;
 use super::status::{SinkStatus, State, needs_replay_message};
 use super::{PipelineHandle, SinkCommand};
-use crate::config::DeliveryConfig;
+use crate::config::{DeliveryConfig, OnError};
 
 pub(super) struct SinkTask {
     pub name: String,
     pub sink: Box<dyn Sink>,
     pub delivery: DeliveryConfig,
+    /// The tables and columns it takes (from `delivery`).
+    pub routing: Routing,
+    /// Where rejected records go with `on_error = "dead_letter"`.
+    pub dead_letter: PathBuf,
     pub log: Arc<dyn ChangeLog>,
     pub offsets: OffsetStore,
     pub handle: Arc<PipelineHandle>,
@@ -56,9 +63,10 @@ pub(super) async fn run(mut t: SinkTask) {
         _ = t.cancel.cancelled() => None,
         tables = tables_rx.wait_for(Option::is_some) => tables.ok().and_then(|t| t.clone()),
     };
-    let Some(tables) = tables else {
+    let Some(mut tables) = tables else {
         return t.set_state(State::Stopped);
     };
+    tables.retain(|table| t.routing.accepts_table(&table.name));
     let lost = t.handle.status.lock().unwrap().sinks[&t.name].lost.clone();
     let mut phase = match lost {
         Some(lost) => {
@@ -169,7 +177,7 @@ impl SinkTask {
         }
         if reset {
             loop {
-                match self.sink.reset().await {
+                match self.sink.reset(tables).await {
                     Ok(()) => break,
                     Err(e) if e.is_transient() => {
                         self.update(|s| s.component.retrying(&e));
@@ -262,6 +270,25 @@ impl SinkTask {
         Stop::Idle
     }
 
+    /// Appends a rejected record, with the reason, to the dead-letter file, durably.
+    fn dead_letter(&self, record: &SinkRecord, reason: &str) -> std::io::Result<()> {
+        if let Some(dir) = self.dead_letter.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let line = serde_json::json!({
+            "offset": record.offset,
+            "table": record.event.source.qualified_table(),
+            "reason": reason,
+            "event": siphon_core::json::envelope(&record.event),
+        });
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.dead_letter)?;
+        writeln!(file, "{line}")?;
+        file.sync_data()
+    }
+
     /// Applies one batch, retrying transient errors; saves the cursor after it.
     async fn apply(&mut self, records: Vec<LogRecord>) -> Result<(), Stop> {
         let (Some(first), Some(last)) = (records.first(), records.last()) else {
@@ -272,11 +299,15 @@ impl SinkTask {
         let mut batch = Vec::with_capacity(records.len());
         for r in &records {
             match Event::decode(&r.value) {
-                Ok(event) => batch.push(SinkRecord {
-                    offset: r.offset,
-                    ends_transaction: r.flags.contains(RecordFlags::TXN_END),
-                    event,
-                }),
+                Ok(event) if !self.routing.accepts_source(&event.source) => {}
+                Ok(mut event) => {
+                    self.routing.strip(&mut event);
+                    batch.push(SinkRecord {
+                        offset: r.offset,
+                        ends_transaction: r.flags.contains(RecordFlags::TXN_END),
+                        event,
+                    });
+                }
                 Err(e) => {
                     self.fail(&format!(
                         "the record at offset {} cannot be decoded: {e}",
@@ -298,6 +329,28 @@ impl SinkTask {
                         return Err(Stop::Shutdown);
                     }
                 }
+                Err(Error::Rejected {
+                    offset,
+                    table,
+                    reason,
+                }) if self.delivery.on_error == OnError::DeadLetter
+                    && batch.iter().any(|r| r.offset == offset) =>
+                {
+                    let at = batch
+                        .iter()
+                        .position(|r| r.offset == offset)
+                        .expect("found");
+                    let record = batch.remove(at);
+                    tracing::warn!(sink = %self.name, offset, table, reason, "record rejected by the target; written to the dead-letter file");
+                    if let Err(e) = self.dead_letter(&record, &reason) {
+                        self.fail(&format!(
+                            "writing the record at offset {offset} to the dead-letter file {}: {e}",
+                            self.dead_letter.display()
+                        ));
+                        return Err(Stop::Idle);
+                    }
+                    self.update(|s| s.dead_lettered += 1);
+                }
                 Err(e) => {
                     self.fail(&format!(
                         "applying offsets {first_offset}..={last_offset}: {e}"
@@ -315,7 +368,7 @@ impl SinkTask {
         self.update(|s| {
             s.next_offset = next;
             s.last_applied_append_ms = last_append;
-            s.records_applied += batch.len() as u64;
+            s.records_applied += last_offset + 1 - first_offset;
             s.batches += 1;
             s.last_batch_records = batch.len();
             s.last_batch_ms = elapsed.as_secs_f64() * 1000.0;

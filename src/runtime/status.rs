@@ -102,6 +102,10 @@ pub struct SinkStatus {
     pub last_batch_ms: f64,
     /// It keeps every event: the log does not compact what it has not read.
     pub keeps_history: bool,
+    /// Records the target rejected that went to the dead-letter file (`on_error =
+    /// "dead_letter"`).
+    #[serde(default)]
+    pub dead_lettered: u64,
     /// Records it lost to the log's hard size cap (then `state` is `needs_replay`).
     pub lost: Option<LostRecords>,
     /// While replaying: the offset at which the replay is done.
@@ -305,6 +309,12 @@ pub fn render_metrics(pipelines: &[PipelineStatus]) -> String {
         "counter",
         "Sink errors.",
         per_sink(&|s| s.component.errors as f64),
+    );
+    family(
+        "siphon_sink_dead_lettered_total",
+        "counter",
+        "Records the target rejected, written to the dead-letter file.",
+        per_sink(&|s| s.dead_lettered as f64),
     );
     family(
         "siphon_sink_retries_total",

@@ -118,7 +118,7 @@ impl Sink for JsonLinesSink {
         Ok(())
     }
 
-    async fn reset(&mut self) -> Result<()> {
+    async fn reset(&mut self, _tables: &[TableInfo]) -> Result<()> {
         if let Target::Files(files) = &mut self.target {
             files.reset()?;
         }
@@ -283,7 +283,7 @@ mod tests {
         let mut sorted = ids.clone();
         sorted.dedup();
         assert_eq!(sorted, ids, "a line was written twice");
-        sink.reset().await.unwrap();
+        sink.reset(&[]).await.unwrap();
         assert_eq!(JsonLinesSink::file_paths(&config).unwrap().len(), 1);
         assert_eq!(sink.open(&[]).await.unwrap(), Some(0));
     }

@@ -1,4 +1,9 @@
-//! The sink side: what a derived store implements.
+//! The sink side: what a derived store implements, and the pieces every keyed sink shares:
+//! [`changes`] (a batch reduced to its net effect per key) and [`routing`] (which tables and
+//! columns a sink takes, and the names it writes them under).
+
+pub mod changes;
+pub mod routing;
 
 use async_trait::async_trait;
 
@@ -45,8 +50,9 @@ pub trait Sink: Send {
     /// has one within the batch size.
     async fn apply(&mut self, records: &[SinkRecord]) -> Result<()>;
 
-    /// Removes everything this sink wrote (for `siphon replay --reset`).
-    async fn reset(&mut self) -> Result<()>;
+    /// Removes everything this sink wrote for `tables`, and its stored cursor (for `siphon
+    /// replay --reset`). Called before [`Sink::open`].
+    async fn reset(&mut self, tables: &[TableInfo]) -> Result<()>;
 
     /// Whether it keeps every event (an audit or history table): then the log never compacts
     /// what it has not read.

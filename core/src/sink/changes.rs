@@ -1,0 +1,288 @@
+//! A batch reduced to its net effect per key, for stores that keep current state (caches,
+//! search indexes, mirror tables).
+//!
+//! Within one batch only the last change of a key matters, except that a column the source
+//! left [`Value::Unchanged`] takes its value from an earlier upsert of the same key in the
+//! batch. The reduced changes keep log order, so a sink may apply them one after another; a
+//! truncate drops the changes of its table before it.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+use super::SinkRecord;
+use crate::event::{Event, Op, Row, Value};
+use crate::json::value_json;
+
+/// The net effect of a batch on one key, or a truncate.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change<'a> {
+    /// The key now holds `row` (columns still [`Value::Unchanged`] keep their stored value).
+    Upsert {
+        /// Offset of the last record of this key in the batch: the row's version.
+        offset: u64,
+        /// That record's event (for its source, table and key).
+        event: &'a Event,
+        /// The row, with unchanged columns filled from earlier in the batch where possible.
+        row: Cow<'a, Row>,
+    },
+    /// The key was deleted.
+    Delete {
+        /// Offset of the delete.
+        offset: u64,
+        /// The delete event.
+        event: &'a Event,
+    },
+    /// Every row of the event's table was removed.
+    Truncate {
+        /// Offset of the truncate.
+        offset: u64,
+        /// The truncate event.
+        event: &'a Event,
+    },
+}
+
+impl<'a> Change<'a> {
+    /// The log offset of the change.
+    pub fn offset(&self) -> u64 {
+        match self {
+            Change::Upsert { offset, .. }
+            | Change::Delete { offset, .. }
+            | Change::Truncate { offset, .. } => *offset,
+        }
+    }
+
+    /// The event the change comes from.
+    pub fn event(&self) -> &'a Event {
+        match self {
+            Change::Upsert { event, .. }
+            | Change::Delete { event, .. }
+            | Change::Truncate { event, .. } => event,
+        }
+    }
+}
+
+/// Reduces `records` (in log order) to one change per key, in log order of each key's last
+/// change. Events without a key (keyless tables) are kept as they are.
+pub fn net_changes(records: &[SinkRecord]) -> Vec<Change<'_>> {
+    let mut out: Vec<Option<Change<'_>>> = Vec::with_capacity(records.len());
+    let mut latest: HashMap<Vec<u8>, usize> = HashMap::with_capacity(records.len());
+    for r in records {
+        let event = &r.event;
+        if event.op == Op::Truncate {
+            for slot in &mut out {
+                if slot.as_ref().is_some_and(|c| {
+                    let s = &c.event().source;
+                    s.table == event.source.table && s.namespace() == event.source.namespace()
+                }) {
+                    *slot = None;
+                }
+            }
+            latest.retain(|_, i| out[*i].is_some());
+            out.push(Some(Change::Truncate {
+                offset: r.offset,
+                event,
+            }));
+            continue;
+        }
+        let mut change = match event.row() {
+            Some(row) => Change::Upsert {
+                offset: r.offset,
+                event,
+                row: Cow::Borrowed(row),
+            },
+            None => Change::Delete {
+                offset: r.offset,
+                event,
+            },
+        };
+        if event.key.is_none() {
+            out.push(Some(change));
+            continue;
+        }
+        let key = event.log_key();
+        if let Some(earlier) = latest.get(&key).copied() {
+            if let (
+                Change::Upsert { row, .. },
+                Some(Change::Upsert {
+                    row: earlier_row, ..
+                }),
+            ) = (&mut change, &out[earlier])
+                && row.iter().any(|(_, v)| *v == Value::Unchanged)
+            {
+                *row = Cow::Owned(row.fill_unchanged(earlier_row));
+            }
+            out[earlier] = None;
+        }
+        latest.insert(key, out.len());
+        out.push(Some(change));
+    }
+    out.into_iter().flatten().collect()
+}
+
+/// A key as one string, for key names and document ids: the value of a one-column key as
+/// text (`42`, `b0c1…`, `alice`); the values of a composite key joined by `:`, with `\` and
+/// `:` escaped by `\`.
+pub fn key_text(key: &Row) -> String {
+    match key.0.as_slice() {
+        [(_, value)] => value_text(value).into_owned(),
+        columns => {
+            let mut out = String::new();
+            for (i, (_, value)) in columns.iter().enumerate() {
+                if i > 0 {
+                    out.push(':');
+                }
+                for c in value_text(value).chars() {
+                    if c == ':' || c == '\\' {
+                        out.push('\\');
+                    }
+                    out.push(c);
+                }
+            }
+            out
+        }
+    }
+}
+
+/// A value as plain text: its JSON encoding ([`value_json`]), without the quotes when that
+/// is a string. `None` for SQL NULL.
+pub fn value_text(value: &Value) -> Cow<'_, str> {
+    match value {
+        Value::Text(s) | Value::Decimal(s) | Value::Json(s) | Value::Enum(s) => Cow::Borrowed(s),
+        Value::Other { text, .. } => Cow::Borrowed(text),
+        Value::Int(i) => Cow::Owned(i.to_string()),
+        other => match value_json(other) {
+            serde_json::Value::String(s) => Cow::Owned(s),
+            json => Cow::Owned(json.to_string()),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{TABLE, event, record, row};
+
+    fn offsets(changes: &[Change<'_>]) -> Vec<(u64, &'static str)> {
+        changes
+            .iter()
+            .map(|c| {
+                let kind = match c {
+                    Change::Upsert { .. } => "upsert",
+                    Change::Delete { .. } => "delete",
+                    Change::Truncate { .. } => "truncate",
+                };
+                (c.offset(), kind)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_last_change_of_each_key_wins_in_log_order() {
+        let records = vec![
+            record(
+                0,
+                event(TABLE, Op::Create, 1, None, Some(row(1, "a", Value::Null))),
+            ),
+            record(
+                1,
+                event(TABLE, Op::Create, 2, None, Some(row(2, "b", Value::Null))),
+            ),
+            record(
+                2,
+                event(TABLE, Op::Update, 1, None, Some(row(1, "c", Value::Null))),
+            ),
+            record(3, event(TABLE, Op::Delete, 2, None, None)),
+            record(
+                4,
+                event("other", Op::Create, 2, None, Some(row(2, "d", Value::Null))),
+            ),
+        ];
+        assert_eq!(
+            offsets(&net_changes(&records)),
+            [(2, "upsert"), (3, "delete"), (4, "upsert")]
+        );
+    }
+
+    #[test]
+    fn a_truncate_drops_earlier_changes_of_its_table_only() {
+        let records = vec![
+            record(
+                0,
+                event(TABLE, Op::Create, 1, None, Some(row(1, "a", Value::Null))),
+            ),
+            record(
+                1,
+                event("other", Op::Create, 1, None, Some(row(1, "b", Value::Null))),
+            ),
+            record(2, event(TABLE, Op::Truncate, 0, None, None)),
+            record(
+                3,
+                event(TABLE, Op::Create, 1, None, Some(row(1, "c", Value::Null))),
+            ),
+        ];
+        assert_eq!(
+            offsets(&net_changes(&records)),
+            [(1, "upsert"), (2, "truncate"), (3, "upsert")]
+        );
+    }
+
+    #[test]
+    fn an_unchanged_column_takes_its_value_from_earlier_in_the_batch() {
+        let records = vec![
+            record(
+                0,
+                event(
+                    TABLE,
+                    Op::Create,
+                    1,
+                    None,
+                    Some(row(1, "a", Value::Text("big".into()))),
+                ),
+            ),
+            record(
+                1,
+                event(
+                    TABLE,
+                    Op::Update,
+                    1,
+                    None,
+                    Some(row(1, "b", Value::Unchanged)),
+                ),
+            ),
+            record(
+                2,
+                event(
+                    TABLE,
+                    Op::Update,
+                    2,
+                    None,
+                    Some(row(2, "c", Value::Unchanged)),
+                ),
+            ),
+        ];
+        let changes = net_changes(&records);
+        let Change::Upsert { row: first, .. } = &changes[0] else {
+            panic!("{changes:?}")
+        };
+        assert_eq!(first.get("note"), Some(&Value::Text("big".into())));
+        assert_eq!(first.get("name"), Some(&Value::Text("b".into())));
+        let Change::Upsert { row: second, .. } = &changes[1] else {
+            panic!("{changes:?}")
+        };
+        assert_eq!(
+            second.get("note"),
+            Some(&Value::Unchanged),
+            "nothing to fill it from"
+        );
+    }
+
+    #[test]
+    fn composite_keys_escape_their_separator() {
+        let key = Row(vec![
+            ("a".into(), Value::Text("x:y".into())),
+            ("b".into(), Value::Int(7)),
+        ]);
+        assert_eq!(key_text(&key), r"x\:y:7");
+        assert_eq!(key_text(&Row(vec![("id".into(), Value::Int(42))])), "42");
+    }
+}

@@ -1,0 +1,185 @@
+//! What a sink takes from the log (tables, columns) and the names it writes them under.
+
+use crate::event::{Event, SourceInfo};
+
+/// Which tables a sink takes and which columns it leaves out (`tables` and
+/// `exclude_columns`, settings every sink has).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Routing {
+    tables: Vec<TablePattern>,
+    exclude: Vec<(Option<TablePattern>, String)>,
+}
+
+/// `schema.table`, `schema.*` or `*`.
+#[derive(Debug, Clone, PartialEq)]
+struct TablePattern {
+    schema: Option<String>,
+    table: Option<String>,
+}
+
+impl TablePattern {
+    fn parse(text: &str) -> Result<Self, String> {
+        let any = |s: &str| (s != "*").then(|| s.to_owned());
+        match text.split('.').collect::<Vec<_>>().as_slice() {
+            ["*"] => Ok(TablePattern {
+                schema: None,
+                table: None,
+            }),
+            [schema, table] if !schema.is_empty() && !table.is_empty() => Ok(TablePattern {
+                schema: any(schema),
+                table: any(table),
+            }),
+            _ => Err(format!(
+                "{text:?} is not a table pattern; write \"schema.table\", \"schema.*\" or \"*\""
+            )),
+        }
+    }
+
+    fn matches(&self, schema: &str, table: &str) -> bool {
+        self.schema.as_deref().is_none_or(|s| s == schema)
+            && self.table.as_deref().is_none_or(|t| t == table)
+    }
+}
+
+impl Routing {
+    /// From the settings: `tables` (empty: every table) and `exclude_columns` (`column` in
+    /// every table, or `schema.table.column`; the table part may use `*`). The error says
+    /// which entry is wrong.
+    pub fn new(tables: &[String], exclude_columns: &[String]) -> Result<Self, String> {
+        let tables = tables
+            .iter()
+            .map(|t| TablePattern::parse(t).map_err(|e| format!("tables: {e}")))
+            .collect::<Result<_, _>>()?;
+        let exclude = exclude_columns
+            .iter()
+            .map(|c| match c.rsplit_once('.') {
+                None if !c.is_empty() => Ok((None, c.clone())),
+                Some((table, column)) if !column.is_empty() => TablePattern::parse(table)
+                    .map(|t| (Some(t), column.to_owned()))
+                    .map_err(|e| format!("exclude_columns: {e}")),
+                _ => Err(format!(
+                    "exclude_columns: {c:?} is not a column; write \"column\" or \"schema.table.column\""
+                )),
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Routing { tables, exclude })
+    }
+
+    /// Whether the sink takes `schema.table` (or `db.table`).
+    pub fn accepts_table(&self, qualified: &str) -> bool {
+        let (schema, table) = qualified.split_once('.').unwrap_or(("", qualified));
+        self.accepts(schema, table)
+    }
+
+    /// Whether the sink takes events of this source table.
+    pub fn accepts_source(&self, source: &SourceInfo) -> bool {
+        self.accepts(source.namespace(), &source.table)
+    }
+
+    fn accepts(&self, schema: &str, table: &str) -> bool {
+        self.tables.is_empty() || self.tables.iter().any(|p| p.matches(schema, table))
+    }
+
+    /// Removes the excluded columns from the event's rows (never from its key).
+    pub fn strip(&self, event: &mut Event) {
+        if self.exclude.is_empty() {
+            return;
+        }
+        let (schema, table) = (
+            event.source.namespace().to_owned(),
+            event.source.table.clone(),
+        );
+        let excluded = |column: &str| {
+            self.exclude
+                .iter()
+                .any(|(t, c)| c == column && t.as_ref().is_none_or(|t| t.matches(&schema, &table)))
+        };
+        for row in [&mut event.before, &mut event.after].into_iter().flatten() {
+            row.0.retain(|(c, _)| !excluded(c));
+        }
+    }
+}
+
+/// A name with `{placeholders}` (`{schema}`, `{table}`, and whatever else a sink offers),
+/// checked when the configuration is read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NameTemplate(String);
+
+impl NameTemplate {
+    /// Checks that every `{…}` in `text` is one of `allowed` and that braces are balanced.
+    pub fn parse(text: &str, allowed: &[&str]) -> Result<Self, String> {
+        let mut rest = text;
+        while let Some(open) = rest.find(['{', '}']) {
+            if rest[open..].starts_with('}') {
+                return Err(format!("{text:?} has a '}}' without its '{{'"));
+            }
+            let Some(close) = rest[open..].find('}') else {
+                return Err(format!("{text:?} has a '{{' without its '}}'"));
+            };
+            let name = &rest[open + 1..open + close];
+            if !allowed.contains(&name) {
+                let list: Vec<String> = allowed.iter().map(|a| format!("{{{a}}}")).collect();
+                return Err(format!(
+                    "{text:?} uses {{{name}}}; allowed placeholders: {}",
+                    list.join(", ")
+                ));
+            }
+            rest = &rest[open + close + 1..];
+        }
+        Ok(NameTemplate(text.to_owned()))
+    }
+
+    /// The name for these placeholder values.
+    pub fn render(&self, values: &[(&str, &str)]) -> String {
+        let mut out = self.0.clone();
+        for (name, value) in values {
+            out = out.replace(&format!("{{{name}}}"), value);
+        }
+        out
+    }
+
+    /// The template as written.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{Op, Value};
+    use crate::testing::{event, row};
+
+    #[test]
+    fn tables_and_columns_are_routed_by_pattern() {
+        let r = Routing::new(
+            &["public.*".into(), "sales.orders".into()],
+            &["note".into(), "public.other.name".into()],
+        )
+        .unwrap();
+        assert!(r.accepts_table("public.anything"));
+        assert!(r.accepts_table("sales.orders"));
+        assert!(!r.accepts_table("sales.customers"));
+        let mut e = event(
+            "compliance",
+            Op::Create,
+            1,
+            None,
+            Some(row(1, "a", Value::Null)),
+        );
+        r.strip(&mut e);
+        let columns: Vec<&str> = e.after.as_ref().unwrap().iter().map(|(c, _)| c).collect();
+        assert_eq!(columns, ["id", "name"]);
+        assert!(Routing::default().accepts_table("x.y"));
+    }
+
+    #[test]
+    fn bad_patterns_and_templates_say_what_is_allowed() {
+        let e = Routing::new(&["a.b.c".into()], &[]).unwrap_err();
+        assert!(e.contains("schema.table"), "{e}");
+        let e = NameTemplate::parse("{schema}_{tabel}", &["schema", "table"]).unwrap_err();
+        assert!(e.contains("{tabel}") && e.contains("{table}"), "{e}");
+        let t = NameTemplate::parse("{schema}_{table}", &["schema", "table"]).unwrap();
+        assert_eq!(t.render(&[("schema", "s"), ("table", "t")]), "s_t");
+    }
+}

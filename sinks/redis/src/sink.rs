@@ -1,0 +1,328 @@
+//! The Redis sink.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, IntoConnectionInfo, RedisError};
+use siphon_core::secret::redact_url;
+use siphon_core::sink::changes::{Change, net_changes};
+use siphon_core::sink::routing::NameTemplate;
+use siphon_core::sink::{Sink, SinkRecord};
+use siphon_core::source::TableInfo;
+use siphon_core::{Error, Result, Value};
+
+use crate::config::{KEY_PLACEHOLDERS, RedisFormat, RedisMode, RedisSinkConfig};
+use crate::encode::{APPLY_SCRIPT, Encoder, ScriptArgs};
+
+/// Keeps rows (or their absence) in Redis; see the crate documentation.
+#[derive(Debug)]
+pub struct RedisSink {
+    config: RedisSinkConfig,
+    encoder: Encoder,
+    cursor_key: String,
+    script: redis::Script,
+    conn: Option<MultiplexedConnection>,
+}
+
+/// A stored JSON document.
+type Document = serde_json::Map<String, serde_json::Value>;
+
+impl RedisSink {
+    /// A sink for sink `sink` of pipeline `pipeline` (they name its cursor key).
+    pub fn new(config: RedisSinkConfig, pipeline: &str, sink: &str) -> Result<Self> {
+        config.validate().map_err(Error::Config)?;
+        let encoder = Encoder {
+            prefix: config.prefix.clone(),
+            key: NameTemplate::parse(&config.key, KEY_PLACEHOLDERS).map_err(Error::Config)?,
+            mode: config.mode,
+            format: config.format,
+        };
+        Ok(RedisSink {
+            cursor_key: format!("{}siphon:cursor:{pipeline}:{sink}", config.prefix),
+            config,
+            encoder,
+            script: redis::Script::new(APPLY_SCRIPT),
+            conn: None,
+        })
+    }
+
+    /// The connection, made on first use and after a connection error.
+    async fn conn(&mut self) -> Result<MultiplexedConnection> {
+        if let Some(conn) = &self.conn {
+            return Ok(conn.clone());
+        }
+        let mut info = self
+            .config
+            .url
+            .as_str()
+            .into_connection_info()
+            .map_err(|e| Error::Config(format!("url: {e}")))?;
+        if let Some(password) = &self.config.password {
+            let settings = info
+                .redis_settings()
+                .clone()
+                .set_password(password.expose());
+            info = info.set_redis_settings(settings);
+        }
+        let client = redis::Client::open(info).map_err(|e| self.error(&e, "connecting"))?;
+        let timeout = self.config.timeout.0;
+        let conn = client
+            .get_multiplexed_async_connection_with_config(
+                &AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(timeout))
+                    .set_response_timeout(Some(timeout)),
+            )
+            .await
+            .map_err(|e| self.error(&e, "connecting"))?;
+        self.conn = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Classifies a Redis error; a connection error drops the connection.
+    fn error(&mut self, e: &RedisError, what: &str) -> Error {
+        let message = format!("redis {} {what}: {e}", redact_url(&self.config.url));
+        let connection = e.is_io_error()
+            || e.is_connection_refusal()
+            || e.is_connection_dropped()
+            || e.is_timeout()
+            || e.is_unrecoverable_error();
+        let busy = matches!(
+            e.code(),
+            Some("LOADING" | "BUSY" | "TRYAGAIN" | "MASTERDOWN" | "READONLY" | "CLUSTERDOWN")
+        );
+        if connection {
+            self.conn = None;
+        }
+        if connection || busy {
+            Error::transient(message)
+        } else {
+            Error::permanent(message)
+        }
+    }
+
+    /// Runs the apply script: the changes in `call`, then the cursor to `next_cursor`.
+    async fn run_script(&mut self, call: &ScriptArgs, next_cursor: u64) -> Result<()> {
+        let mut conn = self.conn().await?;
+        let mut invocation = self.script.key(&self.cursor_key);
+        for key in &call.keys {
+            invocation.key(key);
+        }
+        invocation.arg(next_cursor).arg(self.ttl_ms());
+        for arg in &call.args {
+            invocation.arg(arg.as_slice());
+        }
+        let result: redis::RedisResult<u64> = invocation.invoke_async(&mut conn).await;
+        result
+            .map(drop)
+            .map_err(|e| self.error(&e, "applying a batch"))
+    }
+
+    fn ttl_ms(&self) -> u64 {
+        self.config
+            .ttl
+            .map_or(0, |t| u64::try_from(t.0.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    async fn stored_cursor(&mut self) -> Result<Option<u64>> {
+        let mut conn = self.conn().await?;
+        let cursor: redis::RedisResult<Option<u64>> = redis::cmd("GET")
+            .arg(&self.cursor_key)
+            .query_async(&mut conn)
+            .await;
+        cursor.map_err(|e| self.error(&e, "reading the cursor"))
+    }
+
+    /// Deletes every key matching `pattern`; returns how many.
+    async fn delete_matching(&mut self, pattern: &str) -> Result<u64> {
+        let mut conn = self.conn().await?;
+        let mut cursor = 0u64;
+        let mut deleted = 0;
+        loop {
+            let page: redis::RedisResult<(u64, Vec<String>)> = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut conn)
+                .await;
+            let (next, keys) = page.map_err(|e| self.error(&e, "scanning keys"))?;
+            if !keys.is_empty() {
+                let n: redis::RedisResult<u64> =
+                    redis::cmd("UNLINK").arg(&keys).query_async(&mut conn).await;
+                deleted += n.map_err(|e| self.error(&e, "deleting keys"))?;
+            }
+            if next == 0 {
+                return Ok(deleted);
+            }
+            cursor = next;
+        }
+    }
+
+    /// Removes every key of the truncated table, unless the cursor shows it was done.
+    async fn truncate(&mut self, change: &Change<'_>) -> Result<()> {
+        let offset = change.offset();
+        if self.stored_cursor().await?.is_some_and(|c| c > offset) {
+            return Ok(());
+        }
+        let source = &change.event().source;
+        let pattern = self
+            .encoder
+            .table_pattern(source.namespace(), &source.table);
+        let deleted = self.delete_matching(&pattern).await?;
+        tracing::info!(table = %source.qualified_table(), deleted, "truncate: removed the table's keys");
+        self.run_script(&ScriptArgs::default(), offset + 1).await
+    }
+
+    /// In JSON format, the stored documents of rows that have unchanged columns.
+    async fn stored_documents(
+        &mut self,
+        changes: &[Change<'_>],
+    ) -> Result<HashMap<String, Document>> {
+        if self.config.format != RedisFormat::Json || self.config.mode != RedisMode::Upsert {
+            return Ok(HashMap::new());
+        }
+        let keys: Vec<String> = changes
+            .iter()
+            .filter(|c| matches!(c, Change::Upsert { row, .. } if row.iter().any(|(_, v)| *v == Value::Unchanged)))
+            .filter_map(|c| self.encoder.row_key(c.event()))
+            .collect();
+        if keys.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let mut conn = self.conn().await?;
+        let docs: redis::RedisResult<Vec<Option<String>>> =
+            redis::cmd("MGET").arg(&keys).query_async(&mut conn).await;
+        let docs = docs.map_err(|e| self.error(&e, "reading stored rows"))?;
+        Ok(keys
+            .into_iter()
+            .zip(docs)
+            .filter_map(|(key, doc)| {
+                let doc = serde_json::from_str::<serde_json::Value>(&doc?).ok()?;
+                match doc {
+                    serde_json::Value::Object(map) => Some((key, map)),
+                    _ => None,
+                }
+            })
+            .collect())
+    }
+
+    /// Encodes one change, or says why the record cannot be stored.
+    fn push(
+        &self,
+        call: &mut ScriptArgs,
+        change: &Change<'_>,
+        stored: &HashMap<String, Document>,
+    ) -> Result<()> {
+        let doc = self
+            .encoder
+            .row_key(change.event())
+            .and_then(|k| stored.get(&k));
+        self.encoder
+            .push(call, change, doc)
+            .map_err(|reason| rejected(change, reason))
+    }
+
+    /// After a failed script, applies the changes one by one to find the one Redis refuses.
+    async fn locate_rejection(
+        &mut self,
+        changes: &[Change<'_>],
+        stored: &HashMap<String, Document>,
+    ) -> Result<()> {
+        for change in changes {
+            let mut call = ScriptArgs::default();
+            self.push(&mut call, change, stored)?;
+            if let Err(e) = self.run_script(&call, change.offset() + 1).await {
+                return Err(if e.is_transient() {
+                    e
+                } else {
+                    rejected(change, e.to_string())
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+fn rejected(change: &Change<'_>, reason: impl Into<String>) -> Error {
+    Error::Rejected {
+        offset: change.offset(),
+        table: change.event().source.qualified_table(),
+        reason: reason.into(),
+    }
+}
+
+#[async_trait]
+impl Sink for RedisSink {
+    async fn check(&mut self) -> Result<()> {
+        let mut conn = self.conn().await?;
+        let pong: redis::RedisResult<String> = redis::cmd("PING").query_async(&mut conn).await;
+        pong.map(drop).map_err(|e| self.error(&e, "PING"))
+    }
+
+    async fn open(&mut self, tables: &[TableInfo]) -> Result<Option<u64>> {
+        if let Some(t) = tables.iter().find(|t| t.key_columns.is_empty()) {
+            return Err(Error::permanent(format!(
+                "table {} has no primary key, so its rows have no Redis key; give it one, or leave it out of this sink with `tables`",
+                t.name
+            )));
+        }
+        self.stored_cursor().await
+    }
+
+    async fn apply(&mut self, records: &[SinkRecord]) -> Result<()> {
+        let Some(last) = records.last() else {
+            return Ok(());
+        };
+        let changes = net_changes(records);
+        let stored = self.stored_documents(&changes).await?;
+        let mut call = ScriptArgs::default();
+        let mut segment_start = 0;
+        for (i, change) in changes.iter().enumerate() {
+            if let Change::Truncate { offset, .. } = change {
+                if let Err(e) = self.run_script(&call, *offset).await {
+                    return match e.is_transient() {
+                        true => Err(e),
+                        false => self
+                            .locate_rejection(&changes[segment_start..i], &stored)
+                            .await
+                            .and(Err(e)),
+                    };
+                }
+                self.truncate(change).await?;
+                call = ScriptArgs::default();
+                segment_start = i + 1;
+            } else {
+                self.push(&mut call, change, &stored)?;
+            }
+        }
+        if let Err(e) = self.run_script(&call, last.offset + 1).await {
+            if e.is_transient() {
+                return Err(e);
+            }
+            self.locate_rejection(&changes[segment_start..], &stored)
+                .await?;
+            // Every change went through alone: only the cursor is left to move.
+            self.run_script(&ScriptArgs::default(), last.offset + 1)
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn reset(&mut self, tables: &[TableInfo]) -> Result<()> {
+        for table in tables {
+            let (schema, name) = table.name.split_once('.').unwrap_or(("", &table.name));
+            let pattern = self.encoder.table_pattern(schema, name);
+            let deleted = self.delete_matching(&pattern).await?;
+            tracing::info!(table = %table.name, deleted, "reset: removed the table's keys");
+        }
+        let mut conn = self.conn().await?;
+        let done: redis::RedisResult<u64> = redis::cmd("DEL")
+            .arg(&self.cursor_key)
+            .query_async(&mut conn)
+            .await;
+        done.map(drop)
+            .map_err(|e| self.error(&e, "deleting the cursor"))
+    }
+}
