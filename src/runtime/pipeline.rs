@@ -125,6 +125,7 @@ pub(super) fn start(
     for (sink_name, sink, delivery, routing, commands) in sinks {
         tasks.spawn(sink_task::run(sink_task::SinkTask {
             dead_letter: dir.join("dead-letter").join(format!("{sink_name}.jsonl")),
+            retry_backoff: super::backoff::Backoff::new(delivery.max_backoff.0),
             name: sink_name,
             sink,
             delivery,

@@ -29,6 +29,8 @@ pub(super) struct SinkTask {
     pub routing: Routing,
     /// Where rejected records go with `on_error = "dead_letter"`.
     pub dead_letter: PathBuf,
+    /// Pauses between attempts at a batch that failed transiently.
+    pub retry_backoff: Backoff,
     pub log: Arc<dyn ChangeLog>,
     pub offsets: OffsetStore,
     pub handle: Arc<PipelineHandle>,
@@ -55,6 +57,9 @@ enum Phase {
 enum Stop {
     Shutdown,
     Idle,
+    /// A transient error while applying: open the sink again and go on from the cursor it
+    /// keeps (a store that holds a transaction open across batches rewinds to its commit).
+    Reopen,
 }
 
 pub(super) async fn run(mut t: SinkTask) {
@@ -94,7 +99,7 @@ pub(super) async fn run(mut t: SinkTask) {
                     Phase::Run(batcher)
                 }
                 Err((Stop::Shutdown, _)) => return t.set_state(State::Stopped),
-                Err((Stop::Idle, why)) => {
+                Err((Stop::Idle | Stop::Reopen, why)) => {
                     if let Some(reply) = reply {
                         let _ = reply.send(Err(why));
                     }
@@ -120,6 +125,11 @@ pub(super) async fn run(mut t: SinkTask) {
                     },
                     Err(Stop::Shutdown) => return t.set_state(State::Stopped),
                     Err(Stop::Idle) => Phase::Idle,
+                    Err(Stop::Reopen) => Phase::Open {
+                        from: None,
+                        reset: false,
+                        reply: None,
+                    },
                 }
             }
             Phase::Idle => tokio::select! {
@@ -317,17 +327,24 @@ impl SinkTask {
                 }
             }
         }
-        let mut backoff = Backoff::new(self.delivery.max_backoff.0);
+        // A transaction whose last record was routed away still ends here for this sink.
+        if last.flags.contains(RecordFlags::TXN_END)
+            && let Some(kept) = batch.last_mut()
+        {
+            kept.ends_transaction = true;
+        }
         let started = Instant::now();
         loop {
             match self.sink.apply(&batch).await {
                 Ok(()) => break,
                 Err(e) if e.is_transient() => {
-                    tracing::warn!(sink = %self.name, error = %e, first_offset, "sink error; retrying the batch");
+                    tracing::warn!(sink = %self.name, error = %e, first_offset, "sink error; reopening and retrying");
                     self.update(|s| s.component.retrying(&e));
-                    if sleep_unless_cancelled(&self.cancel, backoff.next_delay()).await {
+                    let delay = self.retry_backoff.next_delay();
+                    if sleep_unless_cancelled(&self.cancel, delay).await {
                         return Err(Stop::Shutdown);
                     }
+                    return Err(Stop::Reopen);
                 }
                 Err(Error::Rejected {
                     offset,
@@ -360,6 +377,7 @@ impl SinkTask {
             }
         }
         let elapsed = started.elapsed();
+        self.retry_backoff.reset();
         let next = last_offset + 1;
         if let Err(e) = self.save_cursor(next, None) {
             self.fail(&format!("saving the cursor: {e}"));

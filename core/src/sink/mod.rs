@@ -33,8 +33,15 @@ pub struct SinkRecord {
 /// - a value [`Value::Unchanged`](crate::Value::Unchanged) leaves the stored column as it is;
 /// - where the store allows it, the cursor is written in the same transaction as the data and
 ///   [`Sink::open`] returns it; otherwise the runtime saves it after `apply` returns;
-/// - errors say whether retrying helps ([`crate::Error::kind`]); a permanent error names the
-///   record's offset and table.
+/// - errors say whether retrying helps ([`crate::Error::kind`]); a record the store refuses
+///   for good is reported as [`crate::Error::Rejected`] with its offset, after the records
+///   before it in the batch were applied;
+/// - after a transient error from `apply`, the runtime calls [`Sink::open`] again and goes on
+///   from the cursor it returns (else from the failed batch): a sink that keeps a store
+///   transaction open across batches (to commit whole source transactions) rewinds to its
+///   last commit this way;
+/// - a batch whose last record has `ends_transaction` ends a source transaction: a
+///   transactional store commits there.
 #[async_trait]
 pub trait Sink: Send {
     /// Reaches the store and checks that this sink can write to it, without changing anything
