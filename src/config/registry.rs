@@ -5,6 +5,7 @@ use siphon_core::log::file::FileLogConfig;
 use siphon_core::sink::Sink;
 use siphon_core::source::Source;
 use siphon_sink_file::{FileSinkConfig, JsonLinesSink, StdoutSinkConfig};
+use siphon_sink_postgres::{PostgresSink, PostgresSinkConfig};
 use siphon_sink_redis::{RedisSink, RedisSinkConfig};
 use siphon_source_generator::{GeneratorConfig, GeneratorSource};
 use siphon_source_postgres::{PostgresConfig, PostgresSource};
@@ -136,10 +137,12 @@ pub enum SinkSpec {
     File(FileSinkConfig),
     /// `kind = "redis"`.
     Redis(RedisSinkConfig),
+    /// `kind = "postgres"`.
+    Postgres(PostgresSinkConfig),
 }
 
 impl SinkSpec {
-    const KINDS: &[&str] = &["redis", "stdout", "file"];
+    const KINDS: &[&str] = &["redis", "postgres", "stdout", "file"];
 
     pub(super) fn parse(key: &str, value: config::Value) -> Result<Self, ConfigError> {
         let (kind, rest) = split_kind(key, value, None, Self::KINDS)?;
@@ -151,6 +154,11 @@ impl SinkSpec {
                 c.validate().map_err(|m| ConfigError::new(key, m))?;
                 Ok(SinkSpec::Redis(c))
             }
+            "postgres" => {
+                let c: PostgresSinkConfig = deserialize(key, rest)?;
+                c.validate().map_err(|m| ConfigError::new(key, m))?;
+                Ok(SinkSpec::Postgres(c))
+            }
             _ => unreachable!("split_kind checked the kind"),
         }
     }
@@ -161,6 +169,7 @@ impl SinkSpec {
             SinkSpec::Stdout(_) => "stdout",
             SinkSpec::File(_) => "file",
             SinkSpec::Redis(_) => "redis",
+            SinkSpec::Postgres(_) => "postgres",
         }
     }
 
@@ -170,6 +179,7 @@ impl SinkSpec {
             SinkSpec::Stdout(c) => Box::new(JsonLinesSink::stdout(c)),
             SinkSpec::File(c) => Box::new(JsonLinesSink::files(c.clone())?),
             SinkSpec::Redis(c) => Box::new(RedisSink::new(c.clone(), pipeline, sink)?),
+            SinkSpec::Postgres(c) => Box::new(PostgresSink::new(c.clone(), pipeline, sink)?),
         })
     }
 }

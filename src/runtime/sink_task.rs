@@ -358,6 +358,9 @@ impl SinkTask {
                         .position(|r| r.offset == offset)
                         .expect("found");
                     let record = batch.remove(at);
+                    if record.ends_transaction && at > 0 {
+                        batch[at - 1].ends_transaction = true;
+                    }
                     tracing::warn!(sink = %self.name, offset, table, reason, "record rejected by the target; written to the dead-letter file");
                     if let Err(e) = self.dead_letter(&record, &reason) {
                         self.fail(&format!(

@@ -1,0 +1,76 @@
+//! `[pipelines.NAME.sinks.SINK]` with `kind = "postgres"`.
+
+use serde::Deserialize;
+use siphon_core::Secret;
+use siphon_core::sink::routing::NameTemplate;
+
+/// The placeholders of `schema` and `table`.
+pub(crate) const NAME_PLACEHOLDERS: &[&str] = &["schema", "table"];
+
+/// Settings of a PostgreSQL sink.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PostgresSinkConfig {
+    /// `postgres://user[:password]@host[:port]/database` of the target. The password is better
+    /// given as `password` or `SIPHON__PIPELINES__P__SINKS__S__PASSWORD`.
+    pub url: String,
+    /// The password (overrides one in the URL).
+    #[serde(default)]
+    pub password: Option<Secret>,
+    /// `mirror` (current rows) or `history` (every event).
+    #[serde(default)]
+    pub mode: TableMode,
+    /// Target schema of a source table: `{schema}` and `{table}` are the source's.
+    #[serde(default = "default_schema")]
+    pub schema: String,
+    /// Target table name of a source table: `{schema}` and `{table}` are the source's.
+    #[serde(default = "default_table")]
+    pub table: String,
+}
+
+/// What the target tables hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TableMode {
+    /// The current rows, by primary key.
+    #[default]
+    Mirror,
+    /// Every event, appended.
+    History,
+}
+
+fn default_schema() -> String {
+    "{schema}".into()
+}
+
+fn default_table() -> String {
+    "{table}".into()
+}
+
+impl PostgresSinkConfig {
+    /// A mirror of every table into `url`, under the source's names.
+    pub fn new(url: impl Into<String>) -> Self {
+        PostgresSinkConfig {
+            url: url.into(),
+            password: None,
+            mode: TableMode::default(),
+            schema: default_schema(),
+            table: default_table(),
+        }
+    }
+
+    /// Checks what serde cannot; the message names the key.
+    pub fn validate(&self) -> Result<(), String> {
+        NameTemplate::parse(&self.schema, NAME_PLACEHOLDERS).map_err(|e| format!("schema: {e}"))?;
+        NameTemplate::parse(&self.table, NAME_PLACEHOLDERS).map_err(|e| format!("table: {e}"))?;
+        self.url
+            .parse::<tokio_postgres::Config>()
+            .map(drop)
+            .map_err(|e| {
+                format!(
+                    "url: {:?} is not a PostgreSQL connection URL: {e}",
+                    siphon_core::secret::redact_url(&self.url)
+                )
+            })
+    }
+}

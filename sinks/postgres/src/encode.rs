@@ -1,0 +1,98 @@
+//! Values as PostgreSQL input text, and the column type a value asks for.
+
+use std::borrow::Cow;
+
+use siphon_core::Value;
+use siphon_core::json::value_json;
+use siphon_core::sink::changes::value_text;
+
+/// The column type a new column gets from its first non-null value. Arrays become `jsonb`
+/// (their elements' types vary); enums and types siphon keeps as text become `text`.
+pub(crate) fn column_type(value: &Value) -> Option<&'static str> {
+    Some(match value {
+        Value::Null | Value::Unchanged => return None,
+        Value::Bool(_) => "boolean",
+        Value::Int(_) => "bigint",
+        Value::UInt(_) => "numeric(20)",
+        Value::Float32(_) => "real",
+        Value::Float64(_) => "double precision",
+        Value::Decimal(_) => "numeric",
+        Value::Bytes(_) => "bytea",
+        Value::Json(_) | Value::Array(_) => "jsonb",
+        Value::Uuid(_) => "uuid",
+        Value::Date(_) => "date",
+        Value::Time(_) => "time",
+        Value::TimeTz { .. } => "timetz",
+        Value::Timestamp(_) => "timestamp",
+        Value::TimestampTz(_) => "timestamptz",
+        Value::Interval { .. } => "interval",
+        Value::Text(_) | Value::Enum(_) | Value::Other { .. } => "text",
+    })
+}
+
+/// The value as PostgreSQL reads it back with a cast from text; `None` for NULL.
+pub(crate) fn pg_text(value: &Value) -> Option<Cow<'_, str>> {
+    Some(match value {
+        Value::Null | Value::Unchanged => return None,
+        Value::Bool(b) => Cow::Borrowed(if *b { "t" } else { "f" }),
+        Value::Float32(f) => Cow::Owned(float_text(f64::from(*f), f.to_string())),
+        Value::Float64(f) => Cow::Owned(float_text(*f, f.to_string())),
+        Value::Bytes(b) => {
+            let mut hex = String::with_capacity(2 + 2 * b.len());
+            hex.push_str("\\x");
+            for byte in b {
+                hex.push_str(&format!("{byte:02x}"));
+            }
+            Cow::Owned(hex)
+        }
+        // siphon's JSON text writes UTC as "Z", which a time with zone does not read.
+        Value::TimeTz { .. } => match value_json(value) {
+            serde_json::Value::String(s) => Cow::Owned(
+                s.strip_suffix('Z')
+                    .map_or_else(|| s.clone(), |t| format!("{t}+00")),
+            ),
+            other => Cow::Owned(other.to_string()),
+        },
+        Value::Array(_) => Cow::Owned(value_json(value).to_string()),
+        other => value_text(other),
+    })
+}
+
+/// Infinities as PostgreSQL spells them; Rust writes "inf".
+fn float_text(f: f64, shortest: String) -> String {
+    if f.is_infinite() {
+        if f > 0.0 { "Infinity" } else { "-Infinity" }.to_owned()
+    } else {
+        shortest
+    }
+}
+
+/// An identifier, quoted.
+pub(crate) fn quote(ident: &str) -> String {
+    format!("\"{}\"", ident.replace('"', "\"\""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_are_written_as_postgres_reads_them() {
+        assert_eq!(pg_text(&Value::Bytes(vec![0, 255])).unwrap(), "\\x00ff");
+        assert_eq!(
+            pg_text(&Value::Float64(f64::NEG_INFINITY)).unwrap(),
+            "-Infinity"
+        );
+        assert_eq!(pg_text(&Value::Float32(0.1)).unwrap(), "0.1");
+        assert_eq!(
+            pg_text(&Value::TimeTz {
+                micros: 3_600_000_000,
+                offset_seconds: 0
+            })
+            .unwrap(),
+            "01:00:00+00"
+        );
+        assert_eq!(pg_text(&Value::Null), None);
+        assert_eq!(quote("a\"b"), "\"a\"\"b\"");
+    }
+}

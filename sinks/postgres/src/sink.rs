@@ -1,0 +1,762 @@
+//! The PostgreSQL sink.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use siphon_core::event::{Event, Op, Row};
+use siphon_core::secret::redact_url;
+use siphon_core::sink::changes::{Change, net_changes};
+use siphon_core::sink::routing::NameTemplate;
+use siphon_core::sink::{Sink, SinkRecord};
+use siphon_core::source::TableInfo;
+use siphon_core::{Error, Result, Value};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, NoTls};
+
+use crate::config::{NAME_PLACEHOLDERS, PostgresSinkConfig, TableMode};
+use crate::encode::{column_type, pg_text, quote};
+
+/// Rows that write the same columns, written by one statement.
+type Group<'r, T> = (Vec<&'r str>, Vec<T>);
+
+/// Where the cursors live in the target database.
+const CURSORS: &str = "siphon.cursors";
+
+/// Keeps mirror or history tables in a PostgreSQL database; see the crate documentation.
+#[derive(Debug)]
+pub struct PostgresSink {
+    config: PostgresSinkConfig,
+    pipeline: String,
+    sink: String,
+    schema: NameTemplate,
+    table: NameTemplate,
+    client: Option<Client>,
+    /// Target tables by source `(namespace, table)`, as the catalog had them.
+    targets: HashMap<(String, String), Target>,
+    /// The committed cursor: the next offset to apply.
+    cursor: Option<u64>,
+    /// A target transaction is open (the source transaction has not ended yet).
+    in_transaction: bool,
+}
+
+/// A target table.
+#[derive(Debug, Clone)]
+struct Target {
+    /// `"schema"."table"`.
+    name: String,
+    /// Column name → type, as `format_type` prints it.
+    columns: HashMap<String, String>,
+}
+
+impl PostgresSink {
+    /// A sink for sink `sink` of pipeline `pipeline` (they name its cursor row).
+    pub fn new(config: PostgresSinkConfig, pipeline: &str, sink: &str) -> Result<Self> {
+        config.validate().map_err(Error::Config)?;
+        Ok(PostgresSink {
+            schema: NameTemplate::parse(&config.schema, NAME_PLACEHOLDERS)
+                .map_err(Error::Config)?,
+            table: NameTemplate::parse(&config.table, NAME_PLACEHOLDERS).map_err(Error::Config)?,
+            config,
+            pipeline: pipeline.to_owned(),
+            sink: sink.to_owned(),
+            client: None,
+            targets: HashMap::new(),
+            cursor: None,
+            in_transaction: false,
+        })
+    }
+
+    /// A new connection (dropping one with an open transaction rolls it back).
+    async fn connect(&mut self) -> Result<()> {
+        self.client = None;
+        self.in_transaction = false;
+        self.targets.clear();
+        let mut config: tokio_postgres::Config = self
+            .config
+            .url
+            .parse()
+            .map_err(|e| Error::Config(format!("url {}: {e}", redact_url(&self.config.url))))?;
+        if let Some(password) = &self.config.password {
+            config.password(password.expose());
+        }
+        config
+            .application_name("siphon")
+            .connect_timeout(std::time::Duration::from_secs(10));
+        let (client, connection) = config
+            .connect(NoTls)
+            .await
+            .map_err(|e| self.error(&e, "connecting"))?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "postgres sink connection ended");
+            }
+        });
+        self.client = Some(client);
+        Ok(())
+    }
+
+    fn client(&self) -> Result<&Client> {
+        self.client
+            .as_ref()
+            .ok_or_else(|| Error::transient("the postgres sink is not connected"))
+    }
+
+    /// Classifies an error: connection trouble, conflicts and a busy server are transient.
+    fn error(&self, e: &tokio_postgres::Error, what: &str) -> Error {
+        let message = format!(
+            "postgres {} {what}: {}",
+            redact_url(&self.config.url),
+            db_message(e)
+        );
+        let transient = e.is_closed()
+            || e.code().is_none_or(|c| {
+                let c = c.code();
+                ["08", "40", "53", "57P", "58"]
+                    .iter()
+                    .any(|p| c.starts_with(p))
+                    || c == "23505" && what == "preparing the target"
+            });
+        if transient {
+            Error::transient(message)
+        } else {
+            Error::permanent(message)
+        }
+    }
+
+    async fn execute(&self, sql: &str, params: &[&(dyn ToSql + Sync)], what: &str) -> Result<u64> {
+        self.client()?
+            .execute(sql, params)
+            .await
+            .map_err(|e| self.error(&e, what))
+    }
+
+    async fn batch(&self, sql: &str, what: &str) -> Result<()> {
+        self.client()?
+            .batch_execute(sql)
+            .await
+            .map_err(|e| self.error(&e, what))
+    }
+
+    /// The target table of an event's source table, created or given new columns so that it
+    /// can take `rows`.
+    async fn target(&mut self, event: &Event, rows: &[&Row]) -> Result<Target> {
+        let source = &event.source;
+        let id = (source.namespace().to_owned(), source.table.to_string());
+        let target = match self.targets.get(&id) {
+            Some(t) => t.clone(),
+            None => self.load_target(event, rows).await?,
+        };
+        let mut missing: Vec<(&str, &'static str)> = Vec::new();
+        for row in rows {
+            for (column, value) in row.iter() {
+                if !target.columns.contains_key(column)
+                    && !missing.iter().any(|(c, _)| *c == column)
+                    && let Some(ty) = column_type(value)
+                {
+                    missing.push((column, ty));
+                }
+            }
+        }
+        let target = if missing.is_empty() {
+            target
+        } else {
+            let adds: Vec<String> = missing
+                .iter()
+                .map(|(c, ty)| format!("ADD COLUMN IF NOT EXISTS {} {ty}", quote(c)))
+                .collect();
+            self.batch(
+                &format!("ALTER TABLE {} {}", target.name, adds.join(", ")),
+                "adding columns",
+            )
+            .await?;
+            tracing::info!(table = %target.name, columns = ?missing, "added columns to the target table");
+            let mut t = target;
+            t.columns.extend(
+                missing
+                    .iter()
+                    .map(|(c, ty)| ((*c).to_owned(), (*ty).to_owned())),
+            );
+            t
+        };
+        self.targets.insert(id, target.clone());
+        Ok(target)
+    }
+
+    /// Reads a target table from the catalog, creating it if it does not exist.
+    async fn load_target(&mut self, event: &Event, rows: &[&Row]) -> Result<Target> {
+        let source = &event.source;
+        let names = [("schema", source.namespace()), ("table", &*source.table)];
+        let (schema, table) = (self.schema.render(&names), self.table.render(&names));
+        let name = format!("{}.{}", quote(&schema), quote(&table));
+        let mut target = Target {
+            columns: self.catalog_columns(&name).await?,
+            name,
+        };
+        if target.columns.is_empty() {
+            let mut columns: Vec<(String, String)> = match self.config.mode {
+                TableMode::Mirror => vec![("_siphon_offset".into(), "bigint NOT NULL".into())],
+                TableMode::History => vec![
+                    ("_siphon_offset".into(), "bigint PRIMARY KEY".into()),
+                    ("_siphon_op".into(), "text NOT NULL".into()),
+                    ("_siphon_position".into(), "jsonb".into()),
+                    ("_siphon_commit_ts".into(), "timestamptz".into()),
+                ],
+            };
+            let key = event.key.as_ref();
+            for (column, value) in key
+                .into_iter()
+                .flat_map(Row::iter)
+                .chain(rows.iter().flat_map(|r| r.iter()))
+            {
+                if !columns.iter().any(|(c, _)| c == column)
+                    && let Some(ty) = column_type(value)
+                {
+                    columns.push((column.to_owned(), ty.to_owned()));
+                }
+            }
+            let mut defs: Vec<String> = columns
+                .iter()
+                .map(|(c, ty)| format!("{} {ty}", quote(c)))
+                .collect();
+            if self.config.mode == TableMode::Mirror {
+                let key: Vec<String> = key
+                    .into_iter()
+                    .flat_map(Row::iter)
+                    .map(|(c, _)| quote(c))
+                    .collect();
+                defs.push(format!("PRIMARY KEY ({})", key.join(", ")));
+            }
+            self.batch(
+                &format!(
+                    "CREATE SCHEMA IF NOT EXISTS {}; CREATE TABLE IF NOT EXISTS {} ({})",
+                    quote(&schema),
+                    target.name,
+                    defs.join(", ")
+                ),
+                "creating the target table",
+            )
+            .await?;
+            tracing::info!(table = %target.name, mode = ?self.config.mode, "created the target table");
+            target.columns = self.catalog_columns(&target.name).await?;
+        } else if !target.columns.contains_key("_siphon_offset") {
+            return Err(Error::permanent(format!(
+                "the target table {} exists but was not made by siphon (it has no _siphon_offset column); drop it, or map the source table to another name with `table`",
+                target.name
+            )));
+        }
+        Ok(target)
+    }
+
+    async fn catalog_columns(&self, name: &str) -> Result<HashMap<String, String>> {
+        let rows = self
+            .client()?
+            .query(
+                "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a \
+                 WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped",
+                &[&name],
+            )
+            .await
+            .map_err(|e| self.error(&e, "reading the catalog"))?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
+    /// Applies records (inside the open transaction).
+    async fn write(&mut self, records: &[SinkRecord]) -> Result<()> {
+        match self.config.mode {
+            TableMode::Mirror => self.write_mirror(records).await,
+            TableMode::History => self.write_history(records).await,
+        }
+    }
+
+    async fn write_mirror(&mut self, records: &[SinkRecord]) -> Result<()> {
+        let changes = net_changes(records);
+        let mut pending: Vec<Change<'_>> = Vec::new();
+        for change in changes {
+            if let Change::Truncate { event, .. } = &change {
+                self.flush_mirror(std::mem::take(&mut pending)).await?;
+                let target = self.target(event, &[]).await?;
+                self.batch(&format!("TRUNCATE {}", target.name), "truncating")
+                    .await?;
+            } else {
+                pending.push(change);
+            }
+        }
+        self.flush_mirror(pending).await
+    }
+
+    /// Upserts and deletes, a few statements per table.
+    async fn flush_mirror(&mut self, changes: Vec<Change<'_>>) -> Result<()> {
+        let mut by_table: Vec<(&str, &str, Vec<&Change<'_>>)> = Vec::new();
+        for change in &changes {
+            let s = &change.event().source;
+            match by_table
+                .iter_mut()
+                .find(|(ns, t, _)| *ns == s.namespace() && *t == &*s.table)
+            {
+                Some((_, _, list)) => list.push(change),
+                None => by_table.push((s.namespace(), &s.table, vec![change])),
+            }
+        }
+        for (_, _, list) in by_table {
+            let rows: Vec<&Row> = list
+                .iter()
+                .filter_map(|c| match c {
+                    Change::Upsert { row, .. } => Some(&**row),
+                    _ => None,
+                })
+                .collect();
+            let event = list[0].event();
+            if event.key.is_none() {
+                return Err(rejected(
+                    event,
+                    list[0].offset(),
+                    "the table has no primary key, so a mirror cannot address its rows",
+                ));
+            }
+            let target = self.target(event, &rows).await?;
+            let deletes: Vec<&Change<'_>> = list
+                .iter()
+                .copied()
+                .filter(|c| matches!(c, Change::Delete { .. }))
+                .collect();
+            if !deletes.is_empty() {
+                self.delete(&target, &deletes).await?;
+            }
+            // Rows that leave different columns unchanged (TOAST) are written apart.
+            let mut groups: Vec<Group<'_, (&Row, u64)>> = Vec::new();
+            for change in &list {
+                let Change::Upsert { row, offset, .. } = change else {
+                    continue;
+                };
+                let names = written_columns(row, &target);
+                match groups.iter_mut().find(|(n, _)| *n == names) {
+                    Some((_, rows)) => rows.push((row, *offset)),
+                    None => groups.push((names, vec![(row, *offset)])),
+                }
+            }
+            let key: Vec<&str> = event
+                .key
+                .as_ref()
+                .map(|k| k.iter().map(|(c, _)| c).collect())
+                .unwrap_or_default();
+            for (names, rows) in groups {
+                self.upsert(&target, &key, &names, &rows).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn upsert(
+        &self,
+        target: &Target,
+        key: &[&str],
+        names: &[&str],
+        rows: &[(&Row, u64)],
+    ) -> Result<()> {
+        let columns = column_texts(names, &rows.iter().map(|(r, _)| *r).collect::<Vec<_>>());
+        let offsets: Vec<i64> = rows.iter().map(|(_, o)| *o as i64).collect();
+        let updates: Vec<String> = names
+            .iter()
+            .filter(|c| !key.contains(c))
+            .map(|c| format!("{0} = EXCLUDED.{0}", quote(c)))
+            .chain(std::iter::once(
+                "_siphon_offset = EXCLUDED._siphon_offset".to_owned(),
+            ))
+            .collect();
+        let n = names.len();
+        let sql = format!(
+            "INSERT INTO {table} AS t ({cols}, _siphon_offset) SELECT {casts}, s.o FROM unnest({arrays}, ${last}::bigint[]) AS s({aliases}, o) \
+             ON CONFLICT ({key}) DO UPDATE SET {updates} WHERE t._siphon_offset < EXCLUDED._siphon_offset",
+            table = target.name,
+            cols = names
+                .iter()
+                .map(|c| quote(c))
+                .collect::<Vec<_>>()
+                .join(", "),
+            casts = casts(names, target),
+            arrays = (1..=n)
+                .map(|i| format!("${i}::text[]"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            last = n + 1,
+            aliases = (1..=n)
+                .map(|i| format!("c{i}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            key = key.iter().map(|c| quote(c)).collect::<Vec<_>>().join(", "),
+            updates = updates.join(", "),
+        );
+        let mut params: Vec<&(dyn ToSql + Sync)> =
+            columns.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
+        params.push(&offsets);
+        self.execute(&sql, &params, "upserting").await.map(drop)
+    }
+
+    async fn delete(&self, target: &Target, deletes: &[&Change<'_>]) -> Result<()> {
+        let key_rows: Vec<(&Row, u64)> = deletes
+            .iter()
+            .filter_map(|c| c.event().key.as_ref().map(|k| (k, c.offset())))
+            .collect();
+        let names: Vec<&str> = key_rows[0].0.iter().map(|(c, _)| c).collect();
+        let columns = column_texts(
+            &names,
+            &key_rows.iter().map(|(r, _)| *r).collect::<Vec<_>>(),
+        );
+        let offsets: Vec<i64> = key_rows.iter().map(|(_, o)| *o as i64).collect();
+        let n = names.len();
+        let sql = format!(
+            "DELETE FROM {table} AS t USING unnest({arrays}, ${last}::bigint[]) AS s({aliases}, o) \
+             WHERE {matches} AND t._siphon_offset < s.o",
+            table = target.name,
+            arrays = (1..=n)
+                .map(|i| format!("${i}::text[]"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            last = n + 1,
+            aliases = (1..=n)
+                .map(|i| format!("c{i}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            matches = names
+                .iter()
+                .enumerate()
+                .map(|(i, c)| format!(
+                    "t.{} = s.c{}::{}",
+                    quote(c),
+                    i + 1,
+                    target.columns.get(*c).map_or("text", String::as_str)
+                ))
+                .collect::<Vec<_>>()
+                .join(" AND "),
+        );
+        let mut params: Vec<&(dyn ToSql + Sync)> =
+            columns.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
+        params.push(&offsets);
+        self.execute(&sql, &params, "deleting").await.map(drop)
+    }
+
+    /// Every event as a row of its table's history.
+    async fn write_history(&mut self, records: &[SinkRecord]) -> Result<()> {
+        let mut by_table: Vec<(&str, &str, Vec<&SinkRecord>)> = Vec::new();
+        for r in records {
+            let s = &r.event.source;
+            match by_table
+                .iter_mut()
+                .find(|(ns, t, _)| *ns == s.namespace() && *t == &*s.table)
+            {
+                Some((_, _, list)) => list.push(r),
+                None => by_table.push((s.namespace(), &s.table, vec![r])),
+            }
+        }
+        for (_, _, list) in by_table {
+            let rows: Vec<&Row> = list.iter().filter_map(|r| history_row(&r.event)).collect();
+            let target = self.target(&list[0].event, &rows).await?;
+            let mut groups: Vec<Group<'_, &SinkRecord>> = Vec::new();
+            for r in list {
+                let names = history_row(&r.event)
+                    .map(|row| written_columns(row, &target))
+                    .unwrap_or_default();
+                match groups.iter_mut().find(|(n, _)| *n == names) {
+                    Some((_, rs)) => rs.push(r),
+                    None => groups.push((names, vec![r])),
+                }
+            }
+            for (names, group) in groups {
+                self.append_history(&target, &names, &group).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn append_history(
+        &self,
+        target: &Target,
+        names: &[&str],
+        records: &[&SinkRecord],
+    ) -> Result<()> {
+        let empty = Row(Vec::new());
+        let rows: Vec<&Row> = records
+            .iter()
+            .map(|r| history_row(&r.event).unwrap_or(&empty))
+            .collect();
+        let columns = column_texts(names, &rows);
+        let offsets: Vec<i64> = records.iter().map(|r| r.offset as i64).collect();
+        let ops: Vec<&str> = records.iter().map(|r| r.event.op.code()).collect();
+        let positions: Vec<String> = records
+            .iter()
+            .map(|r| serde_json::to_string(&r.event.source.position).unwrap_or_default())
+            .collect();
+        let commit_ms: Vec<i64> = records.iter().map(|r| r.event.source.ts_ms).collect();
+        let n = names.len();
+        let sep = if n == 0 { "" } else { ", " };
+        let sql = format!(
+            "INSERT INTO {table} (_siphon_offset, _siphon_op, _siphon_position, _siphon_commit_ts{sep}{cols}) \
+             SELECT s.o, s.op, s.pos::jsonb, to_timestamp(s.ts / 1000.0){sep}{casts} \
+             FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[]{sep}{arrays}) AS s(o, op, pos, ts{sep}{aliases}) \
+             ON CONFLICT (_siphon_offset) DO NOTHING",
+            table = target.name,
+            cols = names
+                .iter()
+                .map(|c| quote(c))
+                .collect::<Vec<_>>()
+                .join(", "),
+            casts = casts(names, target),
+            arrays = (1..=n)
+                .map(|i| format!("${}::text[]", i + 4))
+                .collect::<Vec<_>>()
+                .join(", "),
+            aliases = (1..=n)
+                .map(|i| format!("c{i}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        );
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&offsets, &ops, &positions, &commit_ms];
+        params.extend(columns.iter().map(|v| v as &(dyn ToSql + Sync)));
+        self.execute(&sql, &params, "appending history")
+            .await
+            .map(drop)
+    }
+
+    /// Applies records one at a time, each in its own savepoint, to find the one the target
+    /// refuses; returns its rejection, or `original` if none fails alone.
+    async fn locate_rejection(&mut self, records: &[SinkRecord], original: Error) -> Error {
+        for (i, record) in records.iter().enumerate() {
+            if let Err(e) = self
+                .batch("SAVEPOINT siphon_record", "locating a rejected record")
+                .await
+            {
+                return e;
+            }
+            match self.write(&records[i..=i]).await {
+                Ok(()) => {}
+                Err(e) if e.is_transient() => return e,
+                Err(e) => {
+                    self.targets.clear();
+                    let reason = match e {
+                        Error::Rejected { reason, .. } => reason,
+                        other => other.to_string(),
+                    };
+                    return rejected(&record.event, record.offset, reason);
+                }
+            }
+        }
+        original
+    }
+
+    async fn save_cursor(&self, next: u64) -> Result<()> {
+        self.execute(
+            &format!(
+                "INSERT INTO {CURSORS} (pipeline, sink, next_offset) VALUES ($1, $2, $3) \
+                 ON CONFLICT (pipeline, sink) DO UPDATE SET next_offset = EXCLUDED.next_offset, updated_at = now()"
+            ),
+            &[&self.pipeline, &self.sink, &(next as i64)],
+            "saving the cursor",
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn prepare_metadata(&self) -> Result<()> {
+        self.batch(
+            &format!(
+                "CREATE SCHEMA IF NOT EXISTS siphon; CREATE TABLE IF NOT EXISTS {CURSORS} (\
+                 pipeline text NOT NULL, sink text NOT NULL, next_offset bigint NOT NULL, \
+                 updated_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (pipeline, sink))"
+            ),
+            "preparing the target",
+        )
+        .await
+    }
+}
+
+/// Per column of `names`, its text in each row (`NULL` where a row lacks the column): one
+/// text array per statement parameter.
+fn column_texts(names: &[&str], rows: &[&Row]) -> Vec<Vec<Option<String>>> {
+    names
+        .iter()
+        .map(|c| {
+            rows.iter()
+                .map(|r| r.get(c).and_then(pg_text).map(|t| t.into_owned()))
+                .collect()
+        })
+        .collect()
+}
+
+/// `s.c1::type1, s.c2::type2, …` for the target's column types.
+fn casts(names: &[&str], target: &Target) -> String {
+    names
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            format!(
+                "s.c{}::{}",
+                i + 1,
+                target.columns.get(*c).map_or("text", String::as_str)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The columns a row writes: every column the source sent, but not one left unchanged, and
+/// not a NULL for a column the target does not have yet.
+fn written_columns<'r>(row: &'r Row, target: &Target) -> Vec<&'r str> {
+    row.iter()
+        .filter(|(c, v)| match v {
+            Value::Unchanged => false,
+            Value::Null => target.columns.contains_key(*c),
+            _ => true,
+        })
+        .map(|(c, _)| c)
+        .collect()
+}
+
+/// The row a history entry records: the new row, or for a delete the old one (or its key).
+fn history_row(event: &Event) -> Option<&Row> {
+    match event.op {
+        Op::Delete => event.before.as_ref().or(event.key.as_ref()),
+        _ => event.row(),
+    }
+}
+
+fn rejected(event: &Event, offset: u64, reason: impl Into<String>) -> Error {
+    Error::Rejected {
+        offset,
+        table: event.source.qualified_table(),
+        reason: reason.into(),
+    }
+}
+
+/// The server's message with its detail, or the client's.
+fn db_message(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => match db.detail() {
+            Some(detail) => format!("{} ({detail})", db.message()),
+            None => db.message().to_owned(),
+        },
+        None => e.to_string(),
+    }
+}
+
+#[async_trait]
+impl Sink for PostgresSink {
+    async fn check(&mut self) -> Result<()> {
+        self.connect().await?;
+        let row = self
+            .client()?
+            .query_one(
+                "SELECT has_database_privilege(current_database(), 'CREATE')",
+                &[],
+            )
+            .await
+            .map_err(|e| self.error(&e, "checking privileges"))?;
+        if row.get::<_, bool>(0) {
+            Ok(())
+        } else {
+            Err(Error::permanent(format!(
+                "postgres {}: the user may not create schemas in this database; grant CREATE on it",
+                redact_url(&self.config.url)
+            )))
+        }
+    }
+
+    async fn open(&mut self, tables: &[TableInfo]) -> Result<Option<u64>> {
+        if self.config.mode == TableMode::Mirror
+            && let Some(t) = tables.iter().find(|t| t.key_columns.is_empty())
+        {
+            return Err(Error::permanent(format!(
+                "table {} has no primary key, so a mirror cannot address its rows; give it one, use mode = \"history\", or leave it out with `tables`",
+                t.name
+            )));
+        }
+        self.connect().await?;
+        self.prepare_metadata().await?;
+        let row = self
+            .client()?
+            .query_opt(
+                &format!("SELECT next_offset FROM {CURSORS} WHERE pipeline = $1 AND sink = $2"),
+                &[&self.pipeline, &self.sink],
+            )
+            .await
+            .map_err(|e| self.error(&e, "reading the cursor"))?;
+        self.cursor = row.map(|r| r.get::<_, i64>(0) as u64);
+        Ok(self.cursor)
+    }
+
+    async fn apply(&mut self, records: &[SinkRecord]) -> Result<()> {
+        // Below the committed cursor everything is applied already.
+        let committed = self.cursor.unwrap_or(0);
+        let records = &records[records.partition_point(|r| r.offset < committed)..];
+        let Some(last) = records.last() else {
+            return Ok(());
+        };
+        if !self.in_transaction {
+            self.batch("BEGIN", "beginning a transaction").await?;
+            self.in_transaction = true;
+        }
+        self.batch("SAVEPOINT siphon_batch", "beginning a batch")
+            .await?;
+        if let Err(e) = self.write(records).await {
+            if e.is_transient() {
+                self.client = None;
+                self.in_transaction = false;
+                return Err(e);
+            }
+            // Undo the batch (earlier batches of the source transaction stay), find the record.
+            self.batch("ROLLBACK TO SAVEPOINT siphon_batch", "undoing a batch")
+                .await?;
+            self.targets.clear();
+            let e = self.locate_rejection(records, e).await;
+            self.batch("ROLLBACK TO SAVEPOINT siphon_batch", "undoing a batch")
+                .await?;
+            self.targets.clear();
+            return Err(e);
+        }
+        self.batch("RELEASE SAVEPOINT siphon_batch", "ending a batch")
+            .await?;
+        if last.ends_transaction {
+            let next = last.offset + 1;
+            self.save_cursor(next).await?;
+            if let Err(e) = self.batch("COMMIT", "committing").await {
+                self.client = None;
+                self.in_transaction = false;
+                return Err(e);
+            }
+            self.in_transaction = false;
+            self.cursor = Some(next);
+        }
+        Ok(())
+    }
+
+    async fn reset(&mut self, tables: &[TableInfo]) -> Result<()> {
+        self.connect().await?;
+        self.prepare_metadata().await?;
+        for table in tables {
+            let (schema, name) = table.name.split_once('.').unwrap_or(("", &table.name));
+            let names = [("schema", schema), ("table", name)];
+            let target = format!(
+                "{}.{}",
+                quote(&self.schema.render(&names)),
+                quote(&self.table.render(&names))
+            );
+            self.batch(
+                &format!("DROP TABLE IF EXISTS {target}"),
+                "dropping a target table",
+            )
+            .await?;
+            tracing::info!(table = %target, "reset: dropped the target table");
+        }
+        self.execute(
+            &format!("DELETE FROM {CURSORS} WHERE pipeline = $1 AND sink = $2"),
+            &[&self.pipeline, &self.sink],
+            "deleting the cursor",
+        )
+        .await?;
+        self.cursor = None;
+        Ok(())
+    }
+
+    fn keeps_history(&self) -> bool {
+        self.config.mode == TableMode::History
+    }
+}
