@@ -200,7 +200,14 @@ impl SinkTask {
             }
         }
         let stored = loop {
-            match self.sink.open(tables).await {
+            let opened = match self.sink.open(tables).await {
+                Ok(stored) => match from {
+                    Some(from) => self.sink.rewind(from).await.map(|()| stored),
+                    None => Ok(stored),
+                },
+                Err(e) => Err(e),
+            };
+            match opened {
                 Ok(stored) => break stored,
                 Err(e) if e.is_transient() => {
                     tracing::warn!(sink = %self.name, error = %e, "sink cannot open yet; retrying");

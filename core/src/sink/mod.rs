@@ -57,6 +57,14 @@ pub trait Sink: Send {
     /// has one within the batch size.
     async fn apply(&mut self, records: &[SinkRecord]) -> Result<()>;
 
+    /// Moves the cursor the store keeps back to `next` (a replay without `--reset`): records
+    /// from `next` on are applied again over what the store holds. The default, for stores
+    /// without a cursor of their own, does nothing.
+    async fn rewind(&mut self, next: u64) -> Result<()> {
+        let _ = next;
+        Ok(())
+    }
+
     /// Removes everything this sink wrote for `tables`, and its stored cursor (for `siphon
     /// replay --reset`). Called before [`Sink::open`].
     async fn reset(&mut self, tables: &[TableInfo]) -> Result<()>;

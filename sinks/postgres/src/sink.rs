@@ -81,6 +81,8 @@ impl PostgresSink {
         }
         config
             .application_name("siphon")
+            // The IF NOT EXISTS of preparing the target would otherwise log notices.
+            .options("-c client_min_messages=warning")
             .connect_timeout(std::time::Duration::from_secs(10));
         let (client, connection) = config
             .connect(NoTls)
@@ -114,7 +116,8 @@ impl PostgresSink {
                 ["08", "40", "53", "57P", "58"]
                     .iter()
                     .any(|p| c.starts_with(p))
-                    || c == "23505" && what == "preparing the target"
+                    // Two sinks creating the same schema at once: the loser retries.
+                    || c == "23505" && (what.starts_with("preparing") || what.starts_with("creating"))
             });
         if transient {
             Error::transient(message)
@@ -723,6 +726,21 @@ impl Sink for PostgresSink {
                 return Err(e);
             }
             self.in_transaction = false;
+            self.cursor = Some(next);
+        }
+        Ok(())
+    }
+
+    async fn rewind(&mut self, next: u64) -> Result<()> {
+        if self.cursor.is_some_and(|c| c > next) {
+            self.execute(
+                &format!(
+                    "UPDATE {CURSORS} SET next_offset = $3, updated_at = now() WHERE pipeline = $1 AND sink = $2"
+                ),
+                &[&self.pipeline, &self.sink, &(next as i64)],
+                "rewinding the cursor",
+            )
+            .await?;
             self.cursor = Some(next);
         }
         Ok(())

@@ -310,6 +310,16 @@ impl Sink for RedisSink {
         Ok(())
     }
 
+    async fn rewind(&mut self, next: u64) -> Result<()> {
+        let mut conn = self.conn().await?;
+        let done: redis::RedisResult<()> = redis::cmd("SET")
+            .arg(&self.cursor_key)
+            .arg(next)
+            .query_async(&mut conn)
+            .await;
+        done.map_err(|e| self.error(&e, "rewinding the cursor"))
+    }
+
     async fn reset(&mut self, tables: &[TableInfo]) -> Result<()> {
         for table in tables {
             let (schema, name) = table.name.split_once('.').unwrap_or(("", &table.name));

@@ -1,0 +1,372 @@
+//! The PostgreSQL source into the Redis and PostgreSQL sinks (a mirror and a history), end
+//! to end, while a writer runs a mixed workload: kill -9 of the daemon, the targets' connections
+//! dropped. Then each store is compared with the source table row by row, the history is
+//! checked to hold each event once, and a wiped target is rebuilt with `siphon replay`.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::Setup;
+use serde_json::Value as Json;
+use siphon_test_support::{PgDatabase, RedisKeyspace, postgres, redis};
+
+/// Every type class, a TOASTed column (`big`) and NULLs.
+const SCHEMA: &str = "
+    create schema shop;
+    create table shop.items (
+        id int primary key, name text, price numeric(12,2), tags text[], doc jsonb, big text,
+        at timestamp, flag boolean, n double precision, data bytea, u uuid);
+    insert into shop.items
+    select g, 'item ' || g, g * 1.5, array['a', 'b' || g], jsonb_build_object('k', g),
+           case when g % 3 = 0 then (select string_agg(md5(random()::text || s), '') from generate_series(1, 300) s) end,
+           timestamp '2024-01-01 00:00:00' + g * interval '1 second', g % 2 = 0, g / 4.0,
+           '\\x00ff'::bytea, gen_random_uuid()
+    from generate_series(1, 100) g;";
+
+struct Stores {
+    source: PgDatabase,
+    target: PgDatabase,
+    cache: RedisKeyspace,
+    setup: Setup,
+}
+
+async fn stores() -> Stores {
+    let source = postgres().await.unwrap();
+    source.execute(SCHEMA).await.unwrap();
+    let target = postgres().await.unwrap();
+    let cache = redis().await.unwrap();
+    let config = format!(
+        r#"kind = "postgres"
+url = "{url}"
+tables = ["shop.items"]
+slot = "{name}_slot"
+status_interval = "200ms""#,
+        url = source.url,
+        name = source.name
+    );
+    let sinks = format!(
+        r#"
+[pipelines.demo.sinks.cache]
+kind = "redis"
+url = "{redis}"
+prefix = "{prefix}"
+exclude_columns = ["shop.items.data"]
+batch_size = 40
+max_backoff = "500ms"
+
+[pipelines.demo.sinks.warehouse]
+kind = "postgres"
+url = "{target}"
+batch_size = 40
+max_backoff = "500ms"
+
+[pipelines.demo.sinks.audit]
+kind = "postgres"
+url = "{target}"
+mode = "history"
+schema = "audit"
+batch_size = 40
+max_backoff = "500ms"
+"#,
+        redis = cache.url,
+        prefix = cache.prefix,
+        target = target.url,
+    );
+    let setup = Setup::with_source(&config, 0, &sinks);
+    Stores {
+        source,
+        target,
+        cache,
+        setup,
+    }
+}
+
+/// Transactions of inserts, updates (some leaving `big` unchanged), deletes and NULLs, and
+/// one truncate, until stopped; returns how many ran.
+fn writer(db: &PgDatabase, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<u64> {
+    let url = db.url.clone();
+    tokio::spawn(async move {
+        let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let mut n = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            let new = 1000 + n;
+            let sql = if n == 120 {
+                "truncate shop.items".to_owned()
+            } else {
+                format!(
+                    "begin;
+                     insert into shop.items values ({new}, 'new {n}', {n}.25, array['x', 'n{n}'], '{{\"n\": {n}, \"s\": \"v\"}}',
+                        case when {n} % 4 = 0 then (select string_agg(md5(random()::text || s), '') from generate_series(1, 300) s) end,
+                        timestamp '2024-06-01 12:00:00' + {n} * interval '1 minute', {n} % 2 = 0, {n} * 0.5, '\\x0102'::bytea, gen_random_uuid());
+                     update shop.items set price = price + 1 where id = {a};
+                     update shop.items set name = 'renamed {n}', flag = null, tags = null where id = {b};
+                     delete from shop.items where id = {gone};
+                     commit;",
+                    a = (n * 7) % 100 + 1,
+                    b = 1000 + n.saturating_sub(2),
+                    gone = 1000 + n.saturating_sub(5),
+                )
+            };
+            client.batch_execute(&sql).await.unwrap();
+            n += 1;
+            tokio::time::sleep(Duration::from_millis(3)).await;
+        }
+        n
+    })
+}
+
+/// Rows by id as JSON without NULL fields, from `sql` returning (id, jsonb).
+async fn json_rows(db: &PgDatabase, sql: &str) -> BTreeMap<i64, Json> {
+    let client = db.client().await.unwrap();
+    match client.query(sql, &[]).await {
+        Ok(rows) => rows
+            .iter()
+            .map(|r| (r.get::<_, i64>(0), r.get::<_, Json>(1)))
+            .collect(),
+        Err(_) => BTreeMap::new(),
+    }
+}
+
+async fn source_rows(s: &Stores) -> BTreeMap<i64, Json> {
+    json_rows(
+        &s.source,
+        "select id::bigint, jsonb_strip_nulls(to_jsonb(t)) from shop.items t",
+    )
+    .await
+}
+
+async fn mirror_rows(s: &Stores) -> BTreeMap<i64, Json> {
+    json_rows(
+        &s.target,
+        "select id, jsonb_strip_nulls(to_jsonb(t) - '_siphon_offset') from shop.items t",
+    )
+    .await
+}
+
+/// The Redis hashes, each field compared as the source's JSON: a string as itself, anything
+/// else parsed as JSON.
+async fn cache_rows(s: &Stores, like: &BTreeMap<i64, Json>) -> BTreeMap<i64, Json> {
+    let mut conn = s.cache.conn().await.unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}items:*", s.cache.prefix))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut rows = BTreeMap::new();
+    for key in keys {
+        let fields: BTreeMap<String, String> = redis::cmd("HGETALL")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let id: i64 = fields["id"].parse().unwrap();
+        let row: serde_json::Map<String, Json> = fields
+            .into_iter()
+            .map(|(k, v)| {
+                let as_source = like.get(&id).and_then(|r| r.get(&k));
+                let value = match as_source {
+                    Some(Json::String(_)) | None => Json::String(v),
+                    // 481 and 481.0 are the same double.
+                    Some(n @ Json::Number(_)) if v.parse::<f64>().ok() == n.as_f64() => n.clone(),
+                    Some(_) => serde_json::from_str(&v).unwrap_or(Json::String(v)),
+                };
+                (k, value)
+            })
+            .collect();
+        rows.insert(id, Json::Object(row));
+    }
+    rows
+}
+
+/// The source rows without the column the cache leaves out.
+fn without_data(rows: &BTreeMap<i64, Json>) -> BTreeMap<i64, Json> {
+    rows.iter()
+        .map(|(id, r)| {
+            let mut r = r.clone();
+            r.as_object_mut().unwrap().remove("data");
+            (*id, r)
+        })
+        .collect()
+}
+
+fn differences(what: &str, want: &BTreeMap<i64, Json>, got: &BTreeMap<i64, Json>) -> Vec<String> {
+    want.iter()
+        .filter(|(k, v)| got.get(*k) != Some(*v))
+        .map(|(k, v)| match got.get(k) {
+            None => format!("{what} id {k}: missing in the sink"),
+            Some(g) => {
+                let fields: Vec<String> = v
+                    .as_object()
+                    .unwrap()
+                    .iter()
+                    .filter(|(f, x)| g.get(*f) != Some(*x))
+                    .map(|(f, x)| {
+                        format!(
+                            "{f}: source {:.80}, sink {:.80}",
+                            x.to_string(),
+                            g.get(f).map(Json::to_string).unwrap_or_default()
+                        )
+                    })
+                    .chain(
+                        g.as_object()
+                            .unwrap()
+                            .keys()
+                            .filter(|f| v.get(*f).is_none())
+                            .map(|f| format!("{f}: only in the sink")),
+                    )
+                    .collect();
+                format!("{what} id {k}: {}", fields.join("; "))
+            }
+        })
+        .chain(
+            got.keys()
+                .filter(|k| !want.contains_key(*k))
+                .map(|k| format!("{what} id {k}: only in the sink")),
+        )
+        .take(5)
+        .collect()
+}
+
+/// Waits until the cache and the mirror equal the source table, or panics with the
+/// differences.
+async fn converge(s: &Stores, d: &siphon_test_support::Daemon) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let want = source_rows(s).await;
+        let mut diffs = differences("mirror", &want, &mirror_rows(s).await);
+        diffs.extend(differences(
+            "cache",
+            &without_data(&want),
+            &cache_rows(s, &want).await,
+        ));
+        if diffs.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the sinks never matched the source:\n{}\ndaemon log:\n{}",
+            diffs.join("\n"),
+            d.log()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// The history's (op, id) in offset order, next to the file sink's: the same events, each
+/// once.
+async fn check_history(s: &Stores) {
+    let client = s.target.client().await.unwrap();
+    let history: Vec<(String, Option<i64>)> = client
+        .query(
+            "select _siphon_op, id from audit.items order by _siphon_offset",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let events: Vec<(String, Option<i64>)> = s
+        .setup
+        .output()
+        .iter()
+        .map(|e| {
+            let op = e["op"].as_str().unwrap().to_owned();
+            let row = if op == "d" { &e["before"] } else { &e["after"] };
+            (op, row["id"].as_i64())
+        })
+        .collect();
+    assert_eq!(
+        history.len(),
+        events.len(),
+        "history and log differ in length"
+    );
+    assert!(
+        history == events,
+        "the history differs from the log's events"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sinks_follow_the_source_through_kill_9_and_dropped_target_connections() {
+    let s = stores().await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let writing = writer(&s.source, stop.clone());
+    for round in 0..3u64 {
+        let mut d = s.setup.start();
+        tokio::time::sleep(Duration::from_millis(700 + round * 300)).await;
+        d.kill_9().unwrap();
+    }
+    let d = s.setup.start();
+    let admin = s.target.client().await.unwrap();
+    let mut cache = s.cache.conn().await.unwrap();
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        admin
+            .execute(
+                "select pg_terminate_backend(pid) from pg_stat_activity where datname = $1 and application_name = 'siphon'",
+                &[&s.target.name],
+            )
+            .await
+            .unwrap();
+        let _: redis::RedisResult<u64> = redis::cmd("CLIENT")
+            .arg(&["KILL", "TYPE", "normal", "SKIPME", "yes"])
+            .query_async(&mut cache)
+            .await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    let written = writing.await.unwrap();
+    assert!(
+        written > 130,
+        "the writer wrote only {written} transactions (the truncate is the 121st)"
+    );
+    converge(&s, &d).await;
+    let log = d.log();
+    assert!(
+        log.contains("reopening and retrying"),
+        "no sink noticed a dropped connection:\n{log}"
+    );
+    // The history is complete once the file sink has caught up with the same log.
+    common::wait_status(&d, Duration::from_secs(60), "all sinks caught up", |st| {
+        st[0]["sinks"]
+            .as_object()
+            .is_some_and(|m| m.values().all(|v| v["lag_records"] == 0))
+    })
+    .await;
+    check_history(&s).await;
+
+    // Wipe the stores, then rebuild them: the mirror with `--reset`, the cache by hand.
+    admin
+        .batch_execute("drop schema shop cascade")
+        .await
+        .unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}*", s.cache.prefix))
+        .query_async(&mut cache)
+        .await
+        .unwrap();
+    let _: u64 = redis::cmd("DEL")
+        .arg(&keys)
+        .query_async(&mut cache)
+        .await
+        .unwrap();
+    for sink in ["warehouse", "cache"] {
+        let out = s
+            .setup
+            .cli(&["replay", "demo", sink, "--from", "0", "--reset"]);
+        assert!(
+            out.status.success(),
+            "replay {sink}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    converge(&s, &d).await;
+}
