@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::Setup;
 use serde_json::Value as Json;
+use siphon_test_support::search::SearchStandIn;
 use siphon_test_support::{PgDatabase, RedisKeyspace, postgres, redis};
 
 /// Every type class, a TOASTed column (`big`) and NULLs.
@@ -31,6 +32,7 @@ struct Stores {
     source: PgDatabase,
     target: PgDatabase,
     cache: RedisKeyspace,
+    search: SearchStandIn,
     setup: Setup,
 }
 
@@ -39,6 +41,7 @@ async fn stores() -> Stores {
     source.execute(SCHEMA).await.unwrap();
     let target = postgres().await.unwrap();
     let cache = redis().await.unwrap();
+    let search = SearchStandIn::start().await.unwrap();
     let config = format!(
         r#"kind = "postgres"
 url = "{url}"
@@ -55,6 +58,13 @@ kind = "redis"
 url = "{redis}"
 prefix = "{prefix}"
 exclude_columns = ["shop.items.data"]
+batch_size = 40
+max_backoff = "500ms"
+
+[pipelines.demo.sinks.search]
+kind = "elasticsearch"
+url = "{search}"
+index = "{{schema}}_{{table}}"
 batch_size = 40
 max_backoff = "500ms"
 
@@ -75,12 +85,14 @@ max_backoff = "500ms"
         redis = cache.url,
         prefix = cache.prefix,
         target = target.url,
+        search = search.url,
     );
     let setup = Setup::with_source(&config, 0, &sinks);
     Stores {
         source,
         target,
         cache,
+        search,
         setup,
     }
 }
@@ -185,6 +197,49 @@ async fn cache_rows(s: &Stores, like: &BTreeMap<i64, Json>) -> BTreeMap<i64, Jso
     rows
 }
 
+/// The source rows in documents' terms: bytea as base64 (siphon's JSON encoding).
+fn search_like(rows: &BTreeMap<i64, Json>) -> BTreeMap<i64, Json> {
+    use base64::Engine as _;
+    rows.iter()
+        .map(|(id, r)| {
+            let mut r = r.clone();
+            let o = r.as_object_mut().unwrap();
+            if let Some(Json::String(hex)) = o.get("data") {
+                let bytes: Vec<u8> = (2..hex.len())
+                    .step_by(2)
+                    .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+                    .collect();
+                let encoded = base64::engine::general_purpose::STANDARD.encode(bytes);
+                o.insert("data".into(), Json::String(encoded));
+            }
+            (*id, canon(&r))
+        })
+        .collect()
+}
+
+/// One form for values that differ only in spelling: numbers (and numeric text, as decimals
+/// travel) as doubles, JSON text as JSON, no null fields.
+fn canon(v: &Json) -> Json {
+    match v {
+        Json::Number(n) => serde_json::json!(n.as_f64()),
+        Json::String(s) => match s.parse::<f64>() {
+            Ok(f) if f.is_finite() => serde_json::json!(f),
+            _ if s.starts_with('{') || s.starts_with('[') => {
+                serde_json::from_str::<Json>(s).map_or_else(|_| v.clone(), |j| canon(&j))
+            }
+            _ => v.clone(),
+        },
+        Json::Array(a) => Json::Array(a.iter().map(canon).collect()),
+        Json::Object(o) => Json::Object(
+            o.iter()
+                .filter(|(_, x)| !x.is_null())
+                .map(|(k, x)| (k.clone(), canon(x)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
 /// The source rows without the column the cache leaves out.
 fn without_data(rows: &BTreeMap<i64, Json>) -> BTreeMap<i64, Json> {
     rows.iter()
@@ -241,6 +296,13 @@ async fn converge(s: &Stores, d: &siphon_test_support::Daemon) {
     loop {
         let want = source_rows(s).await;
         let mut diffs = differences("mirror", &want, &mirror_rows(s).await);
+        let documents: BTreeMap<i64, Json> = s
+            .search
+            .documents("shop_items")
+            .into_iter()
+            .map(|(id, doc)| (id.parse().unwrap(), canon(&doc)))
+            .collect();
+        diffs.extend(differences("search", &search_like(&want), &documents));
         diffs.extend(differences(
             "cache",
             &without_data(&want),
@@ -321,6 +383,10 @@ async fn sinks_follow_the_source_through_kill_9_and_dropped_target_connections()
             .query_async(&mut cache)
             .await;
     }
+    // The search cluster down for a while (every request 503), then back.
+    s.search.set_fault(Some(503));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    s.search.set_fault(None);
     tokio::time::sleep(Duration::from_millis(500)).await;
     stop.store(true, Ordering::Relaxed);
     let written = writing.await.unwrap();
@@ -358,7 +424,8 @@ async fn sinks_follow_the_source_through_kill_9_and_dropped_target_connections()
         .query_async(&mut cache)
         .await
         .unwrap();
-    for sink in ["warehouse", "cache"] {
+    s.search.wipe();
+    for sink in ["warehouse", "cache", "search"] {
         let out = s
             .setup
             .cli(&["replay", "demo", sink, "--from", "0", "--reset"]);

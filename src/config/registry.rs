@@ -4,6 +4,7 @@
 use siphon_core::log::file::FileLogConfig;
 use siphon_core::sink::Sink;
 use siphon_core::source::Source;
+use siphon_sink_elasticsearch::{ElasticsearchSink, ElasticsearchSinkConfig};
 use siphon_sink_file::{FileSinkConfig, JsonLinesSink, StdoutSinkConfig};
 use siphon_sink_postgres::{PostgresSink, PostgresSinkConfig};
 use siphon_sink_redis::{RedisSink, RedisSinkConfig};
@@ -139,10 +140,12 @@ pub enum SinkSpec {
     Redis(RedisSinkConfig),
     /// `kind = "postgres"`.
     Postgres(PostgresSinkConfig),
+    /// `kind = "elasticsearch"` (also OpenSearch).
+    Elasticsearch(ElasticsearchSinkConfig),
 }
 
 impl SinkSpec {
-    const KINDS: &[&str] = &["redis", "postgres", "stdout", "file"];
+    const KINDS: &[&str] = &["redis", "elasticsearch", "postgres", "stdout", "file"];
 
     pub(super) fn parse(key: &str, value: config::Value) -> Result<Self, ConfigError> {
         let (kind, rest) = split_kind(key, value, None, Self::KINDS)?;
@@ -159,6 +162,11 @@ impl SinkSpec {
                 c.validate().map_err(|m| ConfigError::new(key, m))?;
                 Ok(SinkSpec::Postgres(c))
             }
+            "elasticsearch" => {
+                let c: ElasticsearchSinkConfig = deserialize(key, rest)?;
+                c.validate().map_err(|m| ConfigError::new(key, m))?;
+                Ok(SinkSpec::Elasticsearch(c))
+            }
             _ => unreachable!("split_kind checked the kind"),
         }
     }
@@ -170,6 +178,7 @@ impl SinkSpec {
             SinkSpec::File(_) => "file",
             SinkSpec::Redis(_) => "redis",
             SinkSpec::Postgres(_) => "postgres",
+            SinkSpec::Elasticsearch(_) => "elasticsearch",
         }
     }
 
@@ -180,6 +189,7 @@ impl SinkSpec {
             SinkSpec::File(c) => Box::new(JsonLinesSink::files(c.clone())?),
             SinkSpec::Redis(c) => Box::new(RedisSink::new(c.clone(), pipeline, sink)?),
             SinkSpec::Postgres(c) => Box::new(PostgresSink::new(c.clone(), pipeline, sink)?),
+            SinkSpec::Elasticsearch(c) => Box::new(ElasticsearchSink::new(c.clone())?),
         })
     }
 }

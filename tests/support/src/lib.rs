@@ -10,6 +10,7 @@
 #[cfg(feature = "containers")]
 mod containers;
 mod daemon;
+pub mod search;
 mod services;
 
 pub use daemon::{Daemon, free_port};

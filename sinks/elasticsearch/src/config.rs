@@ -1,0 +1,81 @@
+//! `[pipelines.NAME.sinks.SINK]` with `kind = "elasticsearch"`.
+
+use serde::Deserialize;
+use siphon_core::Secret;
+use siphon_core::sink::routing::NameTemplate;
+use siphon_core::units::{ByteSize, HumanDuration};
+
+/// The placeholders of `index`.
+pub(crate) const INDEX_PLACEHOLDERS: &[&str] = &["schema", "table"];
+
+/// Settings of an Elasticsearch/OpenSearch sink.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ElasticsearchSinkConfig {
+    /// Base URL of the cluster: `http://host:9200` or `https://…`.
+    pub url: String,
+    /// User for basic authentication.
+    #[serde(default)]
+    pub username: Option<String>,
+    /// Password for basic authentication (better from the environment:
+    /// `SIPHON__PIPELINES__P__SINKS__S__PASSWORD`).
+    #[serde(default)]
+    pub password: Option<Secret>,
+    /// An API key (`Authorization: ApiKey …`), instead of a user and password.
+    #[serde(default)]
+    pub api_key: Option<Secret>,
+    /// Index of a source table: `{schema}` and `{table}` are the source's. Lowercased.
+    #[serde(default = "default_index")]
+    pub index: String,
+    /// Largest `_bulk` request body; a batch is split into requests of at most this size.
+    #[serde(default = "default_bulk_size")]
+    pub bulk_max_size: ByteSize,
+    /// How long to wait for the cluster before retrying.
+    #[serde(default = "default_timeout")]
+    pub timeout: HumanDuration,
+}
+
+fn default_index() -> String {
+    "{table}".into()
+}
+
+fn default_bulk_size() -> ByteSize {
+    ByteSize(5 * 1024 * 1024)
+}
+
+fn default_timeout() -> HumanDuration {
+    HumanDuration(std::time::Duration::from_secs(30))
+}
+
+impl ElasticsearchSinkConfig {
+    /// A sink writing to `url` with the defaults otherwise.
+    pub fn new(url: impl Into<String>) -> Self {
+        ElasticsearchSinkConfig {
+            url: url.into(),
+            username: None,
+            password: None,
+            api_key: None,
+            index: default_index(),
+            bulk_max_size: default_bulk_size(),
+            timeout: default_timeout(),
+        }
+    }
+
+    /// Checks what serde cannot; the message names the key.
+    pub fn validate(&self) -> Result<(), String> {
+        NameTemplate::parse(&self.index, INDEX_PLACEHOLDERS).map_err(|e| format!("index: {e}"))?;
+        if !(self.url.starts_with("http://") || self.url.starts_with("https://")) {
+            return Err(format!(
+                "url: {:?} must start with http:// or https://",
+                siphon_core::secret::redact_url(&self.url)
+            ));
+        }
+        if self.api_key.is_some() && (self.username.is_some() || self.password.is_some()) {
+            return Err("api_key: set either api_key or username and password, not both".into());
+        }
+        if self.password.is_some() && self.username.is_none() {
+            return Err("username: a password needs a username".into());
+        }
+        Ok(())
+    }
+}

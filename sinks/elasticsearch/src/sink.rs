@@ -1,0 +1,330 @@
+//! The Elasticsearch/OpenSearch sink.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use async_trait::async_trait;
+use base64::Engine as _;
+use serde_json::{Value as Json, json};
+use siphon_core::event::{Event, Row};
+use siphon_core::json::value_json;
+use siphon_core::secret::redact_url;
+use siphon_core::sink::changes::{Change, key_text, net_changes};
+use siphon_core::sink::routing::NameTemplate;
+use siphon_core::sink::{Sink, SinkRecord};
+use siphon_core::source::TableInfo;
+use siphon_core::{Error, Result, Value};
+
+use crate::config::{ElasticsearchSinkConfig, INDEX_PLACEHOLDERS};
+
+/// Keeps one document per row in a search cluster; see the crate documentation.
+#[derive(Debug)]
+pub struct ElasticsearchSink {
+    config: ElasticsearchSinkConfig,
+    index: NameTemplate,
+    http: reqwest::Client,
+    base: String,
+}
+
+/// One bulk action and the change it comes from.
+struct Action<'c, 'a> {
+    change: &'c Change<'a>,
+    lines: String,
+}
+
+impl ElasticsearchSink {
+    /// A sink for the cluster at `config.url`.
+    pub fn new(config: ElasticsearchSinkConfig) -> Result<Self> {
+        config.validate().map_err(Error::Config)?;
+        let http = reqwest::Client::builder()
+            .timeout(config.timeout.0)
+            .build()
+            .map_err(|e| Error::Config(format!("elasticsearch client: {e}")))?;
+        Ok(ElasticsearchSink {
+            index: NameTemplate::parse(&config.index, INDEX_PLACEHOLDERS).map_err(Error::Config)?,
+            base: config.url.trim_end_matches('/').to_owned(),
+            config,
+            http,
+        })
+    }
+
+    fn index_of(&self, schema: &str, table: &str) -> String {
+        self.index
+            .render(&[("schema", schema), ("table", table)])
+            .to_lowercase()
+    }
+
+    fn event_index(&self, event: &Event) -> String {
+        self.index_of(event.source.namespace(), &event.source.table)
+    }
+
+    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let r = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(key) = &self.config.api_key {
+            r.header("Authorization", format!("ApiKey {}", key.expose()))
+        } else if let Some(user) = &self.config.username {
+            let password = self.config.password.as_ref().map_or("", |p| p.expose());
+            let token =
+                base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+            r.header("Authorization", format!("Basic {token}"))
+        } else {
+            r
+        }
+    }
+
+    /// Sends a request; connection errors, timeouts, 429 and 5xx are transient.
+    async fn send(&self, request: reqwest::RequestBuilder, what: &str) -> Result<(u16, Json)> {
+        let url = redact_url(&self.config.url);
+        let response = request
+            .send()
+            .await
+            .map_err(|e| Error::transient(format!("elasticsearch {url} {what}: {e}")))?;
+        let status = response.status().as_u16();
+        let body = response.text().await.unwrap_or_default();
+        if status == 429 || status >= 500 {
+            return Err(Error::transient(format!(
+                "elasticsearch {url} {what}: HTTP {status}: {:.300}",
+                body
+            )));
+        }
+        if status == 401 || status == 403 {
+            return Err(Error::permanent(format!(
+                "elasticsearch {url} {what}: HTTP {status} (check username/password or api_key): {body:.300}"
+            )));
+        }
+        Ok((
+            status,
+            serde_json::from_str(&body).unwrap_or(Json::String(body)),
+        ))
+    }
+
+    /// The stored documents of rows that have unchanged columns, by (index, id).
+    async fn stored(&self, changes: &[Change<'_>]) -> Result<HashMap<(String, String), Json>> {
+        let wanted: Vec<(String, String)> = changes
+            .iter()
+            .filter(|c| matches!(c, Change::Upsert { row, .. } if row.iter().any(|(_, v)| *v == Value::Unchanged)))
+            .filter_map(|c| Some((self.event_index(c.event()), key_text(c.event().key.as_ref()?))))
+            .collect();
+        if wanted.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let body = json!({"docs": wanted.iter().map(|(i, id)| json!({"_index": i, "_id": id})).collect::<Vec<_>>()});
+        let (status, reply) = self
+            .send(
+                self.request(reqwest::Method::POST, "/_mget").json(&body),
+                "reading stored documents",
+            )
+            .await?;
+        if status >= 400 {
+            return Err(Error::permanent(format!(
+                "elasticsearch _mget: HTTP {status}: {reply}"
+            )));
+        }
+        Ok(reply["docs"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+            .iter()
+            .filter(|d| d["found"] == true)
+            .map(|d| {
+                let key = (
+                    d["_index"].as_str().unwrap_or_default().to_owned(),
+                    d["_id"].as_str().unwrap_or_default().to_owned(),
+                );
+                (key, d["_source"].clone())
+            })
+            .collect())
+    }
+
+    /// The bulk lines of one change.
+    fn action<'c, 'a>(
+        &self,
+        change: &'c Change<'a>,
+        stored: &HashMap<(String, String), Json>,
+    ) -> Result<Action<'c, 'a>> {
+        let event = change.event();
+        let key = event.key.as_ref().ok_or_else(|| {
+            rejected(
+                change,
+                "the table has no primary key, so its rows have no document id",
+            )
+        })?;
+        let (index, id) = (self.event_index(event), key_text(key));
+        let meta = json!({"_index": index, "_id": id, "version": change.offset(), "version_type": "external"});
+        let mut lines = String::new();
+        match change {
+            Change::Upsert { row, .. } => {
+                let doc = document(row, stored.get(&(index, id)));
+                let _ = writeln!(lines, "{}", json!({"index": meta}));
+                let _ = writeln!(lines, "{doc}");
+            }
+            _ => {
+                let _ = writeln!(lines, "{}", json!({"delete": meta}));
+            }
+        }
+        Ok(Action { change, lines })
+    }
+
+    /// Sends actions in `_bulk` requests of at most `bulk_max_size`; handles each item.
+    async fn bulk(&self, actions: &[Action<'_, '_>]) -> Result<()> {
+        let limit = usize::try_from(self.config.bulk_max_size.0).unwrap_or(usize::MAX);
+        let mut start = 0;
+        while start < actions.len() {
+            let mut end = start;
+            let mut body = String::new();
+            while end < actions.len()
+                && (end == start || body.len() + actions[end].lines.len() <= limit)
+            {
+                body.push_str(&actions[end].lines);
+                end += 1;
+            }
+            let request = self
+                .request(reqwest::Method::POST, "/_bulk")
+                .header("Content-Type", "application/x-ndjson")
+                .body(body);
+            let (status, reply) = self.send(request, "bulk").await?;
+            if status >= 400 {
+                return Err(Error::permanent(format!(
+                    "elasticsearch _bulk: HTTP {status}: {reply:.300}"
+                )));
+            }
+            let items = reply["items"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            if items.len() != end - start {
+                return Err(Error::transient(format!(
+                    "elasticsearch _bulk answered {} items for {} actions",
+                    items.len(),
+                    end - start
+                )));
+            }
+            for (item, action) in items.iter().zip(&actions[start..end]) {
+                let result = item
+                    .as_object()
+                    .and_then(|o| o.values().next())
+                    .cloned()
+                    .unwrap_or_default();
+                match result["status"].as_u64().unwrap_or(0) {
+                    // 409: a write with this version or a newer one is there already.
+                    200..=299 | 404 | 409 => {}
+                    429 | 500..=599 => {
+                        return Err(Error::transient(format!(
+                            "elasticsearch _bulk item: {result}"
+                        )));
+                    }
+                    _ => return Err(rejected(action.change, result["error"].to_string())),
+                }
+            }
+            start = end;
+        }
+        Ok(())
+    }
+
+    async fn truncate(&self, event: &Event) -> Result<()> {
+        let index = self.event_index(event);
+        let request = self
+            .request(
+                reqwest::Method::POST,
+                &format!("/{index}/_delete_by_query?conflicts=proceed&refresh=true"),
+            )
+            .json(&json!({"query": {"match_all": {}}}));
+        match self.send(request, "truncate").await? {
+            (status, _) if status < 400 || status == 404 => Ok(()),
+            (status, reply) => Err(Error::permanent(format!(
+                "elasticsearch delete_by_query on {index}: HTTP {status}: {reply}"
+            ))),
+        }
+    }
+}
+
+/// The row as a document; an unchanged column takes its stored value.
+fn document(row: &Row, stored: Option<&Json>) -> Json {
+    let mut doc = serde_json::Map::with_capacity(row.len());
+    for (column, value) in row.iter() {
+        let v = match value {
+            Value::Unchanged => match stored.and_then(|s| s.get(column)) {
+                Some(v) => v.clone(),
+                None => continue,
+            },
+            v => value_json(v),
+        };
+        doc.insert(column.to_owned(), v);
+    }
+    Json::Object(doc)
+}
+
+fn rejected(change: &Change<'_>, reason: impl Into<String>) -> Error {
+    Error::Rejected {
+        offset: change.offset(),
+        table: change.event().source.qualified_table(),
+        reason: reason.into(),
+    }
+}
+
+#[async_trait]
+impl Sink for ElasticsearchSink {
+    async fn check(&mut self) -> Result<()> {
+        let (status, reply) = self
+            .send(
+                self.request(reqwest::Method::GET, "/"),
+                "checking the cluster",
+            )
+            .await?;
+        if status >= 400 {
+            return Err(Error::permanent(format!(
+                "elasticsearch {}: HTTP {status}: {reply}",
+                redact_url(&self.config.url)
+            )));
+        }
+        Ok(())
+    }
+
+    async fn open(&mut self, tables: &[TableInfo]) -> Result<Option<u64>> {
+        if let Some(t) = tables.iter().find(|t| t.key_columns.is_empty()) {
+            return Err(Error::permanent(format!(
+                "table {} has no primary key, so its rows have no document id; give it one, or leave it out of this sink with `tables`",
+                t.name
+            )));
+        }
+        self.check().await?;
+        // The cluster keeps no cursor; the external versions make a replay harmless.
+        Ok(None)
+    }
+
+    async fn apply(&mut self, records: &[SinkRecord]) -> Result<()> {
+        let changes = net_changes(records);
+        let stored = self.stored(&changes).await?;
+        let mut actions = Vec::with_capacity(changes.len());
+        for change in &changes {
+            if let Change::Truncate { event, .. } = change {
+                self.bulk(&actions).await?;
+                actions.clear();
+                self.truncate(event).await?;
+            } else {
+                actions.push(self.action(change, &stored)?);
+            }
+        }
+        self.bulk(&actions).await
+    }
+
+    async fn reset(&mut self, tables: &[TableInfo]) -> Result<()> {
+        for table in tables {
+            let (schema, name) = table.name.split_once('.').unwrap_or(("", &table.name));
+            let index = self.index_of(schema, name);
+            let (status, reply) = self
+                .send(
+                    self.request(reqwest::Method::DELETE, &format!("/{index}")),
+                    "deleting an index",
+                )
+                .await?;
+            if status >= 400 && status != 404 {
+                return Err(Error::permanent(format!(
+                    "elasticsearch deleting index {index}: HTTP {status}: {reply}"
+                )));
+            }
+            tracing::info!(index, "reset: deleted the index");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,157 @@
+//! The Elasticsearch sink against the in-process stand-in (no Elasticsearch or OpenSearch
+//! server can run on this machine; see `siphon_test_support::search`).
+
+use std::collections::BTreeMap;
+
+use siphon_core::sink::Sink;
+use siphon_core::testing::{
+    SinkHarness, StoreState, TABLE, compliance_table, event, record, row, run_compliance_suite,
+};
+use siphon_core::{Error, Op, Row, Value};
+use siphon_sink_elasticsearch::{ElasticsearchSink, ElasticsearchSinkConfig};
+use siphon_test_support::search::SearchStandIn;
+
+struct Harness {
+    cluster: SearchStandIn,
+    sink: ElasticsearchSink,
+}
+
+async fn harness() -> Harness {
+    let cluster = SearchStandIn::start().await.unwrap();
+    let sink = ElasticsearchSink::new(ElasticsearchSinkConfig::new(cluster.url.clone())).unwrap();
+    Harness { cluster, sink }
+}
+
+#[async_trait::async_trait]
+impl SinkHarness for Harness {
+    fn sink(&mut self) -> &mut dyn Sink {
+        &mut self.sink
+    }
+
+    async fn state(&mut self) -> StoreState {
+        let rows: BTreeMap<i64, Row> = self
+            .cluster
+            .documents(TABLE)
+            .into_iter()
+            .map(|(id, doc)| {
+                let text = |c: &str| {
+                    doc[c]
+                        .as_str()
+                        .map_or(Value::Null, |s| Value::Text(s.into()))
+                };
+                let id: i64 = id.parse().unwrap();
+                assert_eq!(doc["id"], id, "the _id is the key");
+                (
+                    id,
+                    Row(vec![
+                        ("id".into(), Value::Int(id)),
+                        ("name".into(), text("name")),
+                        ("note".into(), text("note")),
+                    ]),
+                )
+            })
+            .collect();
+        StoreState::Rows(rows)
+    }
+}
+
+#[tokio::test]
+async fn passes_the_compliance_suite() {
+    run_compliance_suite(async || harness().await).await;
+}
+
+#[tokio::test]
+async fn an_unchanged_column_is_filled_from_the_stored_document() {
+    let mut h = harness().await;
+    h.sink.open(&[compliance_table()]).await.unwrap();
+    let big = "y".repeat(3000);
+    h.sink
+        .apply(&[record(
+            0,
+            event(
+                TABLE,
+                Op::Create,
+                1,
+                None,
+                Some(row(1, "a", Value::Text(big.clone()))),
+            ),
+        )])
+        .await
+        .unwrap();
+    h.sink
+        .apply(&[record(
+            1,
+            event(
+                TABLE,
+                Op::Update,
+                1,
+                None,
+                Some(row(1, "b", Value::Unchanged)),
+            ),
+        )])
+        .await
+        .unwrap();
+    let doc = &h.cluster.documents(TABLE)["1"];
+    assert_eq!(doc["note"], big.as_str());
+    assert_eq!(doc["name"], "b");
+}
+
+#[tokio::test]
+async fn an_overloaded_or_stopped_cluster_is_transient_and_a_refused_document_is_rejected() {
+    let mut h = harness().await;
+    h.sink.open(&[compliance_table()]).await.unwrap();
+    let create = |offset: u64, id: i64| {
+        record(
+            offset,
+            event(TABLE, Op::Create, id, None, Some(row(id, "x", Value::Null))),
+        )
+    };
+    for status in [429, 503] {
+        h.cluster.set_fault(Some(status));
+        let e = h.sink.apply(&[create(0, 1)]).await.unwrap_err();
+        assert!(e.is_transient(), "HTTP {status} should be retried: {e}");
+    }
+    h.cluster.set_fault(None);
+    h.cluster.reject_id(Some("2"));
+    match h
+        .sink
+        .apply(&[create(0, 1), create(1, 2), create(2, 3)])
+        .await
+    {
+        Err(Error::Rejected { offset, reason, .. }) => {
+            assert_eq!(offset, 1);
+            assert!(reason.contains("mapper_parsing_exception"), "{reason}");
+        }
+        other => panic!("expected offset 1 to be rejected, got {other:?}"),
+    }
+    let ids: Vec<String> = h.cluster.documents(TABLE).into_keys().collect();
+    assert_eq!(
+        ids,
+        ["1", "3"],
+        "the other documents of the batch were written"
+    );
+}
+
+#[tokio::test]
+async fn truncate_empties_the_index_and_reset_deletes_it() {
+    let mut h = harness().await;
+    h.sink.open(&[compliance_table()]).await.unwrap();
+    h.sink
+        .apply(&[
+            record(
+                0,
+                event(TABLE, Op::Create, 1, None, Some(row(1, "a", Value::Null))),
+            ),
+            record(1, event(TABLE, Op::Truncate, 0, None, None)),
+            record(
+                2,
+                event(TABLE, Op::Create, 2, None, Some(row(2, "b", Value::Null))),
+            ),
+        ])
+        .await
+        .unwrap();
+    let ids: Vec<String> = h.cluster.documents(TABLE).into_keys().collect();
+    assert_eq!(ids, ["2"]);
+    h.sink.reset(&[compliance_table()]).await.unwrap();
+    assert!(h.cluster.documents(TABLE).is_empty());
+}
