@@ -58,6 +58,25 @@ enum Bench {
         #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
         url: String,
     },
+    /// The Redis and PostgreSQL sinks applying upserts from a warm log vs redis-benchmark
+    /// (pipelined HSET) and COPY of the same rows.
+    Sinks {
+        /// Upserts (distinct keys).
+        #[arg(long, default_value_t = 1_000_000)]
+        rows: u64,
+        /// Records per sink batch.
+        #[arg(long, default_value_t = 5000)]
+        batch: usize,
+        /// PostgreSQL server URL (a database is created and dropped in it).
+        #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
+        url: String,
+        /// Redis URL (keys under `siphon-bench:`, removed afterwards).
+        #[arg(long, default_value = "redis://127.0.0.1:6379")]
+        redis: String,
+        /// Which sinks to measure.
+        #[arg(long, value_delimiter = ',', default_values_t = [String::from("redis"), String::from("postgres")])]
+        only: Vec<String>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -78,6 +97,7 @@ impl std::fmt::Display for Fsync {
 }
 
 mod pg;
+mod sinks;
 
 /// The allocator the `siphon` binary uses, so that the figures are the daemon's.
 #[global_allocator]
@@ -86,6 +106,13 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> anyhow::Result<()> {
     match Args::parse().bench {
         Bench::Pg { rows, txns, url } => pg::run(&url, rows, txns)?,
+        Bench::Sinks {
+            rows,
+            batch,
+            url,
+            redis,
+            only,
+        } => sinks::run(&url, &redis, rows, batch, &only)?,
         Bench::Log {
             records,
             sizes,

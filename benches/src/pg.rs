@@ -27,7 +27,7 @@ const BULK: &str = "insert into orders (customer_id, city, amount, status, note)
   (array['Berlin','Paris','Tokyo','Lima','Oslo'])[1+floor(random()*5)::int], round((random()*1000)::numeric,2), 'paid', md5(g::text)
   from generate_series(1, $ROWS) g";
 
-fn psql(url: &str, sql: &str) -> anyhow::Result<String> {
+pub(crate) fn psql(url: &str, sql: &str) -> anyhow::Result<String> {
     let out = Command::new("psql")
         .args(["-X", "-q", "-At", "-d", url, "-c", sql])
         .output()?;
@@ -39,7 +39,7 @@ fn psql(url: &str, sql: &str) -> anyhow::Result<String> {
     Ok(String::from_utf8(out.stdout)?.trim().to_owned())
 }
 
-fn with_db(url: &str, db: &str) -> String {
+pub(crate) fn with_db(url: &str, db: &str) -> String {
     let base = url.rsplit_once('/').map_or(url, |(b, _)| b);
     format!("{base}/{db}")
 }

@@ -101,13 +101,24 @@ impl Routing {
 }
 
 /// A name with `{placeholders}` (`{schema}`, `{table}`, and whatever else a sink offers),
-/// checked when the configuration is read.
+/// checked when the configuration is read and split once into its parts, since it is
+/// rendered for every row.
 #[derive(Debug, Clone, PartialEq)]
-pub struct NameTemplate(String);
+pub struct NameTemplate {
+    text: String,
+    parts: Vec<Part>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Part {
+    Literal(String),
+    Placeholder(String),
+}
 
 impl NameTemplate {
     /// Checks that every `{…}` in `text` is one of `allowed` and that braces are balanced.
     pub fn parse(text: &str, allowed: &[&str]) -> Result<Self, String> {
+        let mut parts = Vec::new();
         let mut rest = text;
         while let Some(open) = rest.find(['{', '}']) {
             if rest[open..].starts_with('}') {
@@ -124,23 +135,45 @@ impl NameTemplate {
                     list.join(", ")
                 ));
             }
+            if open > 0 {
+                parts.push(Part::Literal(rest[..open].to_owned()));
+            }
+            parts.push(Part::Placeholder(name.to_owned()));
             rest = &rest[open + close + 1..];
         }
-        Ok(NameTemplate(text.to_owned()))
+        if !rest.is_empty() {
+            parts.push(Part::Literal(rest.to_owned()));
+        }
+        Ok(NameTemplate {
+            text: text.to_owned(),
+            parts,
+        })
     }
 
-    /// The name for these placeholder values.
+    /// The name for these placeholder values (a placeholder without a value renders empty).
     pub fn render(&self, values: &[(&str, &str)]) -> String {
-        let mut out = self.0.clone();
-        for (name, value) in values {
-            out = out.replace(&format!("{{{name}}}"), value);
-        }
+        let mut out = String::with_capacity(self.text.len() + 32);
+        self.render_into(&mut out, values);
         out
+    }
+
+    /// Appends the name for these placeholder values to `out`.
+    pub fn render_into(&self, out: &mut String, values: &[(&str, &str)]) {
+        for part in &self.parts {
+            match part {
+                Part::Literal(text) => out.push_str(text),
+                Part::Placeholder(name) => {
+                    if let Some((_, value)) = values.iter().find(|(n, _)| n == name) {
+                        out.push_str(value);
+                    }
+                }
+            }
+        }
     }
 
     /// The template as written.
     pub fn as_str(&self) -> &str {
-        &self.0
+        &self.text
     }
 }
 

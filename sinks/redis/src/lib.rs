@@ -2,9 +2,12 @@
 //! `{prefix}{key template}` as a hash or a JSON string (`mode = "upsert"`), or deletes the key
 //! on every change so that the application re-reads the database (`mode = "invalidate"`).
 //!
-//! Each batch is one Lua script, which Redis runs atomically: it applies the changes and
-//! moves the sink's cursor (a key next to the data) in the same step. Records below the stored
-//! cursor are skipped, so a replay or a retried batch never regresses a key.
+//! A batch is reduced to its net change per key and pipelined to Redis; once Redis has
+//! acknowledged every command, the sink's cursor (a key next to the data) moves past the
+//! batch. Records below the stored cursor are skipped, so a
+//! retried batch never regresses a key, and a batch interrupted midway is applied again whole
+//! (each key ends with its last value). A replay without `--reset` rewinds the cursor and
+//! re-applies over the current keys.
 
 mod config;
 mod encode;

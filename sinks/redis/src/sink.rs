@@ -13,7 +13,7 @@ use siphon_core::source::TableInfo;
 use siphon_core::{Error, Result, Value};
 
 use crate::config::{KEY_PLACEHOLDERS, RedisFormat, RedisMode, RedisSinkConfig};
-use crate::encode::{APPLY_SCRIPT, Encoder, ScriptArgs};
+use crate::encode::Encoder;
 
 /// Keeps rows (or their absence) in Redis; see the crate documentation.
 #[derive(Debug)]
@@ -21,9 +21,13 @@ pub struct RedisSink {
     config: RedisSinkConfig,
     encoder: Encoder,
     cursor_key: String,
-    script: redis::Script,
+    /// The stored cursor as of the last open or write (this sink is its only writer).
+    cursor: Option<u64>,
     conn: Option<MultiplexedConnection>,
 }
+
+/// Changes per MULTI/EXEC transaction.
+const CHUNK: usize = 500;
 
 /// A stored JSON document.
 type Document = serde_json::Map<String, serde_json::Value>;
@@ -42,7 +46,7 @@ impl RedisSink {
             cursor_key: format!("{}siphon:cursor:{pipeline}:{sink}", config.prefix),
             config,
             encoder,
-            script: redis::Script::new(APPLY_SCRIPT),
+            cursor: None,
             conn: None,
         })
     }
@@ -101,21 +105,75 @@ impl RedisSink {
         }
     }
 
-    /// Runs the apply script: the changes in `call`, then the cursor to `next_cursor`.
-    async fn run_script(&mut self, call: &ScriptArgs, next_cursor: u64) -> Result<()> {
+    /// Applies `changes`, then sets the cursor to `next_cursor` once Redis has acknowledged
+    /// them all. The changes go in pipelines of [`CHUNK`] changes; a chunk is sent as soon as
+    /// it is built, so that Redis works while the next one is encoded. After a failure the
+    /// cursor has not moved and the whole batch is applied again (idempotently: each key gets
+    /// its last value). A command Redis refuses (WRONGTYPE) does not stop the others: the
+    /// cursor is then set to the refused change, which is reported as rejected.
+    async fn write(
+        &mut self,
+        changes: &[Change<'_>],
+        stored: &HashMap<String, Document>,
+        next_cursor: u64,
+    ) -> Result<()> {
+        let conn = self.conn().await?;
+        let mut sent = Vec::with_capacity(changes.len() / CHUNK + 1);
+        for (n, chunk) in changes.chunks(CHUNK).enumerate() {
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors();
+            let mut owner = Vec::with_capacity(chunk.len() * 2);
+            for (i, change) in chunk.iter().enumerate() {
+                let doc = self
+                    .encoder
+                    .row_key(change.event())
+                    .and_then(|k| stored.get(&k));
+                let commands = self
+                    .encoder
+                    .push(&mut pipe, change, doc, self.ttl_ms())
+                    .map_err(|reason| rejected(change, reason))?;
+                owner.extend(std::iter::repeat_n(n * CHUNK + i, commands));
+            }
+            let mut conn = conn.clone();
+            let reply = tokio::spawn(async move {
+                let results: redis::RedisResult<Vec<redis::RedisResult<redis::Value>>> =
+                    pipe.query_async(&mut conn).await;
+                results
+            });
+            sent.push((reply, owner));
+        }
+        let mut refused = None;
+        for (reply, owner) in sent {
+            let results = reply
+                .await
+                .map_err(|e| Error::transient(format!("redis write task: {e}")))?
+                .map_err(|e| self.error(&e, "applying a batch"))?;
+            if refused.is_none() {
+                refused = results.iter().enumerate().find_map(|(i, r)| {
+                    Some((owner.get(i).copied()?, r.as_ref().err()?.to_string()))
+                });
+            }
+        }
+        match refused {
+            Some((at, e)) => {
+                let change = &changes[at];
+                self.set_cursor(change.offset()).await?;
+                Err(rejected(change, e))
+            }
+            None => self.set_cursor(next_cursor).await,
+        }
+    }
+
+    async fn set_cursor(&mut self, next: u64) -> Result<()> {
         let mut conn = self.conn().await?;
-        let mut invocation = self.script.key(&self.cursor_key);
-        for key in &call.keys {
-            invocation.key(key);
-        }
-        invocation.arg(next_cursor).arg(self.ttl_ms());
-        for arg in &call.args {
-            invocation.arg(arg.as_slice());
-        }
-        let result: redis::RedisResult<u64> = invocation.invoke_async(&mut conn).await;
-        result
-            .map(drop)
-            .map_err(|e| self.error(&e, "applying a batch"))
+        let done: redis::RedisResult<()> = redis::cmd("SET")
+            .arg(&self.cursor_key)
+            .arg(next)
+            .query_async(&mut conn)
+            .await;
+        done.map_err(|e| self.error(&e, "setting the cursor"))?;
+        self.cursor = Some(next);
+        Ok(())
     }
 
     fn ttl_ms(&self) -> u64 {
@@ -163,16 +221,13 @@ impl RedisSink {
     /// Removes every key of the truncated table, unless the cursor shows it was done.
     async fn truncate(&mut self, change: &Change<'_>) -> Result<()> {
         let offset = change.offset();
-        if self.stored_cursor().await?.is_some_and(|c| c > offset) {
-            return Ok(());
-        }
         let source = &change.event().source;
         let pattern = self
             .encoder
             .table_pattern(source.namespace(), &source.table);
         let deleted = self.delete_matching(&pattern).await?;
         tracing::info!(table = %source.qualified_table(), deleted, "truncate: removed the table's keys");
-        self.run_script(&ScriptArgs::default(), offset + 1).await
+        self.set_cursor(offset + 1).await
     }
 
     /// In JSON format, the stored documents of rows that have unchanged columns.
@@ -207,42 +262,6 @@ impl RedisSink {
             })
             .collect())
     }
-
-    /// Encodes one change, or says why the record cannot be stored.
-    fn push(
-        &self,
-        call: &mut ScriptArgs,
-        change: &Change<'_>,
-        stored: &HashMap<String, Document>,
-    ) -> Result<()> {
-        let doc = self
-            .encoder
-            .row_key(change.event())
-            .and_then(|k| stored.get(&k));
-        self.encoder
-            .push(call, change, doc)
-            .map_err(|reason| rejected(change, reason))
-    }
-
-    /// After a failed script, applies the changes one by one to find the one Redis refuses.
-    async fn locate_rejection(
-        &mut self,
-        changes: &[Change<'_>],
-        stored: &HashMap<String, Document>,
-    ) -> Result<()> {
-        for change in changes {
-            let mut call = ScriptArgs::default();
-            self.push(&mut call, change, stored)?;
-            if let Err(e) = self.run_script(&call, change.offset() + 1).await {
-                return Err(if e.is_transient() {
-                    e
-                } else {
-                    rejected(change, e.to_string())
-                });
-            }
-        }
-        Ok(())
-    }
 }
 
 fn rejected(change: &Change<'_>, reason: impl Into<String>) -> Error {
@@ -268,56 +287,33 @@ impl Sink for RedisSink {
                 t.name
             )));
         }
-        self.stored_cursor().await
+        self.cursor = self.stored_cursor().await?;
+        Ok(self.cursor)
     }
 
     async fn apply(&mut self, records: &[SinkRecord]) -> Result<()> {
+        // Below the stored cursor everything is applied already.
+        let applied = self.cursor.unwrap_or(0);
+        let records = &records[records.partition_point(|r| r.offset < applied)..];
         let Some(last) = records.last() else {
             return Ok(());
         };
         let changes = net_changes(records);
         let stored = self.stored_documents(&changes).await?;
-        let mut call = ScriptArgs::default();
-        let mut segment_start = 0;
+        let mut segment = 0;
         for (i, change) in changes.iter().enumerate() {
             if let Change::Truncate { offset, .. } = change {
-                if let Err(e) = self.run_script(&call, *offset).await {
-                    return match e.is_transient() {
-                        true => Err(e),
-                        false => self
-                            .locate_rejection(&changes[segment_start..i], &stored)
-                            .await
-                            .and(Err(e)),
-                    };
-                }
+                self.write(&changes[segment..i], &stored, *offset).await?;
                 self.truncate(change).await?;
-                call = ScriptArgs::default();
-                segment_start = i + 1;
-            } else {
-                self.push(&mut call, change, &stored)?;
+                segment = i + 1;
             }
         }
-        if let Err(e) = self.run_script(&call, last.offset + 1).await {
-            if e.is_transient() {
-                return Err(e);
-            }
-            self.locate_rejection(&changes[segment_start..], &stored)
-                .await?;
-            // Every change went through alone: only the cursor is left to move.
-            self.run_script(&ScriptArgs::default(), last.offset + 1)
-                .await?;
-        }
-        Ok(())
+        self.write(&changes[segment..], &stored, last.offset + 1)
+            .await
     }
 
     async fn rewind(&mut self, next: u64) -> Result<()> {
-        let mut conn = self.conn().await?;
-        let done: redis::RedisResult<()> = redis::cmd("SET")
-            .arg(&self.cursor_key)
-            .arg(next)
-            .query_async(&mut conn)
-            .await;
-        done.map_err(|e| self.error(&e, "rewinding the cursor"))
+        self.set_cursor(next).await
     }
 
     async fn reset(&mut self, tables: &[TableInfo]) -> Result<()> {

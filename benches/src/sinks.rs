@@ -1,0 +1,253 @@
+//! `siphon-bench sinks`: 1M upserts from a warm log (events encoded as the log stores them,
+//! decoded per batch as the sink task does) applied by the Redis and PostgreSQL sinks, next to
+//! the same run's reference: `redis-benchmark` pipelined HSET, and COPY of the same rows into
+//! a table with the same primary key.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use futures_util::SinkExt;
+use siphon_core::event::{Event, Op, Row, SnapshotMarker, SourceInfo, SourcePosition, Value};
+use siphon_core::sink::{Sink, SinkRecord};
+use siphon_core::source::TableInfo;
+use siphon_sink_postgres::{PostgresSink, PostgresSinkConfig};
+use siphon_sink_redis::{RedisSink, RedisSinkConfig};
+
+const CITIES: [&str; 5] = ["Berlin", "Paris", "Tokyo", "Lima", "Oslo"];
+
+fn row(i: u64) -> Row {
+    Row(vec![
+        ("id".into(), Value::Int(i as i64)),
+        (
+            "customer_id".into(),
+            Value::Int((i * 7919 % 100_000) as i64),
+        ),
+        ("city".into(), Value::Text(CITIES[(i % 5) as usize].into())),
+        (
+            "amount".into(),
+            Value::Decimal(format!("{}.{:02}", i % 1000, i % 100)),
+        ),
+        ("status".into(), Value::Text("paid".into())),
+        (
+            "note".into(),
+            Value::Text(format!("{:032x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15))),
+        ),
+    ])
+}
+
+/// The warm log: `rows` upserts of `public.orders`, encoded.
+fn events(rows: u64) -> anyhow::Result<Vec<Vec<u8>>> {
+    (1..=rows)
+        .map(|i| {
+            let after = row(i);
+            let event = Event {
+                op: Op::Create,
+                key: Some(Row(vec![after.0[0].clone()])),
+                before: None,
+                after: Some(after),
+                source: SourceInfo {
+                    connector: "postgresql".into(),
+                    name: "bench".into(),
+                    db: "bench".into(),
+                    schema: Some("public".into()),
+                    table: "orders".into(),
+                    position: SourcePosition::Sequence(i),
+                    tx_id: Some(i),
+                    ts_ms: 1_700_000_000_000,
+                    snapshot: SnapshotMarker::False,
+                },
+                ts_ms: 1_700_000_000_000,
+                transaction: None,
+            };
+            Ok(event.encode()?)
+        })
+        .collect()
+}
+
+/// Applies the log in batches of `batch`; returns the elapsed time.
+async fn apply(sink: &mut dyn Sink, log: &[Vec<u8>], batch: usize) -> anyhow::Result<Duration> {
+    let table = TableInfo {
+        name: "public.orders".into(),
+        key_columns: vec!["id".into()],
+    };
+    sink.reset(std::slice::from_ref(&table)).await?;
+    sink.open(&[table]).await?;
+    let started = Instant::now();
+    let mut in_sink = Duration::ZERO;
+    for (n, chunk) in log.chunks(batch).enumerate() {
+        let records = chunk
+            .iter()
+            .enumerate()
+            .map(|(i, bytes)| {
+                Ok(SinkRecord {
+                    offset: (n * batch + i) as u64,
+                    ends_transaction: i + 1 == chunk.len(),
+                    event: Event::decode(bytes)?,
+                })
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let t = Instant::now();
+        sink.apply(&records).await?;
+        in_sink += t.elapsed();
+    }
+    let total = started.elapsed();
+    eprintln!(
+        "decoding {:.2}s, in the sink {:.2}s",
+        (total - in_sink).as_secs_f64(),
+        in_sink.as_secs_f64()
+    );
+    Ok(total)
+}
+
+/// `redis-benchmark` pipelined (100 deep) over `rows` random keys: `-t hset` (one field), or
+/// with `command` (its `__rand_int__` replaced by the key number).
+fn redis_benchmark(rows: u64, command: &[&str]) -> anyhow::Result<f64> {
+    let (n, r) = (rows.to_string(), rows.to_string());
+    let mut args = vec!["-q", "-P", "100", "-n", &n, "-r", &r];
+    if command.is_empty() {
+        args.extend(["-t", "hset"]);
+    } else {
+        args.extend(command);
+    }
+    let out = Command::new("redis-benchmark").args(&args).output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    // The last progress line ends "...: 457456.53 requests per second, p50=…".
+    text.rsplit('\r')
+        .next()
+        .and_then(|last| last.split(" requests per second").next())
+        .and_then(|head| head.split_whitespace().last())
+        .and_then(|n| n.parse::<f64>().ok())
+        .ok_or_else(|| anyhow::anyhow!("cannot read redis-benchmark's output: {text}"))
+}
+
+async fn copy_load(url: &str, rows: u64) -> anyhow::Result<Duration> {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
+    tokio::spawn(conn);
+    client
+        .batch_execute(
+            "drop table if exists copy_orders; create table copy_orders (id bigint primary key, customer_id bigint, city text, amount numeric, status text, note text)",
+        )
+        .await?;
+    let mut text = String::with_capacity(rows as usize * 80);
+    for i in 1..=rows {
+        let r = row(i);
+        let cells: Vec<String> = r
+            .iter()
+            .map(|(_, v)| match v {
+                Value::Int(n) => n.to_string(),
+                Value::Text(s) | Value::Decimal(s) => s.clone(),
+                _ => unreachable!(),
+            })
+            .collect();
+        text.push_str(&cells.join("\t"));
+        text.push('\n');
+    }
+    let started = Instant::now();
+    let sink = client.copy_in("copy copy_orders from stdin").await?;
+    futures_util::pin_mut!(sink);
+    sink.send(bytes::Bytes::from(text)).await?;
+    sink.finish().await?;
+    Ok(started.elapsed())
+}
+
+/// Deletes the keys matching `pattern`.
+async fn remove_keys(url: &str, pattern: &str) -> anyhow::Result<()> {
+    let client = redis::Client::open(url)?;
+    let mut conn = client.get_multiplexed_async_connection().await?;
+    let mut cursor = 0u64;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(10_000)
+            .query_async(&mut conn)
+            .await?;
+        if !keys.is_empty() {
+            let _: u64 = redis::cmd("UNLINK")
+                .arg(&keys)
+                .query_async(&mut conn)
+                .await?;
+        }
+        if next == 0 {
+            return Ok(());
+        }
+        cursor = next;
+    }
+}
+
+/// Runs both sinks and their references; prints a table.
+pub fn run(
+    pg_url: &str,
+    redis_url: &str,
+    rows: u64,
+    batch: usize,
+    only: &[String],
+) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let log = events(rows)?;
+        println!("| sink | rows | batch | sink rows/s | reference | reference rows/s | ratio |");
+        println!("|---|---|---|---|---|---|---|");
+        if only.iter().any(|s| s == "redis") {
+        let one_field = redis_benchmark(rows, &[])?;
+        // The same six fields a sink row has, under keys of their own (removed below).
+        let same_rows = redis_benchmark(
+            rows,
+            &[
+                "HSET", "siphon-bench-ref:__rand_int__", "id", "__rand_int__", "customer_id", "4711",
+                "city", "Berlin", "amount", "123.45", "status", "paid", "note",
+                "0123456789abcdef0123456789abcdef",
+            ],
+        )?;
+        remove_keys(redis_url, "siphon-bench-ref:*").await?;
+        let mut redis = RedisSink::new(
+            RedisSinkConfig {
+                prefix: "siphon-bench:".into(),
+                ..RedisSinkConfig::new(redis_url)
+            },
+            "bench",
+            "redis",
+        )?;
+        let took = apply(&mut redis, &log, batch).await?;
+        let rate = rows as f64 / took.as_secs_f64();
+        println!(
+            "| redis (hash) | {rows} | {batch} | {rate:.0} | redis-benchmark -P 100 HSET of the same 6 fields | {same_rows:.0} | {:.2}x |",
+            rate / same_rows
+        );
+        println!(
+            "| redis (hash) | {rows} | {batch} | {rate:.0} | redis-benchmark -P 100 -t hset (1 field) | {one_field:.0} | {:.2}x |",
+            rate / one_field
+        );
+        redis
+            .reset(&[TableInfo {
+                name: "public.orders".into(),
+                key_columns: vec!["id".into()],
+            }])
+            .await?;
+        }
+        if !only.iter().any(|s| s == "postgres") {
+            return Ok(());
+        }
+        let db = "siphon_bench_sinks";
+        let admin = crate::pg::with_db(pg_url, "postgres");
+        crate::pg::psql(&admin, &format!("drop database if exists {db}"))?;
+        crate::pg::psql(&admin, &format!("create database {db}"))?;
+        let target = crate::pg::with_db(pg_url, db);
+        let copy = copy_load(&target, rows).await?;
+        let reference = rows as f64 / copy.as_secs_f64();
+        let mut pg = PostgresSink::new(PostgresSinkConfig::new(&target), "bench", "pg")?;
+        let took = apply(&mut pg, &log, batch).await?;
+        let rate = rows as f64 / took.as_secs_f64();
+        println!(
+            "| postgres (mirror) | {rows} | {batch} | {rate:.0} | COPY into a keyed table | {reference:.0} | {:.2}x |",
+            rate / reference
+        );
+        drop(pg);
+        crate::pg::psql(&admin, &format!("drop database if exists {db} with (force)"))?;
+        Ok(())
+    })
+}
