@@ -10,7 +10,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 
 use super::SinkRecord;
-use crate::event::{Event, Op, Row, Value};
+use crate::event::{Event, Op, Row, SourceInfo, Value};
 use crate::json::value_json;
 
 /// The net effect of a batch on one key, or a truncate.
@@ -117,6 +117,52 @@ pub fn net_changes(records: &[SinkRecord]) -> Vec<Change<'_>> {
         out.push(Some(change));
     }
     out.into_iter().flatten().collect()
+}
+
+/// Groups items by the source table of each (`namespace`, `table`), keeping their order
+/// within a table and the tables in order of first appearance.
+pub fn by_table<'i, T>(
+    items: impl IntoIterator<Item = &'i T>,
+    source: impl Fn(&T) -> &SourceInfo,
+) -> Vec<Vec<&'i T>>
+where
+    T: 'i,
+{
+    let mut groups: Vec<Vec<&T>> = Vec::new();
+    for item in items {
+        let s = source(item);
+        match groups.iter_mut().find(|g| {
+            let first = source(g[0]);
+            first.table == s.table && first.namespace() == s.namespace()
+        }) {
+            Some(group) => group.push(item),
+            None => groups.push(vec![item]),
+        }
+    }
+    groups
+}
+
+/// The row a history table records for an event: the new row, or for a delete the old one
+/// (or, without a before-image, its key); nothing for a truncate.
+pub fn history_row(event: &Event) -> Option<&Row> {
+    match event.op {
+        Op::Delete => event.before.as_ref().or(event.key.as_ref()),
+        _ => event.row(),
+    }
+}
+
+/// The columns a table write of `row` sets: every column the source sent, but not one left
+/// [`Value::Unchanged`] (the store keeps its value), and not a NULL for a column the store
+/// does not have (a column is created with its first non-null value).
+pub fn written_columns<'r>(row: &'r Row, store_has: impl Fn(&str) -> bool) -> Vec<&'r str> {
+    row.iter()
+        .filter(|(c, v)| match v {
+            Value::Unchanged => false,
+            Value::Null => store_has(c),
+            _ => true,
+        })
+        .map(|(c, _)| c)
+        .collect()
 }
 
 /// A key as one string, for key names and document ids: the value of a one-column key as

@@ -3,13 +3,13 @@
 use std::collections::HashMap;
 
 use async_trait::async_trait;
-use siphon_core::event::{Event, Op, Row};
+use siphon_core::event::{Event, Row};
 use siphon_core::secret::redact_url;
-use siphon_core::sink::changes::{Change, net_changes};
+use siphon_core::sink::changes::{Change, by_table, history_row, net_changes, written_columns};
 use siphon_core::sink::routing::NameTemplate;
 use siphon_core::sink::{Sink, SinkRecord};
 use siphon_core::source::TableInfo;
-use siphon_core::{Error, Result, Value};
+use siphon_core::{Error, Result};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, NoTls};
 
@@ -289,18 +289,7 @@ impl PostgresSink {
 
     /// Upserts and deletes, a few statements per table.
     async fn flush_mirror(&mut self, changes: Vec<Change<'_>>) -> Result<()> {
-        let mut by_table: Vec<(&str, &str, Vec<&Change<'_>>)> = Vec::new();
-        for change in &changes {
-            let s = &change.event().source;
-            match by_table
-                .iter_mut()
-                .find(|(ns, t, _)| *ns == s.namespace() && *t == &*s.table)
-            {
-                Some((_, _, list)) => list.push(change),
-                None => by_table.push((s.namespace(), &s.table, vec![change])),
-            }
-        }
-        for (_, _, list) in by_table {
+        for list in by_table(&changes, |c| &c.event().source) {
             let rows: Vec<&Row> = list
                 .iter()
                 .filter_map(|c| match c {
@@ -331,7 +320,7 @@ impl PostgresSink {
                 let Change::Upsert { row, offset, .. } = change else {
                     continue;
                 };
-                let names = written_columns(row, &target);
+                let names = written_columns(row, |c| target.columns.contains_key(c));
                 match groups.iter_mut().find(|(n, _)| *n == names) {
                     Some((_, rows)) => rows.push((row, *offset)),
                     None => groups.push((names, vec![(row, *offset)])),
@@ -440,24 +429,13 @@ impl PostgresSink {
 
     /// Every event as a row of its table's history.
     async fn write_history(&mut self, records: &[SinkRecord]) -> Result<()> {
-        let mut by_table: Vec<(&str, &str, Vec<&SinkRecord>)> = Vec::new();
-        for r in records {
-            let s = &r.event.source;
-            match by_table
-                .iter_mut()
-                .find(|(ns, t, _)| *ns == s.namespace() && *t == &*s.table)
-            {
-                Some((_, _, list)) => list.push(r),
-                None => by_table.push((s.namespace(), &s.table, vec![r])),
-            }
-        }
-        for (_, _, list) in by_table {
+        for list in by_table(records, |r| &r.event.source) {
             let rows: Vec<&Row> = list.iter().filter_map(|r| history_row(&r.event)).collect();
             let target = self.target(&list[0].event, &rows).await?;
             let mut groups: Vec<Group<'_, &SinkRecord>> = Vec::new();
             for r in list {
                 let names = history_row(&r.event)
-                    .map(|row| written_columns(row, &target))
+                    .map(|row| written_columns(row, |c| target.columns.contains_key(c)))
                     .unwrap_or_default();
                 match groups.iter_mut().find(|(n, _)| *n == names) {
                     Some((_, rs)) => rs.push(r),
@@ -599,27 +577,6 @@ fn casts(names: &[&str], target: &Target) -> String {
         })
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-/// The columns a row writes: every column the source sent, but not one left unchanged, and
-/// not a NULL for a column the target does not have yet.
-fn written_columns<'r>(row: &'r Row, target: &Target) -> Vec<&'r str> {
-    row.iter()
-        .filter(|(c, v)| match v {
-            Value::Unchanged => false,
-            Value::Null => target.columns.contains_key(*c),
-            _ => true,
-        })
-        .map(|(c, _)| c)
-        .collect()
-}
-
-/// The row a history entry records: the new row, or for a delete the old one (or its key).
-fn history_row(event: &Event) -> Option<&Row> {
-    match event.op {
-        Op::Delete => event.before.as_ref().or(event.key.as_ref()),
-        _ => event.row(),
-    }
 }
 
 fn rejected(event: &Event, offset: u64, reason: impl Into<String>) -> Error {

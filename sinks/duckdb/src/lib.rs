@@ -1,0 +1,1 @@
+//! siphon's DuckDB sink.
