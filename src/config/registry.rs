@@ -4,6 +4,8 @@
 use siphon_core::log::file::FileLogConfig;
 use siphon_core::sink::Sink;
 use siphon_core::source::Source;
+#[cfg(feature = "duckdb")]
+use siphon_sink_duckdb::{DuckdbSink, DuckdbSinkConfig};
 use siphon_sink_elasticsearch::{ElasticsearchSink, ElasticsearchSinkConfig};
 use siphon_sink_file::{FileSinkConfig, JsonLinesSink, StdoutSinkConfig};
 use siphon_sink_postgres::{PostgresSink, PostgresSinkConfig};
@@ -142,10 +144,20 @@ pub enum SinkSpec {
     Postgres(PostgresSinkConfig),
     /// `kind = "elasticsearch"` (also OpenSearch).
     Elasticsearch(ElasticsearchSinkConfig),
+    /// `kind = "duckdb"` (Cargo feature `duckdb`, on by default).
+    #[cfg(feature = "duckdb")]
+    Duckdb(DuckdbSinkConfig),
 }
 
 impl SinkSpec {
-    const KINDS: &[&str] = &["redis", "elasticsearch", "postgres", "stdout", "file"];
+    const KINDS: &[&str] = &[
+        "redis",
+        "elasticsearch",
+        "postgres",
+        "duckdb",
+        "stdout",
+        "file",
+    ];
 
     pub(super) fn parse(key: &str, value: config::Value) -> Result<Self, ConfigError> {
         let (kind, rest) = split_kind(key, value, None, Self::KINDS)?;
@@ -167,6 +179,17 @@ impl SinkSpec {
                 c.validate().map_err(|m| ConfigError::new(key, m))?;
                 Ok(SinkSpec::Elasticsearch(c))
             }
+            #[cfg(feature = "duckdb")]
+            "duckdb" => {
+                let c: DuckdbSinkConfig = deserialize(key, rest)?;
+                c.validate().map_err(|m| ConfigError::new(key, m))?;
+                Ok(SinkSpec::Duckdb(c))
+            }
+            #[cfg(not(feature = "duckdb"))]
+            "duckdb" => Err(ConfigError::new(
+                format!("{key}.kind"),
+                "this siphon was built without DuckDB (Cargo feature `duckdb`); rebuild with it",
+            )),
             _ => unreachable!("split_kind checked the kind"),
         }
     }
@@ -179,6 +202,8 @@ impl SinkSpec {
             SinkSpec::Redis(_) => "redis",
             SinkSpec::Postgres(_) => "postgres",
             SinkSpec::Elasticsearch(_) => "elasticsearch",
+            #[cfg(feature = "duckdb")]
+            SinkSpec::Duckdb(_) => "duckdb",
         }
     }
 
@@ -190,6 +215,8 @@ impl SinkSpec {
             SinkSpec::Redis(c) => Box::new(RedisSink::new(c.clone(), pipeline, sink)?),
             SinkSpec::Postgres(c) => Box::new(PostgresSink::new(c.clone(), pipeline, sink)?),
             SinkSpec::Elasticsearch(c) => Box::new(ElasticsearchSink::new(c.clone())?),
+            #[cfg(feature = "duckdb")]
+            SinkSpec::Duckdb(c) => Box::new(DuckdbSink::new(c.clone(), pipeline, sink)?),
         })
     }
 }

@@ -154,7 +154,7 @@ pub fn history_row(event: &Event) -> Option<&Row> {
 /// The columns a table write of `row` sets: every column the source sent, but not one left
 /// [`Value::Unchanged`] (the store keeps its value), and not a NULL for a column the store
 /// does not have (a column is created with its first non-null value).
-pub fn written_columns<'r>(row: &'r Row, store_has: impl Fn(&str) -> bool) -> Vec<&'r str> {
+pub fn written_columns(row: &Row, store_has: impl Fn(&str) -> bool) -> Vec<&str> {
     row.iter()
         .filter(|(c, v)| match v {
             Value::Unchanged => false,
@@ -163,6 +163,28 @@ pub fn written_columns<'r>(row: &'r Row, store_has: impl Fn(&str) -> bool) -> Ve
         })
         .map(|(c, _)| c)
         .collect()
+}
+
+/// Rows that write the same columns, for one statement each.
+pub type ColumnGroup<'r, T> = (Vec<&'r str>, Vec<T>);
+
+/// Groups items by the columns their row writes ([`written_columns`]; no row: none), in
+/// order of first appearance, so that each group is one statement.
+pub fn by_written_columns<'r, T>(
+    items: impl IntoIterator<Item = (Option<&'r Row>, T)>,
+    store_has: impl Fn(&str) -> bool,
+) -> Vec<ColumnGroup<'r, T>> {
+    let mut groups: Vec<ColumnGroup<'r, T>> = Vec::new();
+    for (row, item) in items {
+        let names = row
+            .map(|r| written_columns(r, &store_has))
+            .unwrap_or_default();
+        match groups.iter_mut().find(|(n, _)| *n == names) {
+            Some((_, list)) => list.push(item),
+            None => groups.push((names, vec![item])),
+        }
+    }
+    groups
 }
 
 /// A key as one string, for key names and document ids: the value of a one-column key as

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use siphon_core::event::{Event, Row};
 use siphon_core::secret::redact_url;
-use siphon_core::sink::changes::{Change, by_table, history_row, net_changes, written_columns};
+use siphon_core::sink::changes::{Change, by_table, by_written_columns, history_row, net_changes};
 use siphon_core::sink::routing::NameTemplate;
 use siphon_core::sink::{Sink, SinkRecord};
 use siphon_core::source::TableInfo;
@@ -15,9 +15,6 @@ use tokio_postgres::{Client, NoTls};
 
 use crate::config::{NAME_PLACEHOLDERS, PostgresSinkConfig, TableMode};
 use crate::encode::{column_type, pg_text, quote};
-
-/// Rows that write the same columns, written by one statement.
-type Group<'r, T> = (Vec<&'r str>, Vec<T>);
 
 /// Where the cursors live in the target database.
 const CURSORS: &str = "siphon.cursors";
@@ -315,17 +312,11 @@ impl PostgresSink {
                 self.delete(&target, &deletes).await?;
             }
             // Rows that leave different columns unchanged (TOAST) are written apart.
-            let mut groups: Vec<Group<'_, (&Row, u64)>> = Vec::new();
-            for change in &list {
-                let Change::Upsert { row, offset, .. } = change else {
-                    continue;
-                };
-                let names = written_columns(row, |c| target.columns.contains_key(c));
-                match groups.iter_mut().find(|(n, _)| *n == names) {
-                    Some((_, rows)) => rows.push((row, *offset)),
-                    None => groups.push((names, vec![(row, *offset)])),
-                }
-            }
+            let upserts = list.iter().filter_map(|c| match c {
+                Change::Upsert { row, offset, .. } => Some((Some(&**row), (&**row, *offset))),
+                _ => None,
+            });
+            let groups = by_written_columns(upserts, |c| target.columns.contains_key(c));
             let key: Vec<&str> = event
                 .key
                 .as_ref()
@@ -432,16 +423,10 @@ impl PostgresSink {
         for list in by_table(records, |r| &r.event.source) {
             let rows: Vec<&Row> = list.iter().filter_map(|r| history_row(&r.event)).collect();
             let target = self.target(&list[0].event, &rows).await?;
-            let mut groups: Vec<Group<'_, &SinkRecord>> = Vec::new();
-            for r in list {
-                let names = history_row(&r.event)
-                    .map(|row| written_columns(row, |c| target.columns.contains_key(c)))
-                    .unwrap_or_default();
-                match groups.iter_mut().find(|(n, _)| *n == names) {
-                    Some((_, rs)) => rs.push(r),
-                    None => groups.push((names, vec![r])),
-                }
-            }
+            let groups =
+                by_written_columns(list.iter().map(|r| (history_row(&r.event), *r)), |c| {
+                    target.columns.contains_key(c)
+                });
             for (names, group) in groups {
                 self.append_history(&target, &names, &group).await?;
             }

@@ -1,0 +1,609 @@
+//! The DuckDB sink.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use duckdb::Connection;
+use siphon_core::event::{Event, Row};
+use siphon_core::sink::changes::{Change, by_table, by_written_columns, history_row, net_changes};
+use siphon_core::sink::routing::NameTemplate;
+use siphon_core::sink::{Sink, SinkRecord};
+use siphon_core::source::TableInfo;
+use siphon_core::{Error, Result};
+
+use crate::config::{DuckdbSinkConfig, NAME_PLACEHOLDERS, TableMode};
+use crate::types::{column_type, quote, staged, staging_type};
+
+/// Where the cursors live in the database.
+const CURSORS: &str = "siphon_cursors";
+/// The staging table a statement reads its rows from.
+const STAGE: &str = "_siphon_stage";
+
+/// Keeps mirror or history tables in a DuckDB file; see the crate documentation.
+#[derive(Debug)]
+pub struct DuckdbSink {
+    config: DuckdbSinkConfig,
+    pipeline: String,
+    sink: String,
+    table: NameTemplate,
+    conn: Option<Connection>,
+    /// Target tables by source `(namespace, table)`: name and column types.
+    targets: HashMap<(String, String), Target>,
+    /// The committed cursor: the next offset to apply.
+    cursor: Option<u64>,
+    /// Batches written in the open transaction (0: none open).
+    uncommitted: usize,
+}
+
+#[derive(Debug, Clone)]
+struct Target {
+    /// Quoted table name.
+    name: String,
+    /// Column name → type.
+    columns: HashMap<String, String>,
+}
+
+/// Runs DuckDB's synchronous work without stalling the async workers where the runtime allows.
+fn blocking<R>(f: impl FnOnce() -> R) -> R {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}
+
+impl DuckdbSink {
+    /// A sink for sink `sink` of pipeline `pipeline` (they name its cursor row).
+    pub fn new(config: DuckdbSinkConfig, pipeline: &str, sink: &str) -> Result<Self> {
+        config.validate().map_err(Error::Config)?;
+        Ok(DuckdbSink {
+            table: NameTemplate::parse(&config.table, NAME_PLACEHOLDERS).map_err(Error::Config)?,
+            config,
+            pipeline: pipeline.to_owned(),
+            sink: sink.to_owned(),
+            conn: None,
+            targets: HashMap::new(),
+            cursor: None,
+            uncommitted: 0,
+        })
+    }
+
+    /// Another connection to the same database, for queries in this process (DuckDB lets one
+    /// process at a time open a file for writing).
+    pub fn connection(&self) -> Option<Connection> {
+        self.conn.as_ref().and_then(|c| c.try_clone().ok())
+    }
+
+    fn error(&self, e: &duckdb::Error, what: &str) -> Error {
+        let message = format!("duckdb {} {what}: {e}", self.config.path.display());
+        // Another process holding the file is the one condition that passes by itself.
+        if message.contains("lock") {
+            Error::transient(message)
+        } else {
+            Error::permanent(message)
+        }
+    }
+
+    fn conn(&self) -> Result<&Connection> {
+        self.conn
+            .as_ref()
+            .ok_or_else(|| Error::transient("the duckdb sink is not open"))
+    }
+
+    fn batch(&self, sql: &str, what: &str) -> Result<()> {
+        self.conn()?
+            .execute_batch(sql)
+            .map_err(|e| self.error(&e, what))
+    }
+
+    /// Opens the file again (dropping the connection rolls back an open transaction).
+    fn connect(&mut self) -> Result<()> {
+        self.conn = None;
+        self.uncommitted = 0;
+        self.targets.clear();
+        if let Some(dir) = self
+            .config
+            .path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+        {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                Error::permanent(format!("duckdb: cannot create {}: {e}", dir.display()))
+            })?;
+        }
+        let conn = Connection::open(&self.config.path).map_err(|e| self.error(&e, "opening"))?;
+        self.conn = Some(conn);
+        self.batch(
+            &format!(
+                "CREATE TABLE IF NOT EXISTS {CURSORS} (pipeline VARCHAR NOT NULL, sink VARCHAR NOT NULL, \
+                 next_offset BIGINT NOT NULL, PRIMARY KEY (pipeline, sink))"
+            ),
+            "preparing the cursor table",
+        )
+    }
+
+    fn stored_cursor(&self) -> Result<Option<u64>> {
+        let conn = self.conn()?;
+        let mut stmt = conn
+            .prepare(&format!(
+                "SELECT next_offset FROM {CURSORS} WHERE pipeline = ? AND sink = ?"
+            ))
+            .map_err(|e| self.error(&e, "reading the cursor"))?;
+        let mut rows = stmt
+            .query(duckdb::params![self.pipeline, self.sink])
+            .map_err(|e| self.error(&e, "reading the cursor"))?;
+        match rows
+            .next()
+            .map_err(|e| self.error(&e, "reading the cursor"))?
+        {
+            Some(row) => Ok(Some(
+                row.get::<_, i64>(0)
+                    .map_err(|e| self.error(&e, "reading the cursor"))? as u64,
+            )),
+            None => Ok(None),
+        }
+    }
+
+    fn save_cursor(&self, next: u64) -> Result<()> {
+        self.conn()?
+            .execute(
+                &format!(
+                    "INSERT INTO {CURSORS} VALUES (?, ?, ?) ON CONFLICT (pipeline, sink) DO UPDATE SET next_offset = excluded.next_offset"
+                ),
+                duckdb::params![self.pipeline, self.sink, next as i64],
+            )
+            .map(drop)
+            .map_err(|e| self.error(&e, "saving the cursor"))
+    }
+
+    fn target_name(&self, schema: &str, table: &str) -> String {
+        quote(&self.table.render(&[("schema", schema), ("table", table)]))
+    }
+
+    fn catalog_columns(&self, name: &str) -> Result<HashMap<String, String>> {
+        let conn = self.conn()?;
+        let unquoted = name.trim_matches('"').replace("\"\"", "\"");
+        let mut stmt = conn
+            .prepare(
+                "SELECT column_name, data_type FROM information_schema.columns \
+                 WHERE table_schema = 'main' AND table_name = ?",
+            )
+            .map_err(|e| self.error(&e, "reading the catalog"))?;
+        let rows = stmt
+            .query_map([unquoted], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+            })
+            .map_err(|e| self.error(&e, "reading the catalog"))?;
+        rows.collect::<Result<_, _>>()
+            .map_err(|e| self.error(&e, "reading the catalog"))
+    }
+
+    /// The target table of an event's source table, created or given new columns so that it
+    /// can take `rows`.
+    fn target(&mut self, event: &Event, rows: &[&Row]) -> Result<Target> {
+        let source = &event.source;
+        let id = (source.namespace().to_owned(), source.table.to_string());
+        let mut target = match self.targets.get(&id) {
+            Some(t) => t.clone(),
+            None => {
+                let name = self.target_name(source.namespace(), &source.table);
+                let columns = self.catalog_columns(&name)?;
+                let target = Target { name, columns };
+                if target.columns.is_empty() {
+                    self.create(&target, event, rows)?
+                } else if !target.columns.contains_key("_siphon_offset") {
+                    return Err(Error::permanent(format!(
+                        "the table {} exists but was not made by siphon (it has no _siphon_offset column); drop it, or map the source table to another name with `table`",
+                        target.name
+                    )));
+                } else {
+                    target
+                }
+            }
+        };
+        for row in rows {
+            for (column, value) in row.iter() {
+                if !target.columns.contains_key(column)
+                    && let Some(ty) = column_type(value)
+                {
+                    self.batch(
+                        &format!(
+                            "ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} {ty}",
+                            target.name,
+                            quote(column)
+                        ),
+                        "adding a column",
+                    )?;
+                    tracing::info!(table = %target.name, column, ty, "added a column to the target table");
+                    target.columns.insert(column.to_owned(), ty.to_owned());
+                }
+            }
+        }
+        self.targets.insert(id, target.clone());
+        Ok(target)
+    }
+
+    fn create(&self, target: &Target, event: &Event, rows: &[&Row]) -> Result<Target> {
+        let mut columns: Vec<(String, String)> = match self.config.mode {
+            TableMode::Mirror => vec![("_siphon_offset".into(), "BIGINT NOT NULL".into())],
+            TableMode::History => vec![
+                ("_siphon_offset".into(), "BIGINT PRIMARY KEY".into()),
+                ("_siphon_op".into(), "VARCHAR NOT NULL".into()),
+                ("_siphon_position".into(), "VARCHAR".into()),
+                ("_siphon_commit_ts".into(), "TIMESTAMPTZ".into()),
+            ],
+        };
+        let key = event.key.as_ref();
+        for (column, value) in key
+            .into_iter()
+            .flat_map(Row::iter)
+            .chain(rows.iter().flat_map(|r| r.iter()))
+        {
+            if !columns.iter().any(|(c, _)| c == column)
+                && let Some(ty) = column_type(value)
+            {
+                columns.push((column.to_owned(), ty.to_owned()));
+            }
+        }
+        let mut defs: Vec<String> = columns
+            .iter()
+            .map(|(c, ty)| format!("{} {ty}", quote(c)))
+            .collect();
+        if self.config.mode == TableMode::Mirror {
+            let key: Vec<String> = key
+                .into_iter()
+                .flat_map(Row::iter)
+                .map(|(c, _)| quote(c))
+                .collect();
+            defs.push(format!("PRIMARY KEY ({})", key.join(", ")));
+        }
+        self.batch(
+            &format!(
+                "CREATE TABLE IF NOT EXISTS {} ({})",
+                target.name,
+                defs.join(", ")
+            ),
+            "creating the target table",
+        )?;
+        tracing::info!(table = %target.name, mode = ?self.config.mode, "created the target table");
+        Ok(Target {
+            name: target.name.clone(),
+            columns: columns
+                .into_iter()
+                .map(|(c, ty)| {
+                    let ty = ty.split_whitespace().next().unwrap_or_default().to_owned();
+                    (c, ty)
+                })
+                .collect(),
+        })
+    }
+
+    /// Fills the staging table with `rows` (one staging column per name, then the offset).
+    fn stage(&self, target: &Target, names: &[&str], rows: &[(&Row, u64)]) -> Result<()> {
+        let types: Vec<&str> = names
+            .iter()
+            .map(|c| staging_type(target.columns.get(*c).map_or("VARCHAR", String::as_str)))
+            .collect();
+        let defs: Vec<String> = types
+            .iter()
+            .enumerate()
+            .map(|(i, ty)| format!("c{} {ty}", i + 1))
+            .chain(std::iter::once("o BIGINT".to_owned()))
+            .collect();
+        self.batch(
+            &format!("CREATE OR REPLACE TEMP TABLE {STAGE} ({})", defs.join(", ")),
+            "creating the staging table",
+        )?;
+        let conn = self.conn()?;
+        let mut appender = conn
+            .appender(STAGE)
+            .map_err(|e| self.error(&e, "staging rows"))?;
+        for (row, offset) in rows {
+            let values = names
+                .iter()
+                .map(|c| staged(row.get(c)))
+                .chain(std::iter::once(duckdb::types::Value::BigInt(
+                    *offset as i64,
+                )));
+            appender
+                .append_row(duckdb::appender_params_from_iter(values))
+                .map_err(|e| self.error(&e, "staging rows"))?;
+        }
+        appender.flush().map_err(|e| self.error(&e, "staging rows"))
+    }
+
+    fn casts(names: &[&str], target: &Target) -> String {
+        names
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let ty = target.columns.get(*c).map_or("VARCHAR", String::as_str);
+                format!("CAST(s.c{} AS {ty})", i + 1)
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    fn write(&mut self, records: &[SinkRecord]) -> Result<()> {
+        match self.config.mode {
+            TableMode::Mirror => self.write_mirror(records),
+            TableMode::History => self.write_history(records),
+        }
+    }
+
+    fn write_mirror(&mut self, records: &[SinkRecord]) -> Result<()> {
+        let changes = net_changes(records);
+        let mut pending: Vec<&Change<'_>> = Vec::new();
+        for change in &changes {
+            if let Change::Truncate { event, .. } = change {
+                self.flush_mirror(&std::mem::take(&mut pending))?;
+                let target = self.target(event, &[])?;
+                self.batch(&format!("DELETE FROM {}", target.name), "truncating")?;
+            } else {
+                pending.push(change);
+            }
+        }
+        self.flush_mirror(&pending)
+    }
+
+    fn flush_mirror(&mut self, changes: &[&Change<'_>]) -> Result<()> {
+        for list in by_table(changes.iter().copied(), |c| &c.event().source) {
+            let event = list[0].event();
+            let Some(key) = event.key.as_ref() else {
+                return Err(Error::Rejected {
+                    offset: list[0].offset(),
+                    table: event.source.qualified_table(),
+                    reason: "the table has no primary key, so a mirror cannot address its rows"
+                        .into(),
+                });
+            };
+            let rows: Vec<&Row> = list
+                .iter()
+                .filter_map(|c| match c {
+                    Change::Upsert { row, .. } => Some(&**row),
+                    _ => None,
+                })
+                .collect();
+            let target = self.target(event, &rows)?;
+            let key: Vec<&str> = key.iter().map(|(c, _)| c).collect();
+            let deletes: Vec<(&Row, u64)> = list
+                .iter()
+                .filter(|c| matches!(c, Change::Delete { .. }))
+                .filter_map(|c| Some((c.event().key.as_ref()?, c.offset())))
+                .collect();
+            if !deletes.is_empty() {
+                self.stage(&target, &key, &deletes)?;
+                let matches: Vec<String> = key
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| {
+                        let ty = target.columns.get(*c).map_or("VARCHAR", String::as_str);
+                        format!("t.{} = CAST(s.c{} AS {ty})", quote(c), i + 1)
+                    })
+                    .collect();
+                self.batch(
+                    &format!(
+                        "DELETE FROM {} AS t USING {STAGE} AS s WHERE {} AND t._siphon_offset < s.o",
+                        target.name,
+                        matches.join(" AND ")
+                    ),
+                    "deleting",
+                )?;
+            }
+            let upserts = list.iter().filter_map(|c| match c {
+                Change::Upsert { row, offset, .. } => Some((Some(&**row), (&**row, *offset))),
+                _ => None,
+            });
+            let groups = by_written_columns(upserts, |c| target.columns.contains_key(c));
+            for (names, rows) in groups {
+                self.stage(&target, &names, &rows)?;
+                let updates: Vec<String> = names
+                    .iter()
+                    .filter(|c| !key.contains(c))
+                    .map(|c| format!("{0} = excluded.{0}", quote(c)))
+                    .chain(std::iter::once(
+                        "_siphon_offset = excluded._siphon_offset".to_owned(),
+                    ))
+                    .collect();
+                let table = target.name.clone();
+                self.batch(
+                    &format!(
+                        "INSERT INTO {table} ({cols}, _siphon_offset) SELECT {casts}, s.o FROM {STAGE} AS s \
+                         ON CONFLICT ({key}) DO UPDATE SET {updates} WHERE {table}._siphon_offset < excluded._siphon_offset",
+                        cols = names.iter().map(|c| quote(c)).collect::<Vec<_>>().join(", "),
+                        casts = Self::casts(&names, &target),
+                        key = key.iter().map(|c| quote(c)).collect::<Vec<_>>().join(", "),
+                        updates = updates.join(", "),
+                    ),
+                    "upserting",
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    fn write_history(&mut self, records: &[SinkRecord]) -> Result<()> {
+        for list in by_table(records, |r| &r.event.source) {
+            let rows: Vec<&Row> = list.iter().filter_map(|r| history_row(&r.event)).collect();
+            let target = self.target(&list[0].event, &rows)?;
+            let groups =
+                by_written_columns(list.iter().map(|r| (history_row(&r.event), *r)), |c| {
+                    target.columns.contains_key(c)
+                });
+            for (names, group) in groups {
+                // The staging table carries op, position and commit time as extra leading columns.
+                let meta: Vec<Row> = group
+                    .iter()
+                    .map(|r| {
+                        let mut row = vec![
+                            (
+                                "_siphon_op".into(),
+                                siphon_core::Value::Text(r.event.op.code().into()),
+                            ),
+                            (
+                                "_siphon_position".into(),
+                                siphon_core::Value::Text(
+                                    serde_json::to_string(&r.event.source.position)
+                                        .unwrap_or_default(),
+                                ),
+                            ),
+                            (
+                                "_siphon_commit_ts".into(),
+                                siphon_core::Value::TimestampTz(r.event.source.ts_ms * 1000),
+                            ),
+                        ];
+                        if let Some(h) = history_row(&r.event) {
+                            row.extend(h.0.iter().cloned());
+                        }
+                        Row(row)
+                    })
+                    .collect();
+                let all: Vec<&str> = ["_siphon_op", "_siphon_position", "_siphon_commit_ts"]
+                    .into_iter()
+                    .chain(names.iter().copied())
+                    .collect();
+                let rows: Vec<(&Row, u64)> = meta
+                    .iter()
+                    .zip(&group)
+                    .map(|(m, r)| (m, r.offset))
+                    .collect();
+                self.stage(&target, &all, &rows)?;
+                self.batch(
+                    &format!(
+                        "INSERT INTO {} (_siphon_offset, {}) SELECT s.o, {} FROM {STAGE} AS s ON CONFLICT (_siphon_offset) DO NOTHING",
+                        target.name,
+                        all.iter().map(|c| quote(c)).collect::<Vec<_>>().join(", "),
+                        Self::casts(&all, &target),
+                    ),
+                    "appending history",
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    fn apply_sync(&mut self, records: &[SinkRecord]) -> Result<()> {
+        let committed = self.cursor.unwrap_or(0);
+        let records = &records[records.partition_point(|r| r.offset < committed)..];
+        let Some(last) = records.last() else {
+            return Ok(());
+        };
+        if self.uncommitted == 0 {
+            self.batch("BEGIN TRANSACTION", "beginning a transaction")?;
+        }
+        if let Err(e) = self.write(records) {
+            // DuckDB aborts the whole transaction on an error.
+            let earlier = self.uncommitted;
+            let _ = self.batch("ROLLBACK", "rolling back");
+            self.uncommitted = 0;
+            self.targets.clear();
+            if e.is_transient() {
+                self.conn = None;
+                return Err(e);
+            }
+            if earlier > 0 {
+                return Err(Error::permanent(format!(
+                    "{e} (inside a source transaction larger than the batch size, so the record cannot be set aside)"
+                )));
+            }
+            return Err(self.locate_rejection(records, e));
+        }
+        self.uncommitted += 1;
+        if last.ends_transaction {
+            let next = last.offset + 1;
+            self.save_cursor(next)?;
+            self.batch("COMMIT", "committing")?;
+            self.uncommitted = 0;
+            self.cursor = Some(next);
+        }
+        Ok(())
+    }
+
+    /// Applies records one by one in a transaction that is rolled back, to find the one
+    /// DuckDB refuses.
+    fn locate_rejection(&mut self, records: &[SinkRecord], original: Error) -> Error {
+        if self
+            .batch("BEGIN TRANSACTION", "locating a rejected record")
+            .is_err()
+        {
+            return original;
+        }
+        let mut found = None;
+        for (i, record) in records.iter().enumerate() {
+            if let Err(e) = self.write(&records[i..=i]) {
+                found = Some(Error::Rejected {
+                    offset: record.offset,
+                    table: record.event.source.qualified_table(),
+                    reason: e.to_string(),
+                });
+                break;
+            }
+        }
+        let _ = self.batch("ROLLBACK", "rolling back");
+        self.targets.clear();
+        found.unwrap_or(original)
+    }
+}
+
+#[async_trait]
+impl Sink for DuckdbSink {
+    async fn check(&mut self) -> Result<()> {
+        blocking(|| self.connect())
+    }
+
+    async fn open(&mut self, tables: &[TableInfo]) -> Result<Option<u64>> {
+        if self.config.mode == TableMode::Mirror
+            && let Some(t) = tables.iter().find(|t| t.key_columns.is_empty())
+        {
+            return Err(Error::permanent(format!(
+                "table {} has no primary key, so a mirror cannot address its rows; give it one, use mode = \"history\", or leave it out with `tables`",
+                t.name
+            )));
+        }
+        blocking(|| {
+            self.connect()?;
+            self.cursor = self.stored_cursor()?;
+            Ok(self.cursor)
+        })
+    }
+
+    async fn apply(&mut self, records: &[SinkRecord]) -> Result<()> {
+        blocking(|| self.apply_sync(records))
+    }
+
+    async fn rewind(&mut self, next: u64) -> Result<()> {
+        blocking(|| {
+            if self.cursor.is_some_and(|c| c > next) {
+                self.save_cursor(next)?;
+                self.cursor = Some(next);
+            }
+            Ok(())
+        })
+    }
+
+    async fn reset(&mut self, tables: &[TableInfo]) -> Result<()> {
+        blocking(|| {
+            self.connect()?;
+            for table in tables {
+                let (schema, name) = table.name.split_once('.').unwrap_or(("", &table.name));
+                let target = self.target_name(schema, name);
+                self.batch(
+                    &format!("DROP TABLE IF EXISTS {target}"),
+                    "dropping a table",
+                )?;
+                tracing::info!(table = %target, "reset: dropped the target table");
+            }
+            self.conn()?
+                .execute(
+                    &format!("DELETE FROM {CURSORS} WHERE pipeline = ? AND sink = ?"),
+                    duckdb::params![self.pipeline, self.sink],
+                )
+                .map_err(|e| self.error(&e, "deleting the cursor"))?;
+            self.cursor = None;
+            Ok(())
+        })
+    }
+
+    fn keeps_history(&self) -> bool {
+        self.config.mode == TableMode::History
+    }
+}
