@@ -2,6 +2,8 @@
 //! to end, while a writer runs a mixed workload: kill -9 of the daemon, the targets' connections
 //! dropped. Then each store is compared with the source table row by row, the history is
 //! checked to hold each event once, and a wiped target is rebuilt with `siphon replay`.
+//! The DuckDB sink is part of it, so the file needs the `duckdb` feature (on by default).
+#![cfg(feature = "duckdb")]
 
 mod common;
 
@@ -33,6 +35,8 @@ struct Stores {
     target: PgDatabase,
     cache: RedisKeyspace,
     search: SearchStandIn,
+    /// Holds the DuckDB file.
+    lake: tempfile::TempDir,
     setup: Setup,
 }
 
@@ -42,6 +46,7 @@ async fn stores() -> Stores {
     let target = postgres().await.unwrap();
     let cache = redis().await.unwrap();
     let search = SearchStandIn::start().await.unwrap();
+    let lake = tempfile::tempdir().unwrap();
     let config = format!(
         r#"kind = "postgres"
 url = "{url}"
@@ -68,6 +73,12 @@ index = "{{schema}}_{{table}}"
 batch_size = 40
 max_backoff = "500ms"
 
+[pipelines.demo.sinks.lake]
+kind = "duckdb"
+path = "{lake}"
+batch_size = 40
+max_backoff = "500ms"
+
 [pipelines.demo.sinks.warehouse]
 kind = "postgres"
 url = "{target}"
@@ -86,6 +97,7 @@ max_backoff = "500ms"
         prefix = cache.prefix,
         target = target.url,
         search = search.url,
+        lake = lake.path().join("lake.duckdb").display(),
     );
     let setup = Setup::with_source(&config, 0, &sinks);
     Stores {
@@ -93,6 +105,7 @@ max_backoff = "500ms"
         target,
         cache,
         search,
+        lake,
         setup,
     }
 }
@@ -366,7 +379,7 @@ async fn sinks_follow_the_source_through_kill_9_and_dropped_target_connections()
         tokio::time::sleep(Duration::from_millis(700 + round * 300)).await;
         d.kill_9().unwrap();
     }
-    let d = s.setup.start();
+    let mut d = s.setup.start();
     let admin = s.target.client().await.unwrap();
     let mut cache = s.cache.conn().await.unwrap();
     for _ in 0..3 {
@@ -436,4 +449,50 @@ async fn sinks_follow_the_source_through_kill_9_and_dropped_target_connections()
         );
     }
     converge(&s, &d).await;
+
+    // DuckDB allows one process to open its file: compare it once the daemon has stopped.
+    d.signal("TERM").unwrap();
+    assert!(
+        d.wait(Duration::from_secs(20)).unwrap().success(),
+        "{}",
+        d.log()
+    );
+    let want: BTreeMap<i64, Json> = source_rows(&s)
+        .await
+        .iter()
+        .map(|(k, v)| (*k, canon(v)))
+        .collect();
+    let diffs = differences("duckdb", &want, &lake_rows(&s).await);
+    assert!(
+        diffs.is_empty(),
+        "the DuckDB mirror differs from the source:\n{}",
+        diffs.join("\n")
+    );
+}
+
+/// The DuckDB mirror's rows, each column written as the source's JSON writes it.
+async fn lake_rows(s: &Stores) -> BTreeMap<i64, Json> {
+    use siphon_core::sink::Sink as _;
+    let mut sink = siphon_sink_duckdb::DuckdbSink::new(
+        siphon_sink_duckdb::DuckdbSinkConfig::new(s.lake.path().join("lake.duckdb")),
+        "inspect",
+        "inspect",
+    )
+    .unwrap();
+    sink.check().await.unwrap();
+    let conn = sink.connection().unwrap();
+    let mut stmt = conn
+        .prepare(
+            "SELECT to_json({id: id, name: name, price: price, tags: tags, doc: doc, big: big, \
+             \"at\": strftime(\"at\", '%Y-%m-%dT%H:%M:%S'), flag: flag, n: n, \
+             data: '\\x' || lower(hex(data)), u: u::VARCHAR})::VARCHAR FROM shop_items",
+        )
+        .unwrap();
+    stmt.query_map([], |r| r.get::<_, String>(0))
+        .unwrap()
+        .map(|doc| {
+            let doc: Json = serde_json::from_str(&doc.unwrap()).unwrap();
+            (doc["id"].as_i64().unwrap(), canon(&doc))
+        })
+        .collect()
 }
