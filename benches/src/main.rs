@@ -74,7 +74,7 @@ enum Bench {
         #[arg(long, default_value = "redis://127.0.0.1:6379")]
         redis: String,
         /// Which sinks to measure.
-        #[arg(long, value_delimiter = ',', default_values_t = [String::from("redis"), String::from("postgres")])]
+        #[arg(long, value_delimiter = ',', default_values_t = [String::from("redis"), String::from("postgres"), String::from("duckdb")])]
         only: Vec<String>,
     },
 }

@@ -210,66 +210,131 @@ pub fn run(
         println!("| sink | rows | batch | sink rows/s | reference | reference rows/s | ratio |");
         println!("|---|---|---|---|---|---|---|");
         if only.iter().any(|s| s == "redis") {
-        let one_field = redis_benchmark(rows, &[])?;
-        // The same six fields a sink row has, under keys of their own (removed below).
-        let same_rows = redis_benchmark(
-            rows,
-            &[
-                "HSET", "siphon-bench-ref:__rand_int__", "id", "__rand_int__", "customer_id", "4711",
-                "city", "Berlin", "amount", "123.45", "status", "paid", "note",
-                "0123456789abcdef0123456789abcdef",
-            ],
-        )?;
-        remove_keys(redis_url, "siphon-bench-ref:*").await?;
-        let mut redis = RedisSink::new(
-            RedisSinkConfig {
-                prefix: "siphon-bench:".into(),
-                ..RedisSinkConfig::new(redis_url)
-            },
-            "bench",
-            "redis",
-        )?;
-        let took = apply(&mut redis, &log, batch).await?;
-        let rate = rows as f64 / took.as_secs_f64();
-        println!(
-            "| redis (hash) | {rows} | {batch} | {rate:.0} | redis-benchmark -P 100 HSET of the same 6 fields | {same_rows:.0} | {:.2}x |",
-            rate / same_rows
-        );
-        println!(
-            "| redis (hash) | {rows} | {batch} | {rate:.0} | redis-benchmark -P 100 -t hset (1 field) | {one_field:.0} | {:.2}x |",
-            rate / one_field
-        );
-        redis
-            .reset(&[TableInfo {
-                name: "public.orders".into(),
-                key_columns: vec!["id".into()],
-            }])
-            .await?;
+            redis(redis_url, &log, rows, batch).await?;
         }
-        if !only.iter().any(|s| s == "postgres") {
-            return Ok(());
+        if only.iter().any(|s| s == "postgres") {
+            postgres(pg_url, &log, rows, batch).await?;
         }
-        let db = "siphon_bench_sinks";
-        let admin = crate::pg::with_db(pg_url, "postgres");
-        crate::pg::psql(&admin, &format!("drop database if exists {db}"))?;
-        crate::pg::psql(&admin, &format!("create database {db}"))?;
-        let target = crate::pg::with_db(pg_url, db);
-        let (copy, upsert) = copy_load(&target, rows).await?;
-        let reference = rows as f64 / copy.as_secs_f64();
-        let bound = rows as f64 / upsert.as_secs_f64();
-        let mut pg = PostgresSink::new(PostgresSinkConfig::new(&target), "bench", "pg")?;
-        let took = apply(&mut pg, &log, batch).await?;
-        let rate = rows as f64 / took.as_secs_f64();
-        println!(
-            "| postgres (mirror) | {rows} | {batch} | {rate:.0} | COPY into a keyed table | {reference:.0} | {:.2}x |",
-            rate / reference
-        );
-        println!(
-            "| postgres (mirror) | {rows} | {batch} | {rate:.0} | the same upsert as one server-side INSERT … SELECT | {bound:.0} | {:.2}x |",
-            rate / bound
-        );
-        drop(pg);
-        crate::pg::psql(&admin, &format!("drop database if exists {db} with (force)"))?;
+        if only.iter().any(|s| s == "duckdb") {
+            duckdb(&log, rows, batch).await?;
+        }
         Ok(())
     })
+}
+
+/// The Redis sink vs redis-benchmark, pipelined, with one field and with the row's six.
+async fn redis(redis_url: &str, log: &[Vec<u8>], rows: u64, batch: usize) -> anyhow::Result<()> {
+    let one_field = redis_benchmark(rows, &[])?;
+    // The same six fields a sink row has, under keys of their own (removed below).
+    let same_rows = redis_benchmark(
+        rows,
+        &[
+            "HSET",
+            "siphon-bench-ref:__rand_int__",
+            "id",
+            "__rand_int__",
+            "customer_id",
+            "4711",
+            "city",
+            "Berlin",
+            "amount",
+            "123.45",
+            "status",
+            "paid",
+            "note",
+            "0123456789abcdef0123456789abcdef",
+        ],
+    )?;
+    remove_keys(redis_url, "siphon-bench-ref:*").await?;
+    let mut redis = RedisSink::new(
+        RedisSinkConfig {
+            prefix: "siphon-bench:".into(),
+            ..RedisSinkConfig::new(redis_url)
+        },
+        "bench",
+        "redis",
+    )?;
+    let took = apply(&mut redis, log, batch).await?;
+    let rate = rows as f64 / took.as_secs_f64();
+    println!(
+        "| redis (hash) | {rows} | {batch} | {rate:.0} | redis-benchmark -P 100 HSET of the same 6 fields | {same_rows:.0} | {:.2}x |",
+        rate / same_rows
+    );
+    println!(
+        "| redis (hash) | {rows} | {batch} | {rate:.0} | redis-benchmark -P 100 -t hset (1 field) | {one_field:.0} | {:.2}x |",
+        rate / one_field
+    );
+    redis
+        .reset(&[TableInfo {
+            name: "public.orders".into(),
+            key_columns: vec!["id".into()],
+        }])
+        .await?;
+    Ok(())
+}
+
+async fn postgres(pg_url: &str, log: &[Vec<u8>], rows: u64, batch: usize) -> anyhow::Result<()> {
+    let db = "siphon_bench_sinks";
+    let admin = crate::pg::with_db(pg_url, "postgres");
+    crate::pg::psql(&admin, &format!("drop database if exists {db}"))?;
+    crate::pg::psql(&admin, &format!("create database {db}"))?;
+    let target = crate::pg::with_db(pg_url, db);
+    let (copy, upsert) = copy_load(&target, rows).await?;
+    let reference = rows as f64 / copy.as_secs_f64();
+    let bound = rows as f64 / upsert.as_secs_f64();
+    let mut pg = PostgresSink::new(PostgresSinkConfig::new(&target), "bench", "pg")?;
+    let took = apply(&mut pg, log, batch).await?;
+    let rate = rows as f64 / took.as_secs_f64();
+    println!(
+        "| postgres (mirror) | {rows} | {batch} | {rate:.0} | COPY into a keyed table | {reference:.0} | {:.2}x |",
+        rate / reference
+    );
+    println!(
+        "| postgres (mirror) | {rows} | {batch} | {rate:.0} | the same upsert as one server-side INSERT … SELECT | {bound:.0} | {:.2}x |",
+        rate / bound
+    );
+    drop(pg);
+    crate::pg::psql(
+        &admin,
+        &format!("drop database if exists {db} with (force)"),
+    )?;
+    Ok(())
+}
+
+/// The DuckDB sink into a fresh file vs DuckDB's appender loading the same rows into a keyed
+/// table of the same column types in another file.
+async fn duckdb(log: &[Vec<u8>], rows: u64, batch: usize) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let conn = duckdb::Connection::open(dir.path().join("reference.duckdb"))?;
+    conn.execute_batch(
+        "CREATE TABLE orders (id BIGINT PRIMARY KEY, customer_id BIGINT, city VARCHAR, amount VARCHAR, status VARCHAR, note VARCHAR)",
+    )?;
+    let started = Instant::now();
+    {
+        let mut appender = conn.appender("orders")?;
+        for i in 1..=rows {
+            let r = row(i);
+            let values = r.iter().map(|(_, v)| match v {
+                Value::Int(n) => duckdb::types::Value::BigInt(*n),
+                Value::Text(s) | Value::Decimal(s) => duckdb::types::Value::Text(s.clone()),
+                _ => duckdb::types::Value::Null,
+            });
+            appender.append_row(duckdb::appender_params_from_iter(values))?;
+        }
+        appender.flush()?;
+    }
+    let reference = rows as f64 / started.elapsed().as_secs_f64();
+    drop(conn);
+    let mut sink = siphon_sink_duckdb::DuckdbSink::new(
+        siphon_sink_duckdb::DuckdbSinkConfig::new(dir.path().join("sink.duckdb")),
+        "bench",
+        "duckdb",
+    )?;
+    let took = apply(&mut sink, log, batch).await?;
+    let rate = rows as f64 / took.as_secs_f64();
+    println!(
+        "| duckdb (mirror) | {rows} | {batch} | {rate:.0} | appender into a keyed table | {reference:.0} | {:.2}x |",
+        rate / reference
+    );
+    Ok(())
 }
