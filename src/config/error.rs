@@ -47,7 +47,24 @@ pub(super) fn deserialize<T: serde::de::DeserializeOwned>(
     key: &str,
     value: config::Value,
 ) -> Result<T, ConfigError> {
+    let copy = value.clone();
     serde_path_to_error::deserialize(value).map_err(|e| {
+        // The config crate names a bad enum value without the allowed ones; serde_json's
+        // reading of the same table says which they are.
+        if e.inner()
+            .to_string()
+            .contains("does not have variant constructor")
+            && let Err(json) = serde_path_to_error::deserialize::<_, T>(to_json(copy))
+            && json.inner().to_string().contains("unknown variant")
+        {
+            let inner = json.path().to_string();
+            let path = if key.is_empty() {
+                inner
+            } else {
+                format!("{key}.{inner}")
+            };
+            return ConfigError::new(path, json.into_inner().to_string());
+        }
         let inner = e.path().to_string();
         let path = match (key.is_empty(), inner.as_str()) {
             (_, ".") => key.to_owned(),
@@ -65,6 +82,22 @@ pub(super) fn deserialize<T: serde::de::DeserializeOwned>(
             None => ConfigError::new(path, explain(&message)),
         }
     })
+}
+
+fn to_json(value: config::Value) -> serde_json::Value {
+    use config::ValueKind;
+    match value.kind {
+        ValueKind::Nil => serde_json::Value::Null,
+        ValueKind::Boolean(b) => b.into(),
+        ValueKind::I64(i) => i.into(),
+        ValueKind::I128(i) => i.to_string().into(),
+        ValueKind::U64(u) => u.into(),
+        ValueKind::U128(u) => u.to_string().into(),
+        ValueKind::Float(f) => f.into(),
+        ValueKind::String(s) => s.into(),
+        ValueKind::Table(t) => t.into_iter().map(|(k, v)| (k, to_json(v))).collect(),
+        ValueKind::Array(a) => a.into_iter().map(to_json).collect(),
+    }
 }
 
 fn missing_key(message: &str) -> Option<&str> {

@@ -167,3 +167,56 @@ fn secrets_do_not_print() {
     let c = Config::from_toml(&format!("{MINIMAL}\n[admin]\ntoken = \"s3cret-token\"\n")).unwrap();
     assert!(!format!("{c:?}").contains("s3cret"));
 }
+
+const SOURCE: &str = "[pipelines.shop.source]\nkind = \"generator\"\n";
+
+#[test]
+fn sink_settings_errors_name_the_key_and_the_allowed_values() {
+    let e = error_of(&format!(
+        "{SOURCE}[pipelines.shop.sinks.cache]\nkind = \"redis\"\nmode = \"upsertt\"\n"
+    ));
+    assert!(e.key.starts_with("pipelines.shop.sinks.cache"), "{e}");
+    assert!(
+        e.message.contains("upsert") && e.message.contains("invalidate"),
+        "{e}"
+    );
+
+    let e = error_of(&format!(
+        "{SOURCE}[pipelines.shop.sinks.cache]\nkind = \"redis\"\nkey = \"{{table}}\"\n"
+    ));
+    assert!(e.message.contains("{key}"), "{e}");
+
+    let e = error_of(&format!(
+        "{SOURCE}[pipelines.shop.sinks.wh]\nkind = \"postgres\"\nurl = \"postgres://u@h/db\"\ntables = [\"a.b.c\"]\n"
+    ));
+    assert_eq!(e.key, "pipelines.shop.sinks.wh.tables", "{e}");
+    assert!(e.message.contains("schema.table"), "{e}");
+
+    let e = error_of(&format!(
+        "{SOURCE}[pipelines.shop.sinks.wh]\nkind = \"postgres\"\nurl = \"postgres://u@h/db\"\non_error = \"skip\"\n"
+    ));
+    assert!(e.key.ends_with("on_error"), "{e}");
+    assert!(e.message.contains("dead_letter"), "{e}");
+
+    let e = error_of(&format!(
+        "{SOURCE}[pipelines.shop.sinks.search]\nkind = \"elasticsearch\"\nurl = \"http://h:9200\"\nindex = \"{{tabel}}\"\n"
+    ));
+    assert!(
+        e.message.contains("{tabel}") && e.message.contains("{table}"),
+        "{e}"
+    );
+}
+
+#[test]
+fn sink_passwords_do_not_print() {
+    let c = Config::from_toml(&format!(
+        "{SOURCE}[pipelines.shop.sinks.cache]\nkind = \"redis\"\npassword = \"r3dis-pw\"\n\
+         [pipelines.shop.sinks.wh]\nkind = \"postgres\"\nurl = \"postgres://u@h/db\"\npassword = \"pg-pw-9\"\n\
+         [pipelines.shop.sinks.search]\nkind = \"elasticsearch\"\nurl = \"http://h:9200\"\nusername = \"u\"\npassword = \"es-pw-7\"\n"
+    ))
+    .unwrap();
+    let printed = format!("{c:?}");
+    for secret in ["r3dis-pw", "pg-pw-9", "es-pw-7"] {
+        assert!(!printed.contains(secret), "{secret} printed");
+    }
+}
