@@ -3,7 +3,8 @@
 FROM rust:1-bookworm AS build
 WORKDIR /src
 COPY . .
-RUN cargo build --release --locked --bin siphon
+# DuckDB's C++ compiled in (duckdb-bundled): the image needs no libduckdb.so beside it.
+RUN cargo build --release --locked --bin siphon --features duckdb-bundled
 
 FROM debian:bookworm-slim
 RUN apt-get update \
