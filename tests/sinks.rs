@@ -324,12 +324,20 @@ async fn converge(s: &Stores, d: &siphon_test_support::Daemon) {
         if diffs.is_empty() {
             return;
         }
-        assert!(
-            Instant::now() < deadline,
-            "the sinks never matched the source:\n{}\ndaemon log:\n{}",
-            diffs.join("\n"),
-            d.log()
-        );
+        if Instant::now() > deadline {
+            let kept = std::env::temp_dir().join(format!("siphon-failed-{}", std::process::id()));
+            let _ = std::process::Command::new("cp")
+                .arg("-r")
+                .arg(s.setup.dir.path())
+                .arg(&kept)
+                .status();
+            panic!(
+                "the sinks never matched the source (data copied to {}):\n{}\ndaemon log:\n{}",
+                kept.display(),
+                diffs.join("\n"),
+                d.log()
+            );
+        }
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
 }
@@ -495,4 +503,87 @@ async fn lake_rows(s: &Stores) -> BTreeMap<i64, Json> {
             (doc["id"].as_i64().unwrap(), canon(&doc))
         })
         .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_record_the_target_refuses_goes_to_the_dead_letter_file_and_the_sink_goes_on() {
+    let source = postgres().await.unwrap();
+    source
+        .execute(
+            "create table public.notes (id int primary key, note text);
+             insert into notes values (1, 'ok'), (2, 'far too long'), (3, 'fine');",
+        )
+        .await
+        .unwrap();
+    let target = postgres().await.unwrap();
+    // A table made for siphon, but with a column narrower than the source's.
+    target
+        .execute("create table public.notes (id bigint primary key, note varchar(5), _siphon_offset bigint not null)")
+        .await
+        .unwrap();
+    let config = format!(
+        "kind = \"postgres\"\nurl = \"{}\"\ntables = [\"public.notes\"]\nslot = \"{}_slot\"\nstatus_interval = \"200ms\"",
+        source.url, source.name
+    );
+    let sinks = format!(
+        "\n[pipelines.demo.sinks.wh]\nkind = \"postgres\"\nurl = \"{}\"\non_error = \"dead_letter\"\n",
+        target.url
+    );
+    let setup = Setup::with_source(&config, 0, &sinks);
+    let d = setup.start();
+    let ids = async || -> Vec<i64> {
+        let client = target.client().await.unwrap();
+        client
+            .query("select id from notes order by id", &[])
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while ids().await != [1, 3] {
+        assert!(
+            Instant::now() < deadline,
+            "rows 1 and 3 never arrived:\n{}",
+            d.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let letters = std::fs::read_to_string(
+        setup
+            .dir
+            .path()
+            .join("data/pipelines/demo/dead-letter/wh.jsonl"),
+    )
+    .unwrap();
+    let lines: Vec<Json> = letters
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 1, "{letters}");
+    assert_eq!(lines[0]["table"], "public.notes");
+    assert_eq!(lines[0]["event"]["after"]["id"], 2);
+    assert!(
+        lines[0]["reason"].as_str().unwrap().contains("too long"),
+        "{letters}"
+    );
+    // The sink goes on with what comes next.
+    source
+        .execute("insert into notes values (4, 'next')")
+        .await
+        .unwrap();
+    while ids().await != [1, 3, 4] {
+        assert!(
+            Instant::now() < deadline,
+            "row 4 never arrived:\n{}",
+            d.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let status = common::wait_status(&d, Duration::from_secs(10), "the sink's status", |s| {
+        s[0]["sinks"]["wh"]["dead_lettered"] == 1
+    })
+    .await;
+    assert_eq!(status[0]["sinks"]["wh"]["state"], "running");
 }

@@ -41,7 +41,9 @@ pub struct PostgresSink {
 struct Target {
     /// `"schema"."table"`.
     name: String,
-    /// Column name → type, as `format_type` prints it.
+    /// Column name → type, as `format_type` prints it without its modifier: values are cast
+    /// to `character varying`, not `character varying(5)`, since an explicit cast to the
+    /// latter would cut a longer value where the insert must refuse it.
     columns: HashMap<String, String>,
 }
 
@@ -251,7 +253,7 @@ impl PostgresSink {
         let rows = self
             .client()?
             .query(
-                "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a \
+                "SELECT a.attname::text, format_type(a.atttypid, NULL) FROM pg_attribute a \
                  WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped",
                 &[&name],
             )
