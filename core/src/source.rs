@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
 use crate::Result;
-use crate::event::{Event, Op};
+use crate::event::{Event, Op, Value};
 use crate::log::{ChangeLog, NewRecord, RecordFlags};
 use crate::offsets::OffsetStore;
 
@@ -148,6 +148,11 @@ pub fn encode_events(events: &[Event], transaction_ends: &[usize]) -> Result<Vec
     for event in events {
         let flags = if event.op == Op::Delete {
             RecordFlags::TOMBSTONE
+        } else if event
+            .row()
+            .is_some_and(|r| r.iter().any(|(_, v)| *v == Value::Unchanged))
+        {
+            RecordFlags::PARTIAL
         } else {
             RecordFlags::default()
         };

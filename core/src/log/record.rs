@@ -23,6 +23,9 @@ impl RecordFlags {
     pub const TXN_END: RecordFlags = RecordFlags(1);
     /// The key's row is gone (a delete): compaction may drop the key after the grace period.
     pub const TOMBSTONE: RecordFlags = RecordFlags(2);
+    /// The row leaves some columns unchanged (PostgreSQL TOAST): their values are in the
+    /// key's earlier records, which compaction therefore keeps back to a whole row.
+    pub const PARTIAL: RecordFlags = RecordFlags(4);
 
     /// Whether every flag of `other` is set.
     pub fn contains(self, other: RecordFlags) -> bool {

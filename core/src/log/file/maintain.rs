@@ -125,11 +125,17 @@ fn compact(
         return Ok(());
     }
     let limit = inner.durable_end();
-    let mut newest: HashMap<Vec<u8>, u64> = HashMap::new();
+    // Per key, the records a replay needs: the newest one, and while that one leaves columns
+    // unchanged (PARTIAL), the ones before it back to a whole row.
+    let mut needed: HashMap<Vec<u8>, Vec<u64>> = HashMap::new();
     for seg in &segments {
         for_each_record(log, seg, limit, |rec| {
             if !rec.key.is_empty() {
-                newest.insert(rec.key, rec.offset);
+                let chain = needed.entry(rec.key).or_default();
+                if !rec.flags.contains(RecordFlags::PARTIAL) {
+                    chain.clear();
+                }
+                chain.push(rec.offset);
             }
             Ok(())
         })?;
@@ -143,7 +149,10 @@ fn compact(
         for_each_record(log, seg, limit, |rec| {
             // The last record of a segment stays: it carries the segment's end position.
             let is_last = Some(rec.offset) == seg.last_offset;
-            let superseded = !rec.key.is_empty() && newest.get(&rec.key) != Some(&rec.offset);
+            let superseded = !rec.key.is_empty()
+                && !needed
+                    .get(&rec.key)
+                    .is_some_and(|chain| chain.contains(&rec.offset));
             let expired_delete = rec.flags.contains(RecordFlags::TOMBSTONE)
                 && rec.offset < min_all
                 && rec.timestamp_ms < delete_horizon;

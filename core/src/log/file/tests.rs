@@ -249,6 +249,51 @@ fn compaction_keeps_the_newest_record_per_key_and_history_readers_get_everything
 }
 
 #[test]
+fn compaction_keeps_the_records_a_partial_row_needs() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = FileLog::open(dir.path(), small_config()).unwrap();
+    let partial = |key: &str, value: &str| NewRecord {
+        flags: RecordFlags::PARTIAL,
+        ..rec(key, value)
+    };
+    // k: a whole row, then two updates that leave a column unchanged. j: a whole row, a
+    // partial update, then a whole row again.
+    log.append_blocking(&[
+        rec("k", "whole"),
+        rec("j", "old"),
+        partial("k", "update 1"),
+        partial("j", "update"),
+        partial("k", "update 2"),
+        rec("j", "whole again"),
+    ])
+    .unwrap();
+    // Enough of other keys to close the segments holding those.
+    for round in 0..20 {
+        let records: Vec<_> = (0..10)
+            .map(|k| rec(&format!("other{k}"), &format!("{round}:{k:>80}")))
+            .collect();
+        log.append_blocking(&records).unwrap();
+    }
+    let report = log.maintain_blocking(&[]).unwrap();
+    assert!(report.records_compacted > 0, "{report:?}");
+    let kept: Vec<(Vec<u8>, Vec<u8>)> = read_all(&log, 0)
+        .into_iter()
+        .filter(|r| r.key == b"k" || r.key == b"j")
+        .map(|r| (r.key, r.value))
+        .collect();
+    let pair = |k: &str, v: &str| (k.as_bytes().to_vec(), v.as_bytes().to_vec());
+    assert_eq!(
+        kept,
+        [
+            pair("k", "whole"),
+            pair("k", "update 1"),
+            pair("k", "update 2"),
+            pair("j", "whole again"),
+        ]
+    );
+}
+
+#[test]
 fn torn_tail_is_cut_on_reopen_and_appends_continue() {
     let dir = tempfile::tempdir().unwrap();
     let log = FileLog::open(dir.path(), small_config()).unwrap();
