@@ -8,6 +8,7 @@
 mod backoff;
 mod batcher;
 mod pipeline;
+mod prefetch;
 mod sink_task;
 mod source_task;
 pub mod status;

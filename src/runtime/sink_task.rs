@@ -6,17 +6,18 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use siphon_core::log::{ChangeLog, LogRecord, RecordFlags};
+use siphon_core::Error;
+use siphon_core::log::ChangeLog;
 use siphon_core::offsets::{LostRecords, OffsetStore, SinkCursor};
 use siphon_core::sink::routing::Routing;
 use siphon_core::sink::{Sink, SinkRecord};
 use siphon_core::source::TableInfo;
-use siphon_core::{Error, Event};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::backoff::{Backoff, sleep_unless_cancelled};
 use super::batcher::Batcher;
+use super::prefetch::{DecodedBatch, Fetched, Prefetch};
 use super::status::{SinkStatus, State, needs_replay_message};
 use super::{PipelineHandle, SinkCommand};
 use crate::config::{DeliveryConfig, OnError};
@@ -48,7 +49,7 @@ enum Phase {
         reply: Option<oneshot::Sender<Result<u64, String>>>,
     },
     /// Apply batches.
-    Run(Batcher),
+    Run(Prefetch),
     /// Stopped by a permanent error or lost records: wait for a replay or shutdown.
     Idle,
 }
@@ -92,11 +93,11 @@ pub(super) async fn run(mut t: SinkTask) {
     loop {
         phase = match phase {
             Phase::Open { from, reset, reply } => match t.open(&tables, from, reset).await {
-                Ok(batcher) => {
+                Ok(prefetch) => {
                     if let Some(reply) = reply {
                         let _ = reply.send(Ok(t.log.durable_end()));
                     }
-                    Phase::Run(batcher)
+                    Phase::Run(prefetch)
                 }
                 Err((Stop::Shutdown, _)) => return t.set_state(State::Stopped),
                 Err((Stop::Idle | Stop::Reopen, why)) => {
@@ -106,18 +107,22 @@ pub(super) async fn run(mut t: SinkTask) {
                     Phase::Idle
                 }
             },
-            Phase::Run(mut batcher) => {
+            Phase::Run(mut prefetch) => {
                 let step = tokio::select! {
                     biased;
                     _ = t.cancel.cancelled() => Err(Stop::Shutdown),
                     Some(cmd) = t.commands.recv() => Ok(Some(cmd)),
-                    batch = batcher.next() => match batch {
-                        Ok(records) => t.apply(records).await.map(|()| None),
-                        Err(e) => Err(t.read_failed(&e)),
+                    fetched = prefetch.next() => match fetched {
+                        Fetched::Batch(batch) => t.apply(batch).await.map(|()| None),
+                        Fetched::ReadFailed(e) => Err(t.read_failed(&e)),
+                        Fetched::Undecodable { offset, error } => {
+                            t.fail(&format!("the record at offset {offset} cannot be decoded: {error}"));
+                            Err(Stop::Idle)
+                        }
                     },
                 };
                 match step {
-                    Ok(None) => Phase::Run(batcher),
+                    Ok(None) => Phase::Run(prefetch),
                     Ok(Some(SinkCommand::Replay { from, reset, reply })) => Phase::Open {
                         from: Some(from),
                         reset,
@@ -167,7 +172,7 @@ impl SinkTask {
         tables: &[TableInfo],
         from: Option<u64>,
         reset: bool,
-    ) -> Result<Batcher, (Stop, String)> {
+    ) -> Result<Prefetch, (Stop, String)> {
         let mut backoff = Backoff::new(self.delivery.max_backoff.0);
         self.set_state(if from.is_some() {
             State::Replaying
@@ -243,10 +248,9 @@ impl SinkTask {
             s.component.last_error = None;
         });
         tracing::info!(sink = %self.name, from = next, replay = from.is_some(), "sink reading the log");
-        Ok(Batcher::new(
-            reader,
-            self.delivery.batch_size,
-            self.delivery.linger.0,
+        Ok(Prefetch::start(
+            Batcher::new(reader, self.delivery.batch_size, self.delivery.linger.0),
+            self.routing.clone(),
         ))
     }
 
@@ -307,39 +311,13 @@ impl SinkTask {
     }
 
     /// Applies one batch, retrying transient errors; saves the cursor after it.
-    async fn apply(&mut self, records: Vec<LogRecord>) -> Result<(), Stop> {
-        let (Some(first), Some(last)) = (records.first(), records.last()) else {
-            return Ok(());
-        };
-        let (first_offset, last_offset, last_append) =
-            (first.offset, last.offset, last.timestamp_ms);
-        let mut batch = Vec::with_capacity(records.len());
-        for r in &records {
-            match Event::decode(&r.value) {
-                Ok(event) if !self.routing.accepts_source(&event.source) => {}
-                Ok(mut event) => {
-                    self.routing.strip(&mut event);
-                    batch.push(SinkRecord {
-                        offset: r.offset,
-                        ends_transaction: r.flags.contains(RecordFlags::TXN_END),
-                        event,
-                    });
-                }
-                Err(e) => {
-                    self.fail(&format!(
-                        "the record at offset {} cannot be decoded: {e}",
-                        r.offset
-                    ));
-                    return Err(Stop::Idle);
-                }
-            }
-        }
-        // A transaction whose last record was routed away still ends here for this sink.
-        if last.flags.contains(RecordFlags::TXN_END)
-            && let Some(kept) = batch.last_mut()
-        {
-            kept.ends_transaction = true;
-        }
+    async fn apply(&mut self, batch: DecodedBatch) -> Result<(), Stop> {
+        let DecodedBatch {
+            first_offset,
+            last_offset,
+            last_append_ms: last_append,
+            records: mut batch,
+        } = batch;
         let started = Instant::now();
         loop {
             match self.sink.apply(&batch).await {

@@ -1,0 +1,116 @@
+//! Reads and decodes a sink's next batch while the sink applies the current one: decoding
+//! costs about as much as a fast store's write, so doing both at once keeps both busy.
+
+use siphon_core::log::{LogRecord, RecordFlags};
+use siphon_core::sink::SinkRecord;
+use siphon_core::sink::routing::Routing;
+use siphon_core::{Error, Event};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use super::batcher::Batcher;
+
+/// A batch ready for the sink.
+#[derive(Debug)]
+pub(super) struct DecodedBatch {
+    /// Offset of the batch's first log record.
+    pub first_offset: u64,
+    /// Offset of its last log record: the cursor moves past it once the batch is applied.
+    pub last_offset: u64,
+    /// Append time of its last log record, ms since the epoch.
+    pub last_append_ms: i64,
+    /// The records this sink takes (routed, excluded columns removed); may be empty.
+    pub records: Vec<SinkRecord>,
+}
+
+/// What the reading side hands over.
+#[derive(Debug)]
+pub(super) enum Fetched {
+    Batch(DecodedBatch),
+    /// The log could not be read (records lost to the size cap, damage).
+    ReadFailed(Error),
+    /// A record could not be decoded.
+    Undecodable {
+        offset: u64,
+        error: Error,
+    },
+}
+
+/// The reading task of one sink, one batch ahead; stopped when dropped.
+#[derive(Debug)]
+pub(super) struct Prefetch {
+    rx: mpsc::Receiver<Fetched>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Prefetch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Prefetch {
+    /// Starts reading `batcher`'s batches for a sink with `routing`.
+    pub fn start(mut batcher: Batcher, routing: Routing) -> Self {
+        let (tx, rx) = mpsc::channel(1);
+        let task = tokio::spawn(async move {
+            loop {
+                let fetched = match batcher.next().await {
+                    Ok(records) => match decode(&records, &routing) {
+                        Some(fetched) => fetched,
+                        None => continue,
+                    },
+                    Err(e) => Fetched::ReadFailed(e),
+                };
+                let last = !matches!(fetched, Fetched::Batch(_));
+                if tx.send(fetched).await.is_err() || last {
+                    return;
+                }
+            }
+        });
+        Prefetch { rx, task }
+    }
+
+    /// The next batch, or why there is none; cancel-safe.
+    pub async fn next(&mut self) -> Fetched {
+        self.rx.recv().await.unwrap_or_else(|| {
+            Fetched::ReadFailed(Error::permanent("the log reading task stopped"))
+        })
+    }
+}
+
+/// Decodes and routes one batch (`None` for no records). A transaction whose last record was
+/// routed away still ends at the last record this sink takes.
+fn decode(records: &[LogRecord], routing: &Routing) -> Option<Fetched> {
+    let (first, last) = (records.first()?, records.last()?);
+    let mut batch = DecodedBatch {
+        first_offset: first.offset,
+        last_offset: last.offset,
+        last_append_ms: last.timestamp_ms,
+        records: Vec::with_capacity(records.len()),
+    };
+    let ends = last.flags.contains(RecordFlags::TXN_END);
+    for r in records {
+        match Event::decode(&r.value) {
+            Ok(event) if !routing.accepts_source(&event.source) => {}
+            Ok(mut event) => {
+                routing.strip(&mut event);
+                batch.records.push(SinkRecord {
+                    offset: r.offset,
+                    ends_transaction: r.flags.contains(RecordFlags::TXN_END),
+                    event,
+                });
+            }
+            Err(error) => {
+                return Some(Fetched::Undecodable {
+                    offset: r.offset,
+                    error,
+                });
+            }
+        }
+    }
+    if ends && let Some(kept) = batch.records.last_mut() {
+        kept.ends_transaction = true;
+    }
+    Some(Fetched::Batch(batch))
+}
