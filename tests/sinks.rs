@@ -589,3 +589,83 @@ async fn a_record_the_target_refuses_goes_to_the_dead_letter_file_and_the_sink_g
     .await;
     assert_eq!(status[0]["sinks"]["wh"]["state"], "running");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_offline_replay_goes_on_through_a_target_outage_to_the_log_end() {
+    use siphon_core::log::file::{FileLog, FileLogConfig};
+    use siphon_source_generator::{GeneratorConfig, GeneratorSource};
+    const EVENTS: u64 = 40_000;
+    let search = SearchStandIn::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let generator = GeneratorSource::new(
+        "demo",
+        GeneratorConfig {
+            tables: vec!["demo.orders".into()],
+            keys: 700,
+            events: EVENTS,
+            transaction_size: 5,
+            ..GeneratorConfig::default()
+        },
+    );
+    let events: Vec<_> = (0..EVENTS).map(|i| generator.event(i)).collect();
+    let ends: Vec<usize> = (4..EVENTS as usize).step_by(5).collect();
+    let log = FileLog::open(
+        dir.path().join("pipelines/demo/log"),
+        FileLogConfig::default(),
+    )
+    .unwrap();
+    log.append_blocking(&siphon_core::source::encode_events(&events, &ends).unwrap())
+        .unwrap();
+    drop(log);
+    let config = siphon::config::Config::from_toml(&format!(
+        "data_dir = \"{}\"\n[admin]\nenabled = false\n[pipelines.demo.source]\nkind = \"generator\"\ntables = [\"demo.orders\"]\n\
+         [pipelines.demo.sinks.search]\nkind = \"elasticsearch\"\nurl = \"{}\"\nbatch_size = 100\nmax_backoff = \"200ms\"\n",
+        dir.path().display(),
+        search.url
+    ))
+    .unwrap();
+    let table = siphon_core::source::TableInfo {
+        name: "demo.orders".into(),
+        key_columns: vec!["id".into()],
+    };
+    let replay = tokio::spawn(async move {
+        siphon::runtime::replay_offline(&config, "demo", "search", 0, true, vec![table], |_, _| {})
+            .await
+    });
+    // The cluster goes down a little way into the replay, and comes back.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while search.requests() < 30 {
+        assert!(
+            Instant::now() < deadline,
+            "the replay never reached the cluster"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    search.set_fault(Some(503));
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    search.set_fault(None);
+    let status = replay.await.unwrap().unwrap();
+    assert!(
+        status.component.retries > 0,
+        "the outage came too late: {status:?}"
+    );
+    assert_eq!(
+        status.next_offset, EVENTS,
+        "the replay stopped before the log's end"
+    );
+    let live = common::fold(
+        &events
+            .iter()
+            .map(siphon_core::json::envelope)
+            .collect::<Vec<_>>(),
+    );
+    let documents: BTreeMap<(String, i64), Json> = search
+        .documents("orders")
+        .into_iter()
+        .map(|(id, doc)| (("orders".to_owned(), id.parse().unwrap()), doc))
+        .collect();
+    assert!(
+        documents == live,
+        "the documents differ from the log's rows"
+    );
+}

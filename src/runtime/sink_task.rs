@@ -231,9 +231,13 @@ impl SinkTask {
             .log
             .reader(next)
             .map_err(|e| (Stop::Idle, self.fail(&e.to_string())))?;
-        let replay_until = from
-            .map(|_| self.log.durable_end())
-            .filter(|until| next < *until);
+        // A replay runs to the log's end at its start; reopened after an error, it goes on
+        // to the same end.
+        let replay_until = match from {
+            Some(_) => Some(self.log.durable_end()),
+            None => self.handle.status.lock().unwrap().sinks[&self.name].replay_until,
+        }
+        .filter(|until| next < *until);
         self.save_cursor(next, None)
             .map_err(|e| (Stop::Idle, self.fail(&e.to_string())))?;
         self.update(|s| {
