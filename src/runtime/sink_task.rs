@@ -226,7 +226,19 @@ impl SinkTask {
         };
         let cursor = self.handle.status.lock().unwrap().sinks[&self.name].next_offset;
         // A replay goes back to `from`; otherwise the store's own cursor, if it keeps one, wins.
-        let next = from.or(stored).unwrap_or(cursor);
+        // A store that keeps a cursor but has none, although this sink had applied records,
+        // was wiped (a cache restarted without persistence) or replaced: rebuild it.
+        let start = self.log.start_offset();
+        let rebuild =
+            from.is_none() && stored.is_none() && self.sink.keeps_cursor() && cursor > start;
+        if rebuild {
+            tracing::warn!(sink = %self.name, cursor, from = start, "the store has lost this sink's cursor (wiped or replaced): rebuilding it from the start of the log");
+        }
+        let next = if rebuild {
+            start
+        } else {
+            from.or(stored).unwrap_or(cursor)
+        };
         let reader = self
             .log
             .reader(next)
@@ -235,6 +247,7 @@ impl SinkTask {
         // to the same end.
         let replay_until = match from {
             Some(_) => Some(self.log.durable_end()),
+            None if rebuild => Some(self.log.durable_end()),
             None => self.handle.status.lock().unwrap().sinks[&self.name].replay_until,
         }
         .filter(|until| next < *until);

@@ -69,6 +69,13 @@ pub trait Sink: Send {
     /// replay --reset`). Called before [`Sink::open`].
     async fn reset(&mut self, tables: &[TableInfo]) -> Result<()>;
 
+    /// Whether the store keeps this sink's cursor ([`Sink::open`] returns it once written).
+    /// Then a store that has none while the sink had applied records was wiped or replaced,
+    /// and the runtime rebuilds it from the start of the log.
+    fn keeps_cursor(&self) -> bool {
+        false
+    }
+
     /// Whether it keeps every event (an audit or history table): then the log never compacts
     /// what it has not read.
     fn keeps_history(&self) -> bool {

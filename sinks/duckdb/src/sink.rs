@@ -580,6 +580,10 @@ impl Sink for DuckdbSink {
         })
     }
 
+    fn keeps_cursor(&self) -> bool {
+        true
+    }
+
     async fn reset(&mut self, tables: &[TableInfo]) -> Result<()> {
         blocking(|| {
             self.connect()?;

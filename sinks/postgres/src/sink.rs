@@ -690,6 +690,10 @@ impl Sink for PostgresSink {
         Ok(())
     }
 
+    fn keeps_cursor(&self) -> bool {
+        true
+    }
+
     async fn reset(&mut self, tables: &[TableInfo]) -> Result<()> {
         self.connect().await?;
         self.prepare_metadata().await?;

@@ -164,14 +164,28 @@ impl RedisSink {
         }
     }
 
+    /// Moves the cursor. Once there is one it must still be there (`SET … XX`): a missing
+    /// cursor means Redis lost its data (FLUSHALL, a restart without persistence), and the
+    /// error makes the runtime open the sink again, find no cursor, and rebuild the keys.
     async fn set_cursor(&mut self, next: u64) -> Result<()> {
         let mut conn = self.conn().await?;
-        let done: redis::RedisResult<()> = redis::cmd("SET")
-            .arg(&self.cursor_key)
-            .arg(next)
-            .query_async(&mut conn)
-            .await;
-        done.map_err(|e| self.error(&e, "setting the cursor"))?;
+        let mut set = redis::cmd("SET");
+        set.arg(&self.cursor_key).arg(next);
+        if self.cursor.is_some() {
+            set.arg("XX");
+        }
+        let done: redis::RedisResult<Option<String>> = set.query_async(&mut conn).await;
+        if done
+            .map_err(|e| self.error(&e, "setting the cursor"))?
+            .is_none()
+        {
+            self.cursor = None;
+            return Err(Error::transient(format!(
+                "redis {}: the cursor key {} is gone: Redis lost its data (flushed, or restarted without persistence)",
+                redact_url(&self.config.url),
+                self.cursor_key
+            )));
+        }
         self.cursor = Some(next);
         Ok(())
     }
@@ -314,6 +328,10 @@ impl Sink for RedisSink {
 
     async fn rewind(&mut self, next: u64) -> Result<()> {
         self.set_cursor(next).await
+    }
+
+    fn keeps_cursor(&self) -> bool {
+        true
     }
 
     async fn reset(&mut self, tables: &[TableInfo]) -> Result<()> {
