@@ -20,6 +20,8 @@ pub mod sink;
 pub mod source;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+#[cfg(feature = "tls")]
+pub mod tls;
 pub mod units;
 
 pub use error::{Error, ErrorKind, Result};

@@ -35,36 +35,7 @@ impl TryFrom<String> for SnapshotMode {
     }
 }
 
-/// TLS to the server, as libpq's `sslmode` has it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", try_from = "String")]
-pub enum TlsMode {
-    /// No TLS.
-    #[default]
-    Disable,
-    /// Encrypt; trust any server certificate.
-    Require,
-    /// Encrypt; the certificate must chain to `tls_ca_file`.
-    VerifyCa,
-    /// Like `verify_ca`, and the certificate must name the host.
-    VerifyFull,
-}
-
-impl TryFrom<String> for TlsMode {
-    type Error = String;
-
-    fn try_from(value: String) -> Result<Self, Self::Error> {
-        match value.as_str() {
-            "disable" => Ok(TlsMode::Disable),
-            "require" => Ok(TlsMode::Require),
-            "verify_ca" | "verify-ca" => Ok(TlsMode::VerifyCa),
-            "verify_full" | "verify-full" => Ok(TlsMode::VerifyFull),
-            other => Err(format!(
-                "unknown tls mode {other:?}; allowed: \"disable\", \"require\", \"verify_ca\", \"verify_full\""
-            )),
-        }
-    }
-}
+pub use siphon_core::tls::TlsMode;
 
 /// `kind = "postgres"`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -124,16 +95,7 @@ fn default_status_interval() -> HumanDuration {
 impl PostgresConfig {
     /// The TLS mode in force: `tls`, or the URL's `sslmode`.
     pub fn tls_mode(&self) -> TlsMode {
-        self.tls.unwrap_or_else(|| {
-            match self
-                .url
-                .parse::<tokio_postgres::Config>()
-                .map(|c| c.get_ssl_mode())
-            {
-                Ok(tokio_postgres::config::SslMode::Require) => TlsMode::Require,
-                _ => TlsMode::Disable,
-            }
-        })
+        self.tls.unwrap_or_else(|| TlsMode::from_url(&self.url))
     }
 
     /// Checks the settings; the message names the key.

@@ -15,7 +15,6 @@ mod events;
 mod pgoutput;
 mod snapshot;
 mod stream;
-mod tls;
 mod values;
 
 use async_trait::async_trait;
@@ -129,7 +128,10 @@ impl PostgresSource {
     }
 
     fn conn(&self) -> Result<Conn> {
-        let tls = tls::client_config(self.config.tls_mode(), self.config.tls_ca_file.as_deref())?;
+        let tls = siphon_core::tls::client_config(
+            self.config.tls_mode(),
+            self.config.tls_ca_file.as_deref(),
+        )?;
         Ok(Conn {
             pg: self.pg_config()?,
             tls,

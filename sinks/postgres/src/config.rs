@@ -1,8 +1,11 @@
 //! `[pipelines.NAME.sinks.SINK]` with `kind = "postgres"`.
 
+use std::path::PathBuf;
+
 use serde::Deserialize;
 use siphon_core::Secret;
 use siphon_core::sink::routing::NameTemplate;
+use siphon_core::tls::TlsMode;
 
 /// The placeholders of `schema` and `table`.
 pub(crate) const NAME_PLACEHOLDERS: &[&str] = &["schema", "table"];
@@ -26,6 +29,14 @@ pub struct PostgresSinkConfig {
     /// Target table name of a source table: `{schema}` and `{table}` are the source's.
     #[serde(default = "default_table")]
     pub table: String,
+    /// TLS to the target: "disable", "require" (encrypt, trust any certificate), "verify_ca"
+    /// (the certificate chains to `tls_ca_file`) or "verify_full" (and names the host).
+    /// Unset: the URL's `sslmode`.
+    #[serde(default)]
+    pub tls: Option<TlsMode>,
+    /// CA certificates (PEM) for `verify_ca` and `verify_full`.
+    #[serde(default)]
+    pub tls_ca_file: Option<PathBuf>,
 }
 
 /// What the target tables hold.
@@ -56,13 +67,25 @@ impl PostgresSinkConfig {
             mode: TableMode::default(),
             schema: default_schema(),
             table: default_table(),
+            tls: None,
+            tls_ca_file: None,
         }
+    }
+
+    /// The TLS mode in force: `tls`, or the URL's `sslmode`.
+    pub fn tls_mode(&self) -> TlsMode {
+        self.tls.unwrap_or_else(|| TlsMode::from_url(&self.url))
     }
 
     /// Checks what serde cannot; the message names the key.
     pub fn validate(&self) -> Result<(), String> {
         NameTemplate::parse(&self.schema, NAME_PLACEHOLDERS).map_err(|e| format!("schema: {e}"))?;
         NameTemplate::parse(&self.table, NAME_PLACEHOLDERS).map_err(|e| format!("table: {e}"))?;
+        if matches!(self.tls_mode(), TlsMode::VerifyCa | TlsMode::VerifyFull)
+            && self.tls_ca_file.is_none()
+        {
+            return Err("tls_ca_file: required with tls = \"verify_ca\" or \"verify_full\"".into());
+        }
         self.url
             .parse::<tokio_postgres::Config>()
             .map(drop)

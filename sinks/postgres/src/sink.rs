@@ -83,15 +83,28 @@ impl PostgresSink {
             // The IF NOT EXISTS of preparing the target would otherwise log notices.
             .options("-c client_min_messages=warning")
             .connect_timeout(std::time::Duration::from_secs(10));
-        let (client, connection) = config
-            .connect(NoTls)
-            .await
-            .map_err(|e| self.error(&e, "connecting"))?;
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!(error = %e, "postgres sink connection ended");
+        let tls = siphon_core::tls::client_config(
+            self.config.tls_mode(),
+            self.config.tls_ca_file.as_deref(),
+        )?;
+        let client = match tls {
+            None => {
+                let (client, connection) = config
+                    .connect(NoTls)
+                    .await
+                    .map_err(|e| self.error(&e, "connecting"))?;
+                tokio::spawn(log_end(connection));
+                client
             }
-        });
+            Some(tls) => {
+                let (client, connection) = config
+                    .connect(tokio_postgres_rustls::MakeRustlsConnect::new(tls))
+                    .await
+                    .map_err(|e| self.error(&e, "connecting"))?;
+                tokio::spawn(log_end(connection));
+                client
+            }
+        };
         self.client = Some(client);
         Ok(())
     }
@@ -574,6 +587,13 @@ fn rejected(event: &Event, offset: u64, reason: impl Into<String>) -> Error {
     }
 }
 
+/// Drives a connection until it ends.
+async fn log_end(connection: impl std::future::Future<Output = Result<(), tokio_postgres::Error>>) {
+    if let Err(e) = connection.await {
+        tracing::debug!(error = %e, "postgres sink connection ended");
+    }
+}
+
 /// The server's message with its detail, or the client's.
 fn db_message(e: &tokio_postgres::Error) -> String {
     match e.as_db_error() {
@@ -581,7 +601,16 @@ fn db_message(e: &tokio_postgres::Error) -> String {
             Some(detail) => format!("{} ({detail})", db.message()),
             None => db.message().to_owned(),
         },
-        None => e.to_string(),
+        // The client's error, with its causes (a TLS handshake says why it failed).
+        None => {
+            let mut message = e.to_string();
+            let mut cause = std::error::Error::source(e);
+            while let Some(c) = cause {
+                message.push_str(&format!(": {c}"));
+                cause = c.source();
+            }
+            message
+        }
     }
 }
 

@@ -245,3 +245,50 @@ async fn a_table_without_a_key_is_refused_by_a_mirror() {
     assert!(!e.is_transient());
     assert!(e.to_string().contains("public.log"), "{e}");
 }
+
+#[tokio::test]
+async fn tls_require_encrypts_the_connection_and_verify_full_checks_the_host() {
+    let db = postgres().await.expect("postgres");
+    let client = db.client().await.unwrap();
+    let ssl: String = client.query_one("show ssl", &[]).await.unwrap().get(0);
+    assert_eq!(
+        ssl, "on",
+        "this test needs PostgreSQL with ssl = on (Debian's default)"
+    );
+    let mut sink = PostgresSink::new(
+        PostgresSinkConfig {
+            tls: Some(siphon_core::tls::TlsMode::Require),
+            ..PostgresSinkConfig::new(db.url.clone())
+        },
+        "p",
+        "s",
+    )
+    .unwrap();
+    sink.open(&[compliance_table()]).await.unwrap();
+    sink.apply(&[create(0, 1, "over tls")]).await.unwrap();
+    let encrypted: bool = client
+        .query_one(
+            "select bool_and(s.ssl) from pg_stat_ssl s join pg_stat_activity a using (pid) \
+             where a.datname = current_database() and a.application_name = 'siphon'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(encrypted, "the sink's connection is not encrypted");
+    assert_eq!(mirror_rows(&db).await.len(), 1);
+    // The snakeoil certificate names the machine, not 127.0.0.1.
+    let snakeoil = std::path::PathBuf::from("/etc/ssl/certs/ssl-cert-snakeoil.pem");
+    let mut strict = PostgresSink::new(
+        PostgresSinkConfig {
+            tls: Some(siphon_core::tls::TlsMode::VerifyFull),
+            tls_ca_file: Some(snakeoil),
+            ..PostgresSinkConfig::new(db.url.clone())
+        },
+        "p",
+        "s2",
+    )
+    .unwrap();
+    let e = strict.open(&[compliance_table()]).await.unwrap_err();
+    assert!(e.to_string().to_lowercase().contains("certificate"), "{e}");
+}

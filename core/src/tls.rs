@@ -1,6 +1,6 @@
-//! TLS to PostgreSQL with rustls, in libpq's modes: `require` (encrypt, trust any
+//! TLS to a database with rustls, in libpq's modes: `require` (encrypt, trust any
 //! certificate), `verify_ca` (the certificate chains to `tls_ca_file`), `verify_full` (and
-//! names the host).
+//! names the host). Shared by the PostgreSQL source and sink (feature `tls`).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -13,15 +13,60 @@ use rustls::{
     CertificateError, ClientConfig, DigitallySignedStruct, Error as TlsError, RootCertStore,
     SignatureScheme,
 };
-use siphon_core::{Error, Result};
+use serde::{Deserialize, Serialize};
 
-use crate::config::TlsMode;
+use crate::{Error, Result};
+
+/// TLS to the server, as libpq's `sslmode` has it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", try_from = "String")]
+pub enum TlsMode {
+    /// No TLS.
+    #[default]
+    Disable,
+    /// Encrypt; trust any server certificate.
+    Require,
+    /// Encrypt; the certificate must chain to `tls_ca_file`.
+    VerifyCa,
+    /// Like `verify_ca`, and the certificate must name the host.
+    VerifyFull,
+}
+
+impl TryFrom<String> for TlsMode {
+    type Error = String;
+
+    fn try_from(value: String) -> std::result::Result<Self, Self::Error> {
+        match value.as_str() {
+            "disable" => Ok(TlsMode::Disable),
+            "require" => Ok(TlsMode::Require),
+            "verify_ca" | "verify-ca" => Ok(TlsMode::VerifyCa),
+            "verify_full" | "verify-full" => Ok(TlsMode::VerifyFull),
+            other => Err(format!(
+                "unknown tls mode {other:?}; allowed: \"disable\", \"require\", \"verify_ca\", \"verify_full\""
+            )),
+        }
+    }
+}
+
+impl TlsMode {
+    /// The mode a connection URL's `sslmode` asks for (`prefer` and `allow`, which fall back
+    /// to plain text, are taken as `disable`).
+    pub fn from_url(url: &str) -> TlsMode {
+        let query = url.split_once('?').map_or("", |(_, q)| q);
+        query
+            .split('&')
+            .find_map(|pair| pair.strip_prefix("sslmode="))
+            .and_then(|mode| TlsMode::try_from(mode.to_owned()).ok())
+            .unwrap_or_default()
+    }
+}
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-/// The rustls configuration for `mode`; `None` without TLS.
+/// The rustls configuration for `mode`; `None` without TLS. `verify_ca` and `verify_full`
+/// need `ca_file` (PEM).
 pub fn client_config(mode: TlsMode, ca_file: Option<&Path>) -> Result<Option<ClientConfig>> {
     let builder = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
@@ -157,5 +202,27 @@ impl ServerCertVerifier for AnyName {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.0.supported_verify_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_url_sslmode_chooses_the_mode() {
+        assert_eq!(
+            TlsMode::from_url("postgres://u@h/db?sslmode=require"),
+            TlsMode::Require
+        );
+        assert_eq!(
+            TlsMode::from_url("postgres://u@h/db?application_name=x&sslmode=verify-full"),
+            TlsMode::VerifyFull
+        );
+        assert_eq!(
+            TlsMode::from_url("postgres://u@h/db?sslmode=prefer"),
+            TlsMode::Disable
+        );
+        assert_eq!(TlsMode::from_url("postgres://u@h/db"), TlsMode::Disable);
     }
 }
