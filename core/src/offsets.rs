@@ -69,6 +69,14 @@ impl OffsetStore {
         write_json(&self.sink_path(sink), cursor)
     }
 
+    /// Saves the cursor of a sink whose store keeps its own, without fsync: a reader never
+    /// sees half of the file, but a crash of the machine may leave an older cursor or none,
+    /// and then the store's cursor (which wins on open) or a rebuild covers it.
+    pub fn save_sink_unsynced(&self, sink: &str, cursor: &SinkCursor) -> Result<()> {
+        let bytes = serde_json::to_vec_pretty(cursor).map_err(|e| Error::Codec(e.to_string()))?;
+        fsutil::replace(&self.sink_path(sink), &bytes, false)
+    }
+
     /// Every sink cursor saved here, by sink name.
     pub fn sinks(&self) -> Result<BTreeMap<String, SinkCursor>> {
         let mut out = BTreeMap::new();

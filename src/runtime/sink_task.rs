@@ -384,7 +384,19 @@ impl SinkTask {
         let elapsed = started.elapsed();
         self.retry_backoff.reset();
         let next = last_offset + 1;
-        if let Err(e) = self.save_cursor(next, None) {
+        // A store that keeps its cursor made the batch durable itself.
+        let saved = if self.sink.keeps_cursor() {
+            self.offsets.save_sink_unsynced(
+                &self.name,
+                &SinkCursor {
+                    next_offset: next,
+                    lost: None,
+                },
+            )
+        } else {
+            self.save_cursor(next, None)
+        };
+        if let Err(e) = saved {
             self.fail(&format!("saving the cursor: {e}"));
             return Err(Stop::Idle);
         }
