@@ -1,9 +1,10 @@
-//! The sink side: what a derived store implements, and the pieces every keyed sink shares:
-//! [`changes`] (a batch reduced to its net effect per key) and [`routing`] (which tables and
-//! columns a sink takes, and the names it writes them under).
+//! The sink side: what a derived store implements, and the pieces sinks share: [`changes`] (a
+//! batch reduced to its net effect per key), [`routing`] (which tables and columns a sink
+//! takes, and the names it writes them under) and [`table`] (tables SQL stores create).
 
 pub mod changes;
 pub mod routing;
+pub mod table;
 
 use async_trait::async_trait;
 

@@ -7,12 +7,13 @@ use duckdb::Connection;
 use siphon_core::event::{Event, Row};
 use siphon_core::sink::changes::{Change, by_table, by_written_columns, history_row, net_changes};
 use siphon_core::sink::routing::NameTemplate;
+use siphon_core::sink::table::{self, new_columns, quote};
 use siphon_core::sink::{Sink, SinkRecord};
 use siphon_core::source::TableInfo;
 use siphon_core::{Error, Result};
 
 use crate::config::{DuckdbSinkConfig, NAME_PLACEHOLDERS, TableMode};
-use crate::types::{column_type, quote, staged, staging_type};
+use crate::types::{column_type, staged, staging_type};
 
 /// Where the cursors live in the database.
 const CURSORS: &str = "siphon_cursors";
@@ -200,78 +201,61 @@ impl DuckdbSink {
                 }
             }
         };
-        for row in rows {
-            for (column, value) in row.iter() {
-                if !target.columns.contains_key(column)
-                    && let Some(ty) = column_type(value)
-                {
-                    self.batch(
-                        &format!(
-                            "ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} {ty}",
-                            target.name,
-                            quote(column)
-                        ),
-                        "adding a column",
-                    )?;
-                    tracing::info!(table = %target.name, column, ty, "added a column to the target table");
-                    target.columns.insert(column.to_owned(), ty.to_owned());
-                }
-            }
+        // DuckDB adds one column per statement.
+        for (column, ty) in new_columns(None, rows, column_type, |c| target.columns.contains_key(c))
+        {
+            self.batch(
+                &format!(
+                    "ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} {ty}",
+                    target.name,
+                    quote(column)
+                ),
+                "adding a column",
+            )?;
+            tracing::info!(table = %target.name, column, ty, "added a column to the target table");
+            target.columns.insert(column.to_owned(), ty.to_owned());
         }
         self.targets.insert(id, target.clone());
         Ok(target)
     }
 
     fn create(&self, target: &Target, event: &Event, rows: &[&Row]) -> Result<Target> {
-        let mut columns: Vec<(String, String)> = match self.config.mode {
-            TableMode::Mirror => vec![("_siphon_offset".into(), "BIGINT NOT NULL".into())],
-            TableMode::History => vec![
-                ("_siphon_offset".into(), "BIGINT PRIMARY KEY".into()),
-                ("_siphon_op".into(), "VARCHAR NOT NULL".into()),
-                ("_siphon_position".into(), "VARCHAR".into()),
-                ("_siphon_commit_ts".into(), "TIMESTAMPTZ".into()),
+        let leading: &[(&str, &str)] = match self.config.mode {
+            TableMode::Mirror => &[("_siphon_offset", "BIGINT NOT NULL")],
+            TableMode::History => &[
+                ("_siphon_offset", "BIGINT PRIMARY KEY"),
+                ("_siphon_op", "VARCHAR NOT NULL"),
+                ("_siphon_position", "VARCHAR"),
+                ("_siphon_commit_ts", "TIMESTAMPTZ"),
             ],
         };
         let key = event.key.as_ref();
-        for (column, value) in key
-            .into_iter()
-            .flat_map(Row::iter)
-            .chain(rows.iter().flat_map(|r| r.iter()))
-        {
-            if !columns.iter().any(|(c, _)| c == column)
-                && let Some(ty) = column_type(value)
-            {
-                columns.push((column.to_owned(), ty.to_owned()));
-            }
-        }
-        let mut defs: Vec<String> = columns
-            .iter()
-            .map(|(c, ty)| format!("{} {ty}", quote(c)))
-            .collect();
-        if self.config.mode == TableMode::Mirror {
-            let key: Vec<String> = key
+        let columns = new_columns(key, rows, column_type, |_| false);
+        let key_names: Vec<&str> = match self.config.mode {
+            TableMode::Mirror => key
                 .into_iter()
                 .flat_map(Row::iter)
-                .map(|(c, _)| quote(c))
-                .collect();
-            defs.push(format!("PRIMARY KEY ({})", key.join(", ")));
-        }
+                .map(|(c, _)| c)
+                .collect(),
+            TableMode::History => Vec::new(),
+        };
         self.batch(
             &format!(
                 "CREATE TABLE IF NOT EXISTS {} ({})",
                 target.name,
-                defs.join(", ")
+                table::definition(leading, &columns, &key_names)
             ),
             "creating the target table",
         )?;
         tracing::info!(table = %target.name, mode = ?self.config.mode, "created the target table");
         Ok(Target {
             name: target.name.clone(),
-            columns: columns
-                .into_iter()
+            columns: leading
+                .iter()
+                .chain(&columns)
                 .map(|(c, ty)| {
-                    let ty = ty.split_whitespace().next().unwrap_or_default().to_owned();
-                    (c, ty)
+                    let ty = ty.split_whitespace().next().unwrap_or_default();
+                    ((*c).to_owned(), ty.to_owned())
                 })
                 .collect(),
         })

@@ -65,8 +65,3 @@ pub(crate) fn staged(value: Option<&Value>) -> Duck {
         Some(v) => Duck::Text(value_text(v).into_owned()),
     }
 }
-
-/// An identifier, quoted.
-pub(crate) fn quote(ident: &str) -> String {
-    format!("\"{}\"", ident.replace('"', "\"\""))
-}

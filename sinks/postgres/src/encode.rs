@@ -67,11 +67,6 @@ fn float_text(f: f64, shortest: String) -> String {
     }
 }
 
-/// An identifier, quoted.
-pub(crate) fn quote(ident: &str) -> String {
-    format!("\"{}\"", ident.replace('"', "\"\""))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,6 +88,5 @@ mod tests {
             "01:00:00+00"
         );
         assert_eq!(pg_text(&Value::Null), None);
-        assert_eq!(quote("a\"b"), "\"a\"\"b\"");
     }
 }

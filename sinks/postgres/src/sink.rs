@@ -7,6 +7,7 @@ use siphon_core::event::{Event, Row};
 use siphon_core::secret::redact_url;
 use siphon_core::sink::changes::{Change, by_table, by_written_columns, history_row, net_changes};
 use siphon_core::sink::routing::NameTemplate;
+use siphon_core::sink::table::{self, new_columns, quote};
 use siphon_core::sink::{Sink, SinkRecord};
 use siphon_core::source::TableInfo;
 use siphon_core::{Error, Result};
@@ -14,7 +15,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, NoTls};
 
 use crate::config::{NAME_PLACEHOLDERS, PostgresSinkConfig, TableMode};
-use crate::encode::{column_type, pg_text, quote};
+use crate::encode::{column_type, pg_text};
 
 /// Where the cursors live in the target database.
 const CURSORS: &str = "siphon.cursors";
@@ -161,17 +162,7 @@ impl PostgresSink {
             Some(t) => t.clone(),
             None => self.load_target(event, rows).await?,
         };
-        let mut missing: Vec<(&str, &'static str)> = Vec::new();
-        for row in rows {
-            for (column, value) in row.iter() {
-                if !target.columns.contains_key(column)
-                    && !missing.iter().any(|(c, _)| *c == column)
-                    && let Some(ty) = column_type(value)
-                {
-                    missing.push((column, ty));
-                }
-            }
-        }
+        let missing = new_columns(None, rows, column_type, |c| target.columns.contains_key(c));
         let target = if missing.is_empty() {
             target
         } else {
@@ -208,45 +199,32 @@ impl PostgresSink {
             name,
         };
         if target.columns.is_empty() {
-            let mut columns: Vec<(String, String)> = match self.config.mode {
-                TableMode::Mirror => vec![("_siphon_offset".into(), "bigint NOT NULL".into())],
-                TableMode::History => vec![
-                    ("_siphon_offset".into(), "bigint PRIMARY KEY".into()),
-                    ("_siphon_op".into(), "text NOT NULL".into()),
-                    ("_siphon_position".into(), "jsonb".into()),
-                    ("_siphon_commit_ts".into(), "timestamptz".into()),
+            let leading: &[(&str, &str)] = match self.config.mode {
+                TableMode::Mirror => &[("_siphon_offset", "bigint NOT NULL")],
+                TableMode::History => &[
+                    ("_siphon_offset", "bigint PRIMARY KEY"),
+                    ("_siphon_op", "text NOT NULL"),
+                    ("_siphon_position", "jsonb"),
+                    ("_siphon_commit_ts", "timestamptz"),
                 ],
             };
             let key = event.key.as_ref();
-            for (column, value) in key
-                .into_iter()
-                .flat_map(Row::iter)
-                .chain(rows.iter().flat_map(|r| r.iter()))
-            {
-                if !columns.iter().any(|(c, _)| c == column)
-                    && let Some(ty) = column_type(value)
-                {
-                    columns.push((column.to_owned(), ty.to_owned()));
-                }
-            }
-            let mut defs: Vec<String> = columns
-                .iter()
-                .map(|(c, ty)| format!("{} {ty}", quote(c)))
-                .collect();
-            if self.config.mode == TableMode::Mirror {
-                let key: Vec<String> = key
+            let columns = new_columns(key, rows, column_type, |_| false);
+            let key_names: Vec<&str> = match self.config.mode {
+                TableMode::Mirror => key
                     .into_iter()
                     .flat_map(Row::iter)
-                    .map(|(c, _)| quote(c))
-                    .collect();
-                defs.push(format!("PRIMARY KEY ({})", key.join(", ")));
-            }
+                    .map(|(c, _)| c)
+                    .collect(),
+                TableMode::History => Vec::new(),
+            };
+            let defs = table::definition(leading, &columns, &key_names);
             self.batch(
                 &format!(
                     "CREATE SCHEMA IF NOT EXISTS {}; CREATE TABLE IF NOT EXISTS {} ({})",
                     quote(&schema),
                     target.name,
-                    defs.join(", ")
+                    defs
                 ),
                 "creating the target table",
             )
@@ -372,15 +350,9 @@ impl PostgresSink {
                 .collect::<Vec<_>>()
                 .join(", "),
             casts = casts(names, target),
-            arrays = (1..=n)
-                .map(|i| format!("${i}::text[]"))
-                .collect::<Vec<_>>()
-                .join(", "),
+            arrays = text_arrays(1, n),
             last = n + 1,
-            aliases = (1..=n)
-                .map(|i| format!("c{i}"))
-                .collect::<Vec<_>>()
-                .join(", "),
+            aliases = alias_list(n),
             key = key.iter().map(|c| quote(c)).collect::<Vec<_>>().join(", "),
             updates = updates.join(", "),
         );
@@ -406,15 +378,9 @@ impl PostgresSink {
             "DELETE FROM {table} AS t USING unnest({arrays}, ${last}::bigint[]) AS s({aliases}, o) \
              WHERE {matches} AND t._siphon_offset < s.o",
             table = target.name,
-            arrays = (1..=n)
-                .map(|i| format!("${i}::text[]"))
-                .collect::<Vec<_>>()
-                .join(", "),
+            arrays = text_arrays(1, n),
             last = n + 1,
-            aliases = (1..=n)
-                .map(|i| format!("c{i}"))
-                .collect::<Vec<_>>()
-                .join(", "),
+            aliases = alias_list(n),
             matches = names
                 .iter()
                 .enumerate()
@@ -482,14 +448,8 @@ impl PostgresSink {
                 .collect::<Vec<_>>()
                 .join(", "),
             casts = casts(names, target),
-            arrays = (1..=n)
-                .map(|i| format!("${}::text[]", i + 4))
-                .collect::<Vec<_>>()
-                .join(", "),
-            aliases = (1..=n)
-                .map(|i| format!("c{i}"))
-                .collect::<Vec<_>>()
-                .join(", "),
+            arrays = text_arrays(5, n),
+            aliases = alias_list(n),
         );
         let mut params: Vec<&(dyn ToSql + Sync)> = vec![&offsets, &ops, &positions, &commit_ms];
         params.extend(columns.iter().map(|v| v as &(dyn ToSql + Sync)));
@@ -548,6 +508,22 @@ impl PostgresSink {
         )
         .await
     }
+}
+
+/// `$from::text[], …`: `n` text-array parameters from `$from` on.
+fn text_arrays(from: usize, n: usize) -> String {
+    (from..from + n)
+        .map(|i| format!("${i}::text[]"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `c1, …, cn`: the names `unnest` gives the arrays' columns.
+fn alias_list(n: usize) -> String {
+    (1..=n)
+        .map(|i| format!("c{i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Per column of `names`, its text in each row (`NULL` where a row lacks the column): one

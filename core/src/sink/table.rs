@@ -1,0 +1,78 @@
+//! Tables that SQL stores (the PostgreSQL and DuckDB sinks) create and evolve from events:
+//! which columns a batch needs, and how a table is defined. Each store brings its own type
+//! names; identifiers are quoted the SQL way in both.
+
+use crate::event::{Row, Value};
+
+/// An identifier, quoted: `"name"`, with `"` doubled.
+pub fn quote(ident: &str) -> String {
+    format!("\"{}\"", ident.replace('"', "\"\""))
+}
+
+/// Columns of `key` and `rows` that `known` does not have yet, with the type `column_type`
+/// gives their first non-null value, in order of first appearance (the key first). A column
+/// with only NULLs (or unchanged values) has no type yet: it is left for a later batch.
+pub fn new_columns<'r>(
+    key: Option<&'r Row>,
+    rows: &[&'r Row],
+    column_type: impl Fn(&Value) -> Option<&'static str>,
+    known: impl Fn(&str) -> bool,
+) -> Vec<(&'r str, &'static str)> {
+    let mut columns: Vec<(&str, &'static str)> = Vec::new();
+    for (column, value) in key
+        .into_iter()
+        .flat_map(Row::iter)
+        .chain(rows.iter().flat_map(|r| r.iter()))
+    {
+        if !known(column)
+            && !columns.iter().any(|(c, _)| *c == column)
+            && let Some(ty) = column_type(value)
+        {
+            columns.push((column, ty));
+        }
+    }
+    columns
+}
+
+/// The inside of `CREATE TABLE t (…)`: `leading` columns (name and full definition), then
+/// `columns`, then `PRIMARY KEY (key…)` when there is a key.
+pub fn definition(leading: &[(&str, &str)], columns: &[(&str, &str)], key: &[&str]) -> String {
+    let mut defs: Vec<String> = leading
+        .iter()
+        .chain(columns)
+        .map(|(c, ty)| format!("{} {ty}", quote(c)))
+        .collect();
+    if !key.is_empty() {
+        let key: Vec<String> = key.iter().map(|c| quote(c)).collect();
+        defs.push(format!("PRIMARY KEY ({})", key.join(", ")));
+    }
+    defs.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn new_columns_are_typed_by_their_first_value_and_nulls_wait() {
+        let key = Row(vec![("id".into(), Value::Int(1))]);
+        let a = Row(vec![
+            ("id".into(), Value::Int(1)),
+            ("n".into(), Value::Null),
+            ("s".into(), Value::Text("x".into())),
+        ]);
+        let b = Row(vec![("n".into(), Value::Int(2))]);
+        let ty = |v: &Value| match v {
+            Value::Int(_) => Some("bigint"),
+            Value::Text(_) => Some("text"),
+            _ => None,
+        };
+        let cols = new_columns(Some(&key), &[&a, &b], ty, |c| c == "s");
+        assert_eq!(cols, [("id", "bigint"), ("n", "bigint")]);
+        assert_eq!(
+            definition(&[("_v", "bigint NOT NULL")], &cols, &["id"]),
+            "\"_v\" bigint NOT NULL, \"id\" bigint, \"n\" bigint, PRIMARY KEY (\"id\")"
+        );
+        assert_eq!(quote("a\"b"), "\"a\"\"b\"");
+    }
+}
