@@ -2,7 +2,63 @@
 //! which columns a batch needs, and how a table is defined. Each store brings its own type
 //! names; identifiers are quoted the SQL way in both.
 
+use serde::Deserialize;
+
 use crate::event::{Row, Value};
+
+/// What a SQL store's tables hold (`mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TableMode {
+    /// The current rows, by primary key.
+    #[default]
+    Mirror,
+    /// Every event, appended.
+    History,
+}
+
+/// A store's SQL names for the types of the columns siphon adds.
+#[derive(Debug, Clone, Copy)]
+pub struct MetaTypes {
+    /// A 64-bit integer (`_siphon_offset`).
+    pub bigint: &'static str,
+    /// Text (`_siphon_op`).
+    pub text: &'static str,
+    /// The source position as JSON (`_siphon_position`).
+    pub json: &'static str,
+    /// An instant (`_siphon_commit_ts`).
+    pub timestamptz: &'static str,
+}
+
+impl TableMode {
+    /// The columns siphon adds to a new table, with their definitions, and its primary key:
+    /// a mirror has `_siphon_offset` (the row's version) and the source's key; a history has
+    /// `_siphon_offset` as its key, `_siphon_op`, `_siphon_position` and `_siphon_commit_ts`.
+    pub fn layout(
+        self,
+        types: MetaTypes,
+        key: Option<&Row>,
+    ) -> (Vec<(&'static str, String)>, Vec<&str>) {
+        match self {
+            TableMode::Mirror => (
+                vec![("_siphon_offset", format!("{} NOT NULL", types.bigint))],
+                key.into_iter()
+                    .flat_map(Row::iter)
+                    .map(|(c, _)| c)
+                    .collect(),
+            ),
+            TableMode::History => (
+                vec![
+                    ("_siphon_offset", format!("{} PRIMARY KEY", types.bigint)),
+                    ("_siphon_op", format!("{} NOT NULL", types.text)),
+                    ("_siphon_position", types.json.to_owned()),
+                    ("_siphon_commit_ts", types.timestamptz.to_owned()),
+                ],
+                Vec::new(),
+            ),
+        }
+    }
+}
 
 /// An identifier, quoted: `"name"`, with `"` doubled.
 pub fn quote(ident: &str) -> String {
@@ -36,11 +92,11 @@ pub fn new_columns<'r>(
 
 /// The inside of `CREATE TABLE t (…)`: `leading` columns (name and full definition), then
 /// `columns`, then `PRIMARY KEY (key…)` when there is a key.
-pub fn definition(leading: &[(&str, &str)], columns: &[(&str, &str)], key: &[&str]) -> String {
+pub fn definition(leading: &[(&str, String)], columns: &[(&str, &str)], key: &[&str]) -> String {
     let mut defs: Vec<String> = leading
         .iter()
-        .chain(columns)
         .map(|(c, ty)| format!("{} {ty}", quote(c)))
+        .chain(columns.iter().map(|(c, ty)| format!("{} {ty}", quote(c))))
         .collect();
     if !key.is_empty() {
         let key: Vec<String> = key.iter().map(|c| quote(c)).collect();
@@ -70,7 +126,7 @@ mod tests {
         let cols = new_columns(Some(&key), &[&a, &b], ty, |c| c == "s");
         assert_eq!(cols, [("id", "bigint"), ("n", "bigint")]);
         assert_eq!(
-            definition(&[("_v", "bigint NOT NULL")], &cols, &["id"]),
+            definition(&[("_v", "bigint NOT NULL".into())], &cols, &["id"]),
             "\"_v\" bigint NOT NULL, \"id\" bigint, \"n\" bigint, PRIMARY KEY (\"id\")"
         );
         assert_eq!(quote("a\"b"), "\"a\"\"b\"");

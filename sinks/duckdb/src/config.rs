@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 use siphon_core::sink::routing::NameTemplate;
+pub use siphon_core::sink::table::TableMode;
 
 /// The placeholders of `table`.
 pub(crate) const NAME_PLACEHOLDERS: &[&str] = &["schema", "table"];
@@ -22,17 +23,6 @@ pub struct DuckdbSinkConfig {
     /// default schema `main`.
     #[serde(default = "default_table")]
     pub table: String,
-}
-
-/// What the tables hold.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TableMode {
-    /// The current rows, by primary key.
-    #[default]
-    Mirror,
-    /// Every event, appended.
-    History,
 }
 
 fn default_table() -> String {

@@ -7,13 +7,21 @@ use duckdb::Connection;
 use siphon_core::event::{Event, Row};
 use siphon_core::sink::changes::{Change, by_table, by_written_columns, history_row, net_changes};
 use siphon_core::sink::routing::NameTemplate;
-use siphon_core::sink::table::{self, new_columns, quote};
+use siphon_core::sink::table::{self, MetaTypes, TableMode, new_columns, quote};
 use siphon_core::sink::{Sink, SinkRecord};
 use siphon_core::source::TableInfo;
 use siphon_core::{Error, Result};
 
-use crate::config::{DuckdbSinkConfig, NAME_PLACEHOLDERS, TableMode};
+use crate::config::{DuckdbSinkConfig, NAME_PLACEHOLDERS};
 use crate::types::{column_type, staged, staging_type};
+
+/// DuckDB's names for the types of the columns siphon adds.
+const META_TYPES: MetaTypes = MetaTypes {
+    bigint: "BIGINT",
+    text: "VARCHAR",
+    json: "VARCHAR",
+    timestamptz: "TIMESTAMPTZ",
+};
 
 /// Where the cursors live in the database.
 const CURSORS: &str = "siphon_cursors";
@@ -220,30 +228,14 @@ impl DuckdbSink {
     }
 
     fn create(&self, target: &Target, event: &Event, rows: &[&Row]) -> Result<Target> {
-        let leading: &[(&str, &str)] = match self.config.mode {
-            TableMode::Mirror => &[("_siphon_offset", "BIGINT NOT NULL")],
-            TableMode::History => &[
-                ("_siphon_offset", "BIGINT PRIMARY KEY"),
-                ("_siphon_op", "VARCHAR NOT NULL"),
-                ("_siphon_position", "VARCHAR"),
-                ("_siphon_commit_ts", "TIMESTAMPTZ"),
-            ],
-        };
         let key = event.key.as_ref();
+        let (leading, key_names) = self.config.mode.layout(META_TYPES, key);
         let columns = new_columns(key, rows, column_type, |_| false);
-        let key_names: Vec<&str> = match self.config.mode {
-            TableMode::Mirror => key
-                .into_iter()
-                .flat_map(Row::iter)
-                .map(|(c, _)| c)
-                .collect(),
-            TableMode::History => Vec::new(),
-        };
         self.batch(
             &format!(
                 "CREATE TABLE IF NOT EXISTS {} ({})",
                 target.name,
-                table::definition(leading, &columns, &key_names)
+                table::definition(&leading, &columns, &key_names)
             ),
             "creating the target table",
         )?;
@@ -252,10 +244,11 @@ impl DuckdbSink {
             name: target.name.clone(),
             columns: leading
                 .iter()
-                .chain(&columns)
+                .map(|(c, ty)| (*c, ty.as_str()))
+                .chain(columns.iter().copied())
                 .map(|(c, ty)| {
                     let ty = ty.split_whitespace().next().unwrap_or_default();
-                    ((*c).to_owned(), ty.to_owned())
+                    (c.to_owned(), ty.to_owned())
                 })
                 .collect(),
         })

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 use siphon_core::Secret;
 use siphon_core::sink::routing::NameTemplate;
+pub use siphon_core::sink::table::TableMode;
 use siphon_core::tls::TlsMode;
 
 /// The placeholders of `schema` and `table`.
@@ -37,17 +38,6 @@ pub struct PostgresSinkConfig {
     /// CA certificates (PEM) for `verify_ca` and `verify_full`.
     #[serde(default)]
     pub tls_ca_file: Option<PathBuf>,
-}
-
-/// What the target tables hold.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TableMode {
-    /// The current rows, by primary key.
-    #[default]
-    Mirror,
-    /// Every event, appended.
-    History,
 }
 
 fn default_schema() -> String {

@@ -7,15 +7,23 @@ use siphon_core::event::{Event, Row};
 use siphon_core::secret::redact_url;
 use siphon_core::sink::changes::{Change, by_table, by_written_columns, history_row, net_changes};
 use siphon_core::sink::routing::NameTemplate;
-use siphon_core::sink::table::{self, new_columns, quote};
+use siphon_core::sink::table::{self, MetaTypes, TableMode, new_columns, quote};
 use siphon_core::sink::{Sink, SinkRecord};
 use siphon_core::source::TableInfo;
 use siphon_core::{Error, Result};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, NoTls};
 
-use crate::config::{NAME_PLACEHOLDERS, PostgresSinkConfig, TableMode};
+use crate::config::{NAME_PLACEHOLDERS, PostgresSinkConfig};
 use crate::encode::{column_type, pg_text};
+
+/// PostgreSQL's names for the types of the columns siphon adds.
+const META_TYPES: MetaTypes = MetaTypes {
+    bigint: "bigint",
+    text: "text",
+    json: "jsonb",
+    timestamptz: "timestamptz",
+};
 
 /// Where the cursors live in the target database.
 const CURSORS: &str = "siphon.cursors";
@@ -199,26 +207,10 @@ impl PostgresSink {
             name,
         };
         if target.columns.is_empty() {
-            let leading: &[(&str, &str)] = match self.config.mode {
-                TableMode::Mirror => &[("_siphon_offset", "bigint NOT NULL")],
-                TableMode::History => &[
-                    ("_siphon_offset", "bigint PRIMARY KEY"),
-                    ("_siphon_op", "text NOT NULL"),
-                    ("_siphon_position", "jsonb"),
-                    ("_siphon_commit_ts", "timestamptz"),
-                ],
-            };
             let key = event.key.as_ref();
+            let (leading, key_names) = self.config.mode.layout(META_TYPES, key);
             let columns = new_columns(key, rows, column_type, |_| false);
-            let key_names: Vec<&str> = match self.config.mode {
-                TableMode::Mirror => key
-                    .into_iter()
-                    .flat_map(Row::iter)
-                    .map(|(c, _)| c)
-                    .collect(),
-                TableMode::History => Vec::new(),
-            };
-            let defs = table::definition(leading, &columns, &key_names);
+            let defs = table::definition(&leading, &columns, &key_names);
             self.batch(
                 &format!(
                     "CREATE SCHEMA IF NOT EXISTS {}; CREATE TABLE IF NOT EXISTS {} ({})",
