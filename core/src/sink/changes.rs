@@ -51,6 +51,15 @@ impl<'a> Change<'a> {
         }
     }
 
+    /// The store refused this change for good: an error naming its offset and table.
+    pub fn rejected(&self, reason: impl Into<String>) -> crate::Error {
+        crate::Error::Rejected {
+            offset: self.offset(),
+            table: self.event().source.qualified_table(),
+            reason: reason.into(),
+        }
+    }
+
     /// The event the change comes from.
     pub fn event(&self) -> &'a Event {
         match self {

@@ -24,6 +24,17 @@ pub struct SinkRecord {
     pub event: Event,
 }
 
+impl SinkRecord {
+    /// The store refused this record for good: an error naming its offset and table.
+    pub fn rejected(&self, reason: impl Into<String>) -> crate::Error {
+        crate::Error::Rejected {
+            offset: self.offset,
+            table: self.event.source.qualified_table(),
+            reason: reason.into(),
+        }
+    }
+}
+
 /// A derived store that follows the log.
 ///
 /// Guarantees a sink must keep:

@@ -326,12 +326,9 @@ impl DuckdbSink {
         for list in by_table(changes.iter().copied(), |c| &c.event().source) {
             let event = list[0].event();
             let Some(key) = event.key.as_ref() else {
-                return Err(Error::Rejected {
-                    offset: list[0].offset(),
-                    table: event.source.qualified_table(),
-                    reason: "the table has no primary key, so a mirror cannot address its rows"
-                        .into(),
-                });
+                return Err(list[0].rejected(
+                    "the table has no primary key, so a mirror cannot address its rows",
+                ));
             };
             let rows: Vec<&Row> = list
                 .iter()
@@ -507,11 +504,7 @@ impl DuckdbSink {
         let mut found = None;
         for (i, record) in records.iter().enumerate() {
             if let Err(e) = self.write(&records[i..=i]) {
-                found = Some(Error::Rejected {
-                    offset: record.offset,
-                    table: record.event.source.qualified_table(),
-                    reason: e.to_string(),
-                });
+                found = Some(record.rejected(e.to_string()));
                 break;
             }
         }

@@ -144,10 +144,7 @@ impl ElasticsearchSink {
     ) -> Result<Action<'c, 'a>> {
         let event = change.event();
         let key = event.key.as_ref().ok_or_else(|| {
-            rejected(
-                change,
-                "the table has no primary key, so its rows have no document id",
-            )
+            change.rejected("the table has no primary key, so its rows have no document id")
         })?;
         let (index, id) = (self.event_index(event), key_text(key));
         let meta = json!({"_index": index, "_id": id, "version": change.offset(), "version_type": "external"});
@@ -213,7 +210,7 @@ impl ElasticsearchSink {
                             "elasticsearch _bulk item: {result}"
                         )));
                     }
-                    _ => return Err(rejected(action.change, result["error"].to_string())),
+                    _ => return Err(action.change.rejected(result["error"].to_string())),
                 }
             }
             start = end;
@@ -252,14 +249,6 @@ fn document(row: &Row, stored: Option<&Json>) -> Json {
         doc.insert(column.to_owned(), v);
     }
     Json::Object(doc)
-}
-
-fn rejected(change: &Change<'_>, reason: impl Into<String>) -> Error {
-    Error::Rejected {
-        offset: change.offset(),
-        table: change.event().source.qualified_table(),
-        reason: reason.into(),
-    }
 }
 
 #[async_trait]

@@ -281,9 +281,7 @@ impl PostgresSink {
                 .collect();
             let event = list[0].event();
             if event.key.is_none() {
-                return Err(rejected(
-                    event,
-                    list[0].offset(),
+                return Err(list[0].rejected(
                     "the table has no primary key, so a mirror cannot address its rows",
                 ));
             }
@@ -469,7 +467,7 @@ impl PostgresSink {
                         Error::Rejected { reason, .. } => reason,
                         other => other.to_string(),
                     };
-                    return rejected(&record.event, record.offset, reason);
+                    return record.rejected(reason);
                 }
             }
         }
@@ -545,14 +543,6 @@ fn casts(names: &[&str], target: &Target) -> String {
         })
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-fn rejected(event: &Event, offset: u64, reason: impl Into<String>) -> Error {
-    Error::Rejected {
-        offset,
-        table: event.source.qualified_table(),
-        reason: reason.into(),
-    }
 }
 
 /// Drives a connection until it ends.

@@ -131,7 +131,7 @@ impl RedisSink {
                 let commands = self
                     .encoder
                     .push(&mut pipe, change, doc, self.ttl_ms())
-                    .map_err(|reason| rejected(change, reason))?;
+                    .map_err(|reason| change.rejected(reason))?;
                 owner.extend(std::iter::repeat_n(n * CHUNK + i, commands));
             }
             let mut conn = conn.clone();
@@ -158,7 +158,7 @@ impl RedisSink {
             Some((at, e)) => {
                 let change = &changes[at];
                 self.set_cursor(change.offset()).await?;
-                Err(rejected(change, e))
+                Err(change.rejected(e))
             }
             None => self.set_cursor(next_cursor).await,
         }
@@ -275,14 +275,6 @@ impl RedisSink {
                 }
             })
             .collect())
-    }
-}
-
-fn rejected(change: &Change<'_>, reason: impl Into<String>) -> Error {
-    Error::Rejected {
-        offset: change.offset(),
-        table: change.event().source.qualified_table(),
-        reason: reason.into(),
     }
 }
 
