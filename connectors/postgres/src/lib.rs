@@ -237,10 +237,24 @@ impl PostgresSource {
     }
 
     async fn drop_slot(&self, client: &tokio_postgres::Client) -> Result<()> {
-        client
-            .execute("select pg_drop_replication_slot($1)", &[&self.slot])
-            .await
-            .map_err(|e| catalog::pg_error("dropping the replication slot", &e))?;
+        // The walsender of the replication session just closed may not have exited yet: the
+        // slot stays "active" (object_in_use) for a moment.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            match client
+                .execute("select pg_drop_replication_slot($1)", &[&self.slot])
+                .await
+            {
+                Ok(_) => break,
+                Err(e)
+                    if e.code() == Some(&tokio_postgres::error::SqlState::OBJECT_IN_USE)
+                        && std::time::Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+                Err(e) => return Err(catalog::pg_error("dropping the replication slot", &e)),
+            }
+        }
         tracing::info!(slot = %self.slot, "dropped the replication slot");
         Ok(())
     }
