@@ -58,9 +58,31 @@ impl Harness {
         }
     }
 
-    /// Runs the source until `stop` is cancelled; returns its result.
+    /// Runs the source until `stop` is cancelled; returns its result. Transient errors are
+    /// retried as the runtime does (right after a stop, the server may still hold the slot
+    /// for the previous session's walsender for a moment).
     fn start(
         &self,
+    ) -> (
+        tokio::task::JoinHandle<siphon_core::Result<()>>,
+        CancellationToken,
+    ) {
+        self.spawn(true)
+    }
+
+    /// Runs the source once: its first error ends the run.
+    fn start_once(
+        &self,
+    ) -> (
+        tokio::task::JoinHandle<siphon_core::Result<()>>,
+        CancellationToken,
+    ) {
+        self.spawn(false)
+    }
+
+    fn spawn(
+        &self,
+        retry: bool,
     ) -> (
         tokio::task::JoinHandle<siphon_core::Result<()>>,
         CancellationToken,
@@ -71,7 +93,17 @@ impl Harness {
             ..self.ctx.clone()
         };
         let mut source = PostgresSource::new("test", self.config.clone());
-        (tokio::spawn(async move { source.run(&ctx).await }), cancel)
+        let run = tokio::spawn(async move {
+            loop {
+                match source.run(&ctx).await {
+                    Err(e) if retry && e.is_transient() && !ctx.cancel.is_cancelled() => {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    done => return done,
+                }
+            }
+        });
+        (run, cancel)
     }
 
     fn events(&self) -> Vec<(u64, RecordFlags, Event)> {
@@ -509,7 +541,7 @@ async fn binary_stream_falls_back_to_text_when_a_text_only_column_appears() {
         .await
         .unwrap();
     let h = Harness::new(db, &["public.hosts"]).await;
-    let (run, _stop) = h.start();
+    let (run, _stop) = h.start_once();
     let deadline = Instant::now() + Duration::from_secs(30);
     // Streaming has begun once the slot's lag is reported.
     while !h.ctx.metrics.values().contains_key("slot_lag_bytes") {
