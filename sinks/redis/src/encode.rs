@@ -49,54 +49,51 @@ impl Encoder {
         out
     }
 
-    /// Adds the commands of one change (not a truncate) to `pipe`; returns how many.
+    /// Adds the commands of one change (not a truncate) to the row `key` to `pipe`; returns how many.
     /// `stored` is the key's stored JSON document when the row has unchanged columns and the
     /// format is JSON.
     pub fn push(
         &self,
         pipe: &mut redis::Pipeline,
+        key: &str,
         change: &Change<'_>,
         stored: Option<&serde_json::Map<String, serde_json::Value>>,
         ttl_ms: u64,
-    ) -> Result<usize, String> {
-        let event = change.event();
-        let key = self
-            .row_key(event)
-            .ok_or("the table has no primary key, so its rows have no Redis key")?;
+    ) -> usize {
         let row = match change {
             Change::Upsert { row, .. } if self.mode == RedisMode::Upsert => row,
             _ => {
-                pipe.del(&key);
-                return Ok(1);
+                pipe.del(key);
+                return 1;
             }
         };
         let mut commands = 0;
         match self.format {
             RedisFormat::Json => {
-                pipe.set(&key, json_document(row, stored));
+                pipe.set(key, json_document(row, stored));
                 commands += 1;
             }
             RedisFormat::Hash => {
                 let KeyWrite { replace, set, del } = hash_fields(row);
                 if replace {
-                    pipe.del(&key);
+                    pipe.del(key);
                     commands += 1;
                 }
                 if !set.is_empty() {
-                    pipe.hset_multiple(&key, &set);
+                    pipe.hset_multiple(key, &set);
                     commands += 1;
                 }
                 if !del.is_empty() {
-                    pipe.hdel(&key, del);
+                    pipe.hdel(key, del);
                     commands += 1;
                 }
             }
         }
         if ttl_ms > 0 {
-            pipe.pexpire(&key, i64::try_from(ttl_ms).unwrap_or(i64::MAX));
+            pipe.pexpire(key, i64::try_from(ttl_ms).unwrap_or(i64::MAX));
             commands += 1;
         }
-        Ok(commands)
+        commands
     }
 }
 

@@ -124,14 +124,12 @@ impl RedisSink {
             pipe.ignore_errors();
             let mut owner = Vec::with_capacity(chunk.len() * 2);
             for (i, change) in chunk.iter().enumerate() {
-                let doc = self
-                    .encoder
-                    .row_key(change.event())
-                    .and_then(|k| stored.get(&k));
-                let commands = self
-                    .encoder
-                    .push(&mut pipe, change, doc, self.ttl_ms())
-                    .map_err(|reason| change.rejected(reason))?;
+                let key = self.encoder.row_key(change.event()).ok_or_else(|| {
+                    change.rejected("the table has no primary key, so its rows have no Redis key")
+                })?;
+                let commands =
+                    self.encoder
+                        .push(&mut pipe, &key, change, stored.get(&key), self.ttl_ms());
                 owner.extend(std::iter::repeat_n(n * CHUNK + i, commands));
             }
             let mut conn = conn.clone();
