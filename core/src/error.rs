@@ -47,6 +47,16 @@ pub enum Error {
         /// The offset the next append will get.
         end: u64,
     },
+    /// A record is larger than the log can hold (a reader would take it for damage).
+    #[error(
+        "a change of {bytes} bytes is too large for the change log (at most {limit} bytes a record)"
+    )]
+    TooLarge {
+        /// The record's size.
+        bytes: usize,
+        /// The largest record the log holds.
+        limit: usize,
+    },
     /// An event could not be encoded or decoded.
     #[error("event codec: {0}")]
     Codec(String),

@@ -2,7 +2,7 @@
 
 use std::fs::{self, File};
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::{Error, Result};
 
@@ -16,20 +16,36 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 /// half of it; with `durable`, fsynced as [`write_atomic`] does. Without, a crash may leave the
 /// old content or none: only for files that can be rebuilt (indexes).
 pub(crate) fn replace(path: &Path, bytes: &[u8], durable: bool) -> Result<()> {
+    let tmp = write_temporary(path, bytes, durable)?;
+    commit_staged(&tmp, path)?;
+    if durable {
+        sync_dir(path.parent().unwrap_or(Path::new(".")))?;
+    }
+    Ok(())
+}
+
+/// Writes and fsyncs the content that is to replace `path`, beside it; [`commit_staged`]
+/// puts it in place (then fsync the directory). For a caller that must do the rename while
+/// it holds a lock.
+pub(crate) fn stage(path: &Path, bytes: &[u8]) -> Result<PathBuf> {
+    write_temporary(path, bytes, true)
+}
+
+/// Renames staged content over `path`.
+pub(crate) fn commit_staged(staged: &Path, path: &Path) -> Result<()> {
+    fs::rename(staged, path).map_err(Error::io("rename", path))
+}
+
+fn write_temporary(path: &Path, bytes: &[u8], durable: bool) -> Result<PathBuf> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
-    let tmp = std::path::PathBuf::from(tmp);
+    let tmp = PathBuf::from(tmp);
     let mut f = File::create(&tmp).map_err(Error::io("create", &tmp))?;
     f.write_all(bytes).map_err(Error::io("write", &tmp))?;
     if durable {
         f.sync_all().map_err(Error::io("fsync", &tmp))?;
     }
-    drop(f);
-    fs::rename(&tmp, path).map_err(Error::io("rename", path))?;
-    if durable {
-        sync_dir(path.parent().unwrap_or(Path::new(".")))?;
-    }
-    Ok(())
+    Ok(tmp)
 }
 
 /// Fsyncs a directory, so that files created, renamed or removed in it stay so.

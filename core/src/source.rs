@@ -111,11 +111,7 @@ impl SourceContext {
     /// Appends events already encoded with [`encode_events`] (so that encoding can run in
     /// parallel) and returns once they are durable.
     pub async fn append_records(&self, records: Vec<NewRecord>) -> Result<Range<u64>> {
-        let range = self.log.append(records).await?;
-        if self.log.durable_end() < range.end {
-            self.log.flush().await?;
-        }
-        Ok(range)
+        self.log.append(records).await
     }
 
     /// Appends the first events of a transaction that is still open, without waiting for them
@@ -168,4 +164,61 @@ pub fn encode_events(events: &[Event], transaction_ends: &[usize]) -> Result<Vec
         }
     }
     Ok(records)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::log::file::{FileLog, FileLogConfig, FsyncPolicy};
+    use crate::units::HumanDuration;
+
+    /// `fsync = "interval"`: appends that run together share the periodic fsync instead of
+    /// each making its own, and each returns only once its records are durable.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn interval_fsync_is_shared_by_concurrent_appends() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = FileLog::open(
+            dir.path().join("log"),
+            FileLogConfig {
+                fsync: FsyncPolicy::Interval,
+                fsync_interval: HumanDuration(Duration::from_millis(300)),
+                ..FileLogConfig::default()
+            },
+        )
+        .unwrap();
+        let ctx = SourceContext {
+            pipeline: "p".into(),
+            log: Arc::new(log.clone()),
+            offsets: OffsetStore::open(dir.path().join("offsets")).unwrap(),
+            cancel: CancellationToken::new(),
+            metrics: SourceMetrics::default(),
+        };
+        let appends: Vec<_> = (0..20)
+            .map(|i| {
+                let ctx = ctx.clone();
+                tokio::spawn(async move {
+                    let record = NewRecord {
+                        key: vec![i],
+                        value: vec![i; 10],
+                        flags: RecordFlags::TXN_END,
+                    };
+                    let range = ctx.append_records(vec![record]).await.unwrap();
+                    assert!(
+                        ctx.log.durable_end() >= range.end,
+                        "returned before durable"
+                    );
+                })
+            })
+            .collect();
+        for a in appends {
+            a.await.unwrap();
+        }
+        let fsyncs = ctx.log.stats().fsyncs;
+        assert!(
+            fsyncs <= 2,
+            "{fsyncs} fsyncs for 20 appends within one interval"
+        );
+    }
 }

@@ -52,6 +52,9 @@ pub struct LogStats {
     pub size_bytes: u64,
     /// Number of segment files.
     pub segments: usize,
+    /// Fsyncs of segment files since the log was opened.
+    #[serde(default)]
+    pub fsyncs: u64,
 }
 
 /// An ordered, durable log of records.
@@ -65,18 +68,16 @@ pub struct LogStats {
 ///   size cap, which [`MaintenanceReport::lost`] reports.
 #[async_trait]
 pub trait ChangeLog: Send + Sync + std::fmt::Debug + 'static {
-    /// Appends records in order; returns the offsets they got. They are durable once
-    /// [`ChangeLog::durable_end`] passes them (at once under the default fsync policy).
+    /// Appends records in order; returns the offsets they got once the records are as durable
+    /// as the fsync policy makes them (`batch`: fsynced by this call; `interval`: by the next
+    /// periodic fsync, shared with every append meanwhile; `never`: written only).
     async fn append(&self, records: Vec<NewRecord>) -> Result<Range<u64>>;
 
     /// Appends records that need not be durable yet (the start of a large source
-    /// transaction): they become durable, and visible to readers, with the next `append` or
-    /// `flush`. Saves an fsync per chunk of a transaction that nobody may confirm before its
-    /// commit anyway.
+    /// transaction): they become durable, and visible to readers, with the next `append` at the
+    /// latest. Saves an fsync per chunk of a transaction that nobody may
+    /// confirm before its commit anyway.
     async fn append_unsynced(&self, records: Vec<NewRecord>) -> Result<Range<u64>>;
-
-    /// Makes every appended record durable now; returns the durable end.
-    async fn flush(&self) -> Result<u64>;
 
     /// First offset the log holds.
     fn start_offset(&self) -> u64;

@@ -72,6 +72,18 @@ impl LogRecord {
     }
 }
 
+/// Refuses a record a reader would take for damage (or whose length does not fit the frame).
+pub(crate) fn check_size(key: &[u8], value: &[u8]) -> crate::Result<()> {
+    let bytes = BODY_FIXED + key.len() + value.len();
+    if bytes > MAX_BODY {
+        return Err(crate::Error::TooLarge {
+            bytes,
+            limit: MAX_BODY,
+        });
+    }
+    Ok(())
+}
+
 /// Bytes of a frame before its key: length, checksum, offset, timestamp, flags, key length.
 pub(crate) const FRAME_FIXED: usize = FRAME_HEADER + BODY_FIXED;
 

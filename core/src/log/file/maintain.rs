@@ -31,13 +31,7 @@ pub(super) fn run(log: &FileLog, consumers: &[Consumer]) -> Result<MaintenanceRe
             .min()
             .unwrap_or(u64::MAX);
         // Compaction reads the whole log: only when a segment closed or a history sink moved.
-        let closed_end = {
-            let segments = inner.segments.read().unwrap();
-            segments
-                .len()
-                .checked_sub(2)
-                .map_or(0, |i| segments[i].end())
-        };
+        let closed_end = inner.segments.read().unwrap().last().map_or(0, |s| s.base);
         if (closed_end, min_history) != state.compacted {
             compact(log, min_all, min_history, &mut report)?;
             state.compacted = (closed_end, min_history);
@@ -56,28 +50,35 @@ fn apply_retention(
     let cfg = &inner.config;
     let now = now_ms();
     loop {
-        let (oldest, total) = {
+        let (oldest, oldest_end, total) = {
             let segments = inner.segments.read().unwrap();
             if segments.len() < 2 {
                 return Ok(()); // the active segment is never deleted
             }
             (
                 segments[0].clone(),
+                segments[1].base,
                 segments.iter().map(|s| s.size).sum::<u64>(),
             )
         };
+        // Nor is the segment holding the last record (the active one may be empty): a source
+        // resumes from it.
+        if oldest_end >= inner.durable_end() {
+            return Ok(());
+        }
         let expired = cfg
             .retention
             .is_some_and(|r| oldest.last_timestamp_ms < now - r.0.as_millis() as i64)
             || cfg.retention_size.is_some_and(|s| total > s.0);
-        let read_by_all = oldest.end() <= min_all;
+        // The segment's offsets run to the next one's base, whatever compaction left in it.
+        let read_by_all = oldest_end <= min_all;
         let over_cap = cfg.max_size.is_some_and(|m| total > m.0);
         if !(expired && read_by_all || over_cap) {
             return Ok(());
         }
         if !read_by_all {
-            for c in consumers.iter().filter(|c| c.next_offset < oldest.end()) {
-                let lost = c.next_offset.max(oldest.base)..oldest.end();
+            for c in consumers.iter().filter(|c| c.next_offset < oldest_end) {
+                let lost = c.next_offset.max(oldest.base)..oldest_end;
                 tracing::error!(
                     sink = %c.name, first_lost = lost.start, end_lost = lost.end,
                     "the change log reached max_size: deleting records this sink has not read; \
@@ -118,13 +119,17 @@ fn compact(
 ) -> Result<()> {
     let inner = &log.inner;
     let segments = inner.segments.read().unwrap().clone();
-    let closed = &segments[..segments.len().saturating_sub(1)];
-    // Only closed segments that every history-keeping sink has read completely.
-    let eligible: Vec<&Segment> = closed.iter().filter(|s| s.end() <= min_history).collect();
+    let limit = inner.durable_end();
+    // Only closed, durable segments that every history-keeping sink has read completely (a
+    // closed segment's offsets run to the next one's base).
+    let eligible: Vec<&Segment> = segments
+        .windows(2)
+        .filter(|pair| pair[1].base <= min_history && pair[1].base <= limit)
+        .map(|pair| &pair[0])
+        .collect();
     if eligible.is_empty() {
         return Ok(());
     }
-    let limit = inner.durable_end();
     // Per key, the records a replay needs: the newest one, and while that one leaves columns
     // unchanged (PARTIAL), the ones before it back to a whole row.
     let mut needed: HashMap<Vec<u8>, Vec<u64>> = HashMap::new();
@@ -147,13 +152,17 @@ fn compact(
         let mut compacted = Segment::empty(seg.base);
         let mut dropped = 0u64;
         for_each_record(log, seg, limit, |rec| {
-            // The last record of a segment stays: it carries the segment's end position.
-            let is_last = Some(rec.offset) == seg.last_offset;
+            // The log's last record stays whatever it is: a source resumes from its position.
+            // (No other record is kept for its position: a superseded upsert kept that way
+            // would outlive the delete after it and bring the row back in a replay.)
+            let is_last = rec.offset + 1 == limit;
             let superseded = !rec.key.is_empty()
                 && !needed
                     .get(&rec.key)
                     .is_some_and(|chain| chain.contains(&rec.offset));
-            let expired_delete = rec.flags.contains(RecordFlags::TOMBSTONE)
+            // A keyless record is never compacted, a delete of a keyless table included.
+            let expired_delete = !rec.key.is_empty()
+                && rec.flags.contains(RecordFlags::TOMBSTONE)
                 && rec.offset < min_all
                 && rec.timestamp_ms < delete_horizon;
             if !is_last && (superseded || expired_delete) {
@@ -179,14 +188,20 @@ fn compact(
             continue;
         }
         let path = log_path(&inner.dir, seg.base);
-        fsutil::write_atomic(&path, &kept)?;
+        let staged = fsutil::stage(&path, &kept)?;
+        {
+            // Readers open a segment's file and take a position from its index under this
+            // lock: they get the old file with the old index or the new with the new.
+            let mut live = inner.segments.write().unwrap();
+            fsutil::commit_staged(&staged, &path)?;
+            if let Some(s) = live.iter_mut().find(|s| s.base == seg.base) {
+                *s = compacted.clone();
+            }
+        }
+        fsutil::sync_dir(&inner.dir)?;
         segment::write_index(&inner.dir, &compacted)?;
         report.records_compacted += dropped;
         report.bytes_freed += seg.size - compacted.size;
-        let mut live = inner.segments.write().unwrap();
-        if let Some(s) = live.iter_mut().find(|s| s.base == seg.base) {
-            *s = compacted;
-        }
     }
     Ok(())
 }

@@ -19,6 +19,7 @@ use std::fs::{self, File};
 use std::io::IoSlice;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -29,7 +30,7 @@ pub use config::{FileLogConfig, FsyncPolicy};
 pub use reader::FileLogReader;
 
 use self::segment::{ScanEnd, Segment, SegmentCursor, SegmentWriter, log_path};
-use crate::log::record::{FRAME_FIXED, encode_frame, frame_header};
+use crate::log::record::{FRAME_FIXED, check_size, encode_frame, frame_header};
 use crate::log::{
     ChangeLog, Consumer, LogReader, LogRecord, LogStats, MaintenanceReport, NewRecord,
 };
@@ -53,6 +54,8 @@ struct Inner {
     durable: watch::Sender<u64>,
     /// Serializes retention and compaction.
     maintenance: Mutex<MaintenanceState>,
+    /// Fsyncs of segment files since open.
+    fsyncs: AtomicU64,
 }
 
 /// What the last compaction saw: the end of the closed segments and the history horizon.
@@ -101,6 +104,14 @@ impl FileLog {
         }
         let active = segments.last().unwrap();
         let file = SegmentWriter::open(log_path(&dir, active.base), active.size)?;
+        // What the last run wrote may never have been fsynced (it crashed first): make it
+        // durable before a reader sees it, or a crash of the machine could take back records
+        // a sink has applied.
+        let mut fsyncs = 0;
+        if active.size > 0 && config.fsync != FsyncPolicy::Never {
+            file.sync()?;
+            fsyncs += 1;
+        }
         fsutil::sync_dir(&dir)?;
         let end = active.end();
         let writer = Writer {
@@ -120,6 +131,7 @@ impl FileLog {
                 writer: Some(Mutex::new(writer)),
                 durable: watch::Sender::new(end),
                 maintenance: Mutex::default(),
+                fsyncs: AtomicU64::new(fsyncs),
             }),
         };
         if log.inner.config.fsync == FsyncPolicy::Interval {
@@ -148,6 +160,7 @@ impl FileLog {
                 writer: None,
                 durable: watch::Sender::new(end),
                 maintenance: Mutex::default(),
+                fsyncs: AtomicU64::new(0),
             }),
         })
     }
@@ -182,8 +195,13 @@ impl FileLog {
         self.append_with(records, false)
     }
 
+    /// Writes `records`; with `sync`, makes them durable as the fsync policy says (`batch`:
+    /// now; `interval`: by the flusher, see [`ChangeLog::append`]; `never`: not at all).
     fn append_with(&self, records: &[NewRecord], sync: bool) -> Result<Range<u64>> {
         let inner = &self.inner;
+        for rec in records {
+            check_size(&rec.key, &rec.value)?;
+        }
         let mut w = inner.writer.as_ref().ok_or_else(read_only)?.lock().unwrap();
         let first = w.next_offset;
         let mut pending: Vec<(u64, i64, u64, u64)> = Vec::with_capacity(records.len());
@@ -251,25 +269,18 @@ impl FileLog {
     /// The last durable record, blocking the calling thread.
     pub fn last_record_blocking(&self) -> Result<Option<LogRecord>> {
         let limit = self.inner.durable_end();
-        let segments = self.inner.segments.read().unwrap().clone();
-        for seg in segments.iter().rev() {
-            let Some(last) = seg.last_offset.map(|l| l.min(limit.saturating_sub(1))) else {
-                continue;
-            };
-            if limit == 0 || last < seg.base {
-                continue;
-            }
-            let mut cursor =
-                SegmentCursor::open(log_path(&self.inner.dir, seg.base), seg.seek_position(last))?;
-            let mut found = None;
-            while let segment::Next::Record(rec) = cursor.next(limit)? {
-                found = Some(rec);
-            }
-            if found.is_some() {
-                return Ok(found);
-            }
+        if limit == 0 {
+            return Ok(None);
         }
-        Ok(None)
+        // Compaction keeps the last durable record, so it is at `limit - 1`.
+        let Some((_, mut cursor)) = self.inner.cursor_at(limit - 1)? else {
+            return Ok(None);
+        };
+        let mut found = None;
+        while let segment::Next::Record(rec) = cursor.next(limit)? {
+            found = Some(rec);
+        }
+        Ok(found)
     }
 
     /// Retention and compaction, blocking the calling thread (see [`ChangeLog::maintain`]).
@@ -348,6 +359,28 @@ fn spawn_flusher(log: Weak<Inner>, every: Duration) {
 }
 
 impl Inner {
+    /// A cursor in the segment holding `offset`, positioned at or before it, with the
+    /// segment's base; `None` if no segment holds it. The file is opened under the segments'
+    /// lock, which compaction holds while it swaps a segment's file and index, so that the
+    /// position always belongs to the file opened.
+    fn cursor_at(&self, offset: u64) -> Result<Option<(u64, SegmentCursor)>> {
+        let segments = self.segments.read().unwrap();
+        let start = segments.first().map_or(0, |s| s.base);
+        if offset < start {
+            return Err(Error::OffsetOutOfRange {
+                requested: offset,
+                start,
+                end: self.durable_end(),
+            });
+        }
+        let i = segments.partition_point(|s| s.base <= offset);
+        let Some(seg) = i.checked_sub(1).map(|i| &segments[i]) else {
+            return Ok(None);
+        };
+        let cursor = SegmentCursor::open(log_path(&self.dir, seg.base), seg.seek_position(offset))?;
+        Ok(Some((seg.base, cursor)))
+    }
+
     fn start_offset(&self) -> u64 {
         self.segments.read().unwrap().first().map_or(0, |s| s.base)
     }
@@ -372,6 +405,7 @@ impl Inner {
     fn sync(&self, w: &mut Writer) -> Result<()> {
         if let Some(end) = w.unsynced_end.take() {
             w.file.sync()?;
+            self.fsyncs.fetch_add(1, Ordering::Relaxed);
             self.publish(end);
         }
         w.last_sync = Instant::now();
@@ -458,11 +492,15 @@ impl Inner {
         if self.config.fsync != FsyncPolicy::Never {
             fsutil::sync_dir(&self.dir)?;
         }
-        self.segments.write().unwrap().push(Segment::empty(base));
-        // Everything before the new segment is fsynced now.
-        if let Some(end) = w.unsynced_end.take() {
-            self.publish(end);
+        if self.config.fsync != FsyncPolicy::Never {
+            self.fsyncs.fetch_add(1, Ordering::Relaxed);
         }
+        // Everything before the new segment is durable now, the records this very append
+        // wrote before the roll included: readers and compaction may see all of a closed
+        // segment.
+        w.unsynced_end = None;
+        self.publish(base);
+        self.segments.write().unwrap().push(Segment::empty(base));
         Ok(())
     }
 }
@@ -471,17 +509,24 @@ impl Inner {
 impl ChangeLog for FileLog {
     async fn append(&self, records: Vec<NewRecord>) -> Result<Range<u64>> {
         let log = self.clone();
-        blocking(move || log.append_blocking(&records)).await
+        let range = blocking(move || log.append_blocking(&records)).await?;
+        if self.inner.config.fsync == FsyncPolicy::Interval {
+            // The flusher's next fsync makes them durable, together with whatever else was
+            // appended meanwhile.
+            let end = range.end;
+            self.inner
+                .durable
+                .subscribe()
+                .wait_for(|durable| *durable >= end)
+                .await
+                .map_err(|_| Error::Cancelled)?;
+        }
+        Ok(range)
     }
 
     async fn append_unsynced(&self, records: Vec<NewRecord>) -> Result<Range<u64>> {
         let log = self.clone();
         blocking(move || log.append_unsynced_blocking(&records)).await
-    }
-
-    async fn flush(&self) -> Result<u64> {
-        let log = self.clone();
-        blocking(move || log.flush_blocking()).await
     }
 
     fn start_offset(&self) -> u64 {
@@ -518,6 +563,7 @@ impl ChangeLog for FileLog {
             end_offset: self.inner.durable_end(),
             size_bytes: segments.iter().map(|s| s.size).sum(),
             segments: segments.len(),
+            fsyncs: self.inner.fsyncs.load(Ordering::Relaxed),
         }
     }
 }

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 
 use super::FileLog;
-use super::segment::{Next, SegmentCursor, log_path};
+use super::segment::{Next, SegmentCursor};
 use crate::log::{LogReader, LogRecord};
 use crate::{Error, Result};
 
@@ -32,27 +32,8 @@ impl FileLogReader {
 
     /// Opens the segment holding `self.next`; `false` if the log has nothing there yet.
     fn open_current(&mut self) -> Result<bool> {
-        let inner = &self.log.inner;
-        let segments = inner.segments.read().unwrap();
-        let start = segments.first().map_or(0, |s| s.base);
-        if self.next < start {
-            return Err(Error::OffsetOutOfRange {
-                requested: self.next,
-                start,
-                end: inner.durable_end(),
-            });
-        }
-        let i = segments.partition_point(|s| s.base <= self.next);
-        let Some(seg) = i.checked_sub(1).map(|i| &segments[i]) else {
-            return Ok(false);
-        };
-        let (base, position) = (seg.base, seg.seek_position(self.next));
-        drop(segments);
-        self.current = Some((
-            base,
-            SegmentCursor::open(log_path(&inner.dir, base), position)?,
-        ));
-        Ok(true)
+        self.current = self.log.inner.cursor_at(self.next)?;
+        Ok(self.current.is_some())
     }
 
     /// The base of the segment after `base`, if there is one.

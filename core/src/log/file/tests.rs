@@ -332,16 +332,220 @@ fn corruption_in_a_closed_segment_is_reported_not_hidden() {
     assert!(matches!(err, Error::Corrupt { .. }), "{err}");
 }
 
+/// The state a log leaves when folded key by key: the last record of each key, a tombstone
+/// removing it. Keyless records are all kept, in order.
+fn fold(records: &[(u64, &[u8], &[u8], bool)]) -> (HashMap<Vec<u8>, Vec<u8>>, Vec<u64>) {
+    let mut rows = HashMap::new();
+    let mut keyless = Vec::new();
+    for (offset, key, value, tombstone) in records {
+        if key.is_empty() {
+            keyless.push(*offset);
+        } else if *tombstone {
+            rows.remove(*key);
+        } else {
+            rows.insert(key.to_vec(), value.to_vec());
+        }
+    }
+    (rows, keyless)
+}
+
+fn tombstone(key: &str) -> NewRecord {
+    NewRecord {
+        flags: RecordFlags::TOMBSTONE,
+        ..rec(key, "")
+    }
+}
+
+#[test]
+fn an_unsynced_append_that_closes_segments_loses_nothing_to_compaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = FileLog::open(dir.path(), small_config()).unwrap();
+    // Durable: a key written twice, so that compaction has something to drop in segment 0.
+    log.append_blocking(&[rec("a", "old"), rec("a", "new")])
+        .unwrap();
+    // The start of a big transaction, not yet durable, filling several segments.
+    let open: Vec<NewRecord> = (0..60)
+        .map(|i| rec(&format!("t{i}"), &format!("{i:0200}")))
+        .collect();
+    log.append_unsynced_blocking(&open).unwrap();
+    assert!(log.stats().segments > 2, "{:?}", log.stats());
+    log.maintain_blocking(&[]).unwrap();
+    // The transaction commits: everything it appended must be there.
+    log.append_blocking(&[rec("end", "commit")]).unwrap();
+    let offsets: Vec<u64> = read_all(&log, 0).iter().map(|r| r.offset).collect();
+    let missing: Vec<u64> = (2..63).filter(|o| !offsets.contains(o)).collect();
+    assert!(missing.is_empty(), "compaction dropped offsets {missing:?}");
+}
+
+#[test]
+fn compaction_never_resurrects_a_deleted_key() {
+    // The reproduction of the issue: a 3,000-byte row inserted, updated and deleted, a small
+    // row right after the delete, then rows that close segments; deletes expire at once.
+    let dir = tempfile::tempdir().unwrap();
+    let config = FileLogConfig {
+        delete_retention: HumanDuration(Duration::ZERO),
+        ..small_config()
+    };
+    let log = FileLog::open(dir.path(), config).unwrap();
+    let big = |i: usize| "x".repeat(3000 + i);
+    let mut model = vec![
+        rec("row1", &big(0)),
+        rec("row1", &big(1)),
+        tombstone("row1"),
+        rec("small", "s"),
+    ];
+    model.extend((0..12).map(|i| rec(&format!("r{i}"), &big(i))));
+    for r in &model {
+        log.append_blocking(std::slice::from_ref(r)).unwrap();
+    }
+    let everyone_read = [Consumer {
+        name: "sink".into(),
+        next_offset: model.len() as u64,
+        keeps_history: false,
+    }];
+    for _ in 0..3 {
+        log.maintain_blocking(&everyone_read).unwrap();
+    }
+    let kept = read_all(&log, 0);
+    let kept: Vec<_> = kept
+        .iter()
+        .map(|r| {
+            let tomb = r.flags.contains(RecordFlags::TOMBSTONE);
+            (r.offset, r.key.as_slice(), r.value.as_slice(), tomb)
+        })
+        .collect();
+    let all: Vec<_> = model
+        .iter()
+        .enumerate()
+        .map(|(o, r)| {
+            let tomb = r.flags.contains(RecordFlags::TOMBSTONE);
+            (o as u64, r.key.as_slice(), r.value.as_slice(), tomb)
+        })
+        .collect();
+    assert!(
+        !kept.iter().any(|(_, k, ..)| *k == b"row1"),
+        "a record of the deleted key survived: {:?}",
+        kept.iter()
+            .map(|(o, k, ..)| (*o, String::from_utf8_lossy(k)))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(fold(&kept).0, fold(&all).0);
+}
+
+#[test]
+fn a_record_larger_than_a_reader_accepts_is_refused_at_append() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = FileLog::open(dir.path(), small_config()).unwrap();
+    // Zeroed pages are not touched until written: this costs no memory.
+    let huge = NewRecord {
+        key: b"k".to_vec(),
+        value: vec![0; crate::log::record::MAX_BODY],
+        flags: RecordFlags::default(),
+    };
+    let err = log
+        .append_blocking(&[rec("a", "before"), huge])
+        .unwrap_err();
+    assert!(err.to_string().contains("too large"), "{err}");
+    assert_eq!(err.kind(), crate::ErrorKind::Permanent);
+    // Nothing of the refused call was written; the log goes on.
+    assert_eq!(log.append_blocking(&[rec("b", "after")]).unwrap(), 0..1);
+    assert_eq!(read_all(&log, 0).len(), 1);
+}
+
+#[test]
+fn recovery_fsyncs_a_tail_it_did_not_write_before_readers_see_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = FileLog::open(dir.path(), small_config()).unwrap();
+    log.append_unsynced_blocking(&[rec("a", "written, never fsynced")])
+        .unwrap();
+    assert_eq!(log.durable_end(), 0);
+    drop(log); // a crash of the process: the page cache keeps the bytes
+    let log = FileLog::open(dir.path(), small_config()).unwrap();
+    assert_eq!(log.durable_end(), 1, "the recovered record is readable");
+    assert!(
+        log.stats().fsyncs >= 1,
+        "readers see a record that was never fsynced: {:?}",
+        log.stats()
+    );
+}
+
+#[test]
+fn readers_racing_compaction_read_every_kept_record_intact() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let config = FileLogConfig {
+        index_interval: ByteSize(64),
+        ..small_config()
+    };
+    let log = FileLog::open(dir.path(), config).unwrap();
+    let value =
+        |round: u64, k: u64| format!("{round}:{k}:{}", "v".repeat(40 + (k as usize * 7) % 50));
+    for round in 0..4 {
+        let records: Vec<_> = (0..40)
+            .map(|k| rec(&format!("k{k}"), &value(round, k)))
+            .collect();
+        log.append_blocking(&records).unwrap();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|t| {
+            let (log, stop) = (log.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut checked = 0u64;
+                let mut from = t;
+                while !stop.load(Ordering::Relaxed) {
+                    from = (from * 7 + 13) % log.durable_end().max(1);
+                    let Ok(mut reader) = log.file_reader(from) else {
+                        continue;
+                    };
+                    let batch = reader
+                        .read_available(5)
+                        .unwrap_or_else(|e| panic!("reading from {from}: {e}"));
+                    for r in &batch {
+                        let text = String::from_utf8(r.value.clone()).unwrap();
+                        let (round, k) = text.split_once(':').unwrap();
+                        let k: u64 = k.split_once(':').unwrap().0.parse().unwrap();
+                        assert_eq!(text, value(round.parse().unwrap(), k), "at {}", r.offset);
+                        assert_eq!(r.offset % 40, k, "offset {} holds another record", r.offset);
+                        checked += 1;
+                    }
+                }
+                checked
+            })
+        })
+        .collect();
+    for round in 4..150 {
+        let records: Vec<_> = (0..40)
+            .map(|k| rec(&format!("k{k}"), &value(round, k)))
+            .collect();
+        log.append_blocking(&records).unwrap();
+        log.maintain_blocking(&[]).unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    for r in readers {
+        assert!(r.join().unwrap() > 0);
+    }
+}
+
 #[derive(Debug, Clone)]
 enum Step {
     Append(Vec<(u8, u16, bool)>),
+    /// Appended without waiting to be durable (the start of a big transaction).
+    AppendUnsynced(Vec<(u8, u16, bool)>),
+    Flush,
     Reopen,
-    Maintain { consumer: u8, history: bool },
+    Maintain {
+        consumer: u8,
+        history: bool,
+    },
 }
 
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         6 => prop::collection::vec((0u8..6, 0u16..300, any::<bool>()), 1..20).prop_map(Step::Append),
+        3 => prop::collection::vec((0u8..6, 0u16..300, any::<bool>()), 1..30).prop_map(Step::AppendUnsynced),
+        1 => Just(Step::Flush),
         1 => Just(Step::Reopen),
         2 => (any::<u8>(), any::<bool>()).prop_map(|(consumer, history)| Step::Maintain { consumer, history }),
     ]
@@ -350,34 +554,58 @@ fn step() -> impl Strategy<Value = Step> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
-    /// Append, reopen, retention and compaction in any order: the log always returns, in
-    /// offset order, every record a consumer still needs, byte for byte.
+    /// Append (durable or not yet), flush, reopen, retention and compaction in any order: the
+    /// log always returns, in offset order, every record a consumer still needs, byte for
+    /// byte; folding what it returns gives the state folding everything gives (no key comes
+    /// back from the dead); and its last record is the last one appended.
     #[test]
-    fn log_model(steps in prop::collection::vec(step(), 1..40), retention in prop::option::of(2000u64..20000)) {
+    fn log_model(
+        steps in prop::collection::vec(step(), 1..40),
+        retention in prop::option::of(2000u64..20000),
+        deletes_expire in any::<bool>(),
+    ) {
         let dir = tempfile::tempdir().unwrap();
-        let config = FileLogConfig { retention_size: retention.map(ByteSize), ..small_config() };
+        let config = FileLogConfig {
+            retention_size: retention.map(ByteSize),
+            delete_retention: HumanDuration(if deletes_expire { Duration::ZERO } else { Duration::from_secs(3600) }),
+            ..small_config()
+        };
         let mut log = FileLog::open(dir.path(), config.clone()).unwrap();
         // The model: every record ever appended, by offset.
         let mut model: Vec<NewRecord> = Vec::new();
         // Two consumers whose cursors only move forward: a plain sink and a history sink.
         let mut plain = 0u64;
         let mut audit = 0u64;
+        // Records appended since the last durable append or flush.
+        let mut unsynced = false;
         for step in steps {
+            let sync = matches!(step, Step::Append(_));
             match step {
-                Step::Append(items) => {
-                    let records: Vec<NewRecord> = items.iter().map(|(k, len, tomb)| NewRecord {
+                Step::Append(items) | Step::AppendUnsynced(items) => {
+                    let records: Vec<NewRecord> = items.iter().enumerate().map(|(i, (k, len, tomb))| NewRecord {
                         // Key 0 stands for a keyless table: never compacted.
                         key: if *k == 0 { vec![] } else { vec![*k] },
-                        value: vec![*k; *len as usize],
+                        // Distinct values, so that a record read back is the right one.
+                        value: format!("{}:{i}:{}", model.len(), "v".repeat(*len as usize)).into_bytes(),
                         flags: if *tomb { RecordFlags::TOMBSTONE } else { RecordFlags::default() },
                     }).collect();
-                    let range = log.append_blocking(&records).unwrap();
+                    let range = if sync {
+                        log.append_blocking(&records).unwrap()
+                    } else {
+                        log.append_unsynced_blocking(&records).unwrap()
+                    };
                     prop_assert_eq!(range.start, model.len() as u64);
                     model.extend(records);
+                    unsynced = !sync;
+                }
+                Step::Flush => {
+                    log.flush_blocking().unwrap();
+                    unsynced = false;
                 }
                 Step::Reopen => {
                     drop(log);
                     log = FileLog::open(dir.path(), config.clone()).unwrap();
+                    unsynced = false;
                 }
                 Step::Maintain { consumer, history } => {
                     let cursor = if history { &mut audit } else { &mut plain };
@@ -388,6 +616,10 @@ proptest! {
                     ];
                     log.maintain_blocking(&consumers).unwrap();
                 }
+            }
+            if unsynced {
+                prop_assert!(log.durable_end() <= model.len() as u64);
+                continue;
             }
             prop_assert_eq!(log.durable_end(), model.len() as u64);
             let start = ChangeLog::start_offset(&log);
@@ -409,8 +641,16 @@ proptest! {
             let present: std::collections::HashSet<u64> = all.iter().map(|r| r.offset).collect();
             for (o, r) in model.iter().enumerate().skip(start as usize) {
                 let o = o as u64;
-                let needed = r.key.is_empty() || newest[r.key.as_slice()] == o || o >= audit;
+                let needed = r.key.is_empty() || o >= audit
+                    || newest[r.key.as_slice()] == o && !(deletes_expire && r.flags.contains(RecordFlags::TOMBSTONE));
                 prop_assert!(!needed || present.contains(&o), "record {} is missing", o);
+            }
+            let as_read: Vec<_> = all.iter().map(|r| (r.offset, r.key.as_slice(), r.value.as_slice(), r.flags.contains(RecordFlags::TOMBSTONE))).collect();
+            let as_written: Vec<_> = model.iter().enumerate().skip(start as usize).map(|(o, r)| (o as u64, r.key.as_slice(), r.value.as_slice(), r.flags.contains(RecordFlags::TOMBSTONE))).collect();
+            prop_assert_eq!(fold(&as_read), fold(&as_written), "the compacted log folds to another state");
+            if model.len() as u64 > start {
+                let last = log.last_record_blocking().unwrap().map(|r| r.offset);
+                prop_assert_eq!(last, Some(model.len() as u64 - 1), "the last record is gone");
             }
         }
     }
