@@ -284,3 +284,34 @@ async fn a_sink_that_lost_records_waits_for_a_replay_and_recovers_with_it() {
     drain_and_stop(d, 200).await;
     assert_exactly_once(&setup, 200);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_damaged_cursor_file_stops_only_a_sink_that_cannot_do_without_it() {
+    let setup = Setup::new(
+        200,
+        "1ms",
+        "\n[pipelines.demo.sinks.echo]\nkind = \"stdout\"\n",
+    );
+    let offsets = setup.dir.path().join("data/pipelines/demo/offsets");
+    std::fs::create_dir_all(&offsets).unwrap();
+    // Torn by a crash of the machine: the file sink keeps its own cursor beside its files,
+    // the stdout sink has nothing else.
+    for sink in ["out", "echo"] {
+        std::fs::write(offsets.join(format!("sink-{sink}.json")), b"{\"next_off").unwrap();
+    }
+    let d = setup.start();
+    let status = wait_status(
+        &d,
+        Duration::from_secs(30),
+        "the stdout sink to stop",
+        |s| s[0]["sinks"]["echo"]["state"] == "failed",
+    )
+    .await;
+    let error = status[0]["sinks"]["echo"]["last_error"].as_str().unwrap();
+    assert!(
+        error.contains("cannot be read") && error.contains("siphon replay demo echo --from"),
+        "{error}"
+    );
+    drain_and_stop(d, 200).await;
+    assert_exactly_once(&setup, 200);
+}

@@ -10,7 +10,7 @@ use futures_util::SinkExt;
 use siphon_core::event::{Event, Op, Row, SnapshotMarker, SourceInfo, SourcePosition, Value};
 use siphon_core::log::file::{FileLog, FileLogConfig};
 use siphon_core::log::{NewRecord, RecordFlags};
-use siphon_core::sink::{Sink, SinkRecord};
+use siphon_core::sink::{Sink, SinkBatch, SinkRecord};
 use siphon_core::source::TableInfo;
 use siphon_sink_postgres::{PostgresSink, PostgresSinkConfig};
 use siphon_sink_redis::{RedisSink, RedisSinkConfig};
@@ -83,13 +83,12 @@ async fn apply(sink: &mut dyn Sink, log: &[Vec<u8>], batch: usize) -> anyhow::Re
             .map(|(i, bytes)| {
                 Ok(SinkRecord {
                     offset: (n * batch + i) as u64,
-                    ends_transaction: i + 1 == chunk.len(),
                     event: Event::decode(bytes)?,
                 })
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
         let t = Instant::now();
-        sink.apply(&records).await?;
+        sink.apply(&SinkBatch::whole(records)).await?;
         in_sink += t.elapsed();
     }
     let total = started.elapsed();

@@ -1,7 +1,6 @@
 //! Sink cursors and source checkpoints, one small JSON file each, replaced atomically
 //! (write, fsync, rename), so a crash leaves the old or the new value, never a mix.
 
-use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -77,25 +76,6 @@ impl OffsetStore {
         fsutil::replace(&self.sink_path(sink), &bytes, false)
     }
 
-    /// Every sink cursor saved here, by sink name.
-    pub fn sinks(&self) -> Result<BTreeMap<String, SinkCursor>> {
-        let mut out = BTreeMap::new();
-        let Ok(entries) = fs::read_dir(&self.dir) else {
-            return Ok(out);
-        };
-        for entry in entries {
-            let name = entry.map_err(Error::io("list", &self.dir))?.file_name();
-            let name = name.to_string_lossy();
-            if let Some(sink) = name
-                .strip_prefix(SINK_PREFIX)
-                .and_then(|n| n.strip_suffix(".json"))
-            {
-                out.insert(sink.to_owned(), self.sink(sink)?);
-            }
-        }
-        Ok(out)
-    }
-
     /// The source's checkpoint, opaque to everyone but the source.
     pub fn source_checkpoint(&self) -> Result<Option<serde_json::Value>> {
         read_json(&self.dir.join(SOURCE_FILE))
@@ -149,7 +129,6 @@ mod tests {
             .unwrap();
         let reopened = OffsetStore::open(dir.path()).unwrap();
         assert_eq!(reopened.sink("cache").unwrap(), cursor);
-        assert_eq!(reopened.sinks().unwrap().len(), 1);
         assert_eq!(
             reopened.source_checkpoint().unwrap(),
             Some(serde_json::json!({"lsn": 7}))

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use crate::event::{Event, Op, Row, SnapshotMarker, SourceInfo, SourcePosition, Value};
-use crate::sink::{Sink, SinkRecord};
+use crate::sink::{Sink, SinkBatch, SinkRecord};
 use crate::source::TableInfo;
 
 /// The table the compliance suite writes: `public.compliance (id bigint primary key, name
@@ -51,13 +51,26 @@ pub fn event(table: &str, op: Op, id: i64, before: Option<Row>, after: Option<Ro
     }
 }
 
-/// A record at `offset` that ends its transaction.
+/// A record at `offset`.
 pub fn record(offset: u64, event: Event) -> SinkRecord {
-    SinkRecord {
-        offset,
-        ends_transaction: true,
-        event,
-    }
+    SinkRecord { offset, event }
+}
+
+/// Applies `records` as one batch that ends a source transaction.
+pub async fn apply(sink: &mut (impl Sink + ?Sized), records: &[SinkRecord]) -> crate::Result<()> {
+    sink.apply(&SinkBatch::whole(records.to_vec())).await
+}
+
+/// Applies `records` as one batch in the middle of a source transaction.
+pub async fn apply_open(
+    sink: &mut (impl Sink + ?Sized),
+    records: &[SinkRecord],
+) -> crate::Result<()> {
+    let batch = SinkBatch {
+        ends_transaction: false,
+        ..SinkBatch::whole(records.to_vec())
+    };
+    sink.apply(&batch).await
 }
 
 /// What a sink's store holds, as the compliance suite compares it.
@@ -121,7 +134,7 @@ async fn applying_twice_changes_nothing(h: &mut impl SinkHarness) {
             event(TABLE, Op::Delete, 2, Some(row(2, "b", Value::Null)), None),
         ),
     ];
-    h.sink().apply(&batch).await.expect("first apply");
+    apply(h.sink(), &batch).await.expect("first apply");
     let first = h.state().await;
     if let StoreState::Rows(rows) = &first {
         assert_eq!(
@@ -131,14 +144,13 @@ async fn applying_twice_changes_nothing(h: &mut impl SinkHarness) {
         );
         assert_eq!(rows[&1].get("name"), Some(&Value::Text("a2".into())));
     }
-    h.sink().apply(&batch).await.expect("second apply");
+    apply(h.sink(), &batch).await.expect("second apply");
     assert_eq!(
         h.state().await,
         first,
         "applying the same batch again changed the store"
     );
-    h.sink()
-        .apply(&batch[1..3])
+    apply(h.sink(), &batch[1..3])
         .await
         .expect("apply of a replayed part");
     assert_eq!(
@@ -149,30 +161,36 @@ async fn applying_twice_changes_nothing(h: &mut impl SinkHarness) {
 }
 
 async fn older_offset_never_overwrites_newer(h: &mut impl SinkHarness) {
-    h.sink()
-        .apply(&[record(
+    apply(
+        h.sink(),
+        &[record(
             10,
             event(TABLE, Op::Create, 7, None, Some(row(7, "new", Value::Null))),
-        )])
-        .await
-        .expect("apply newer");
+        )],
+    )
+    .await
+    .expect("apply newer");
     let after_newer = h.state().await;
-    h.sink()
-        .apply(&[record(
+    apply(
+        h.sink(),
+        &[record(
             5,
             event(TABLE, Op::Update, 7, None, Some(row(7, "old", Value::Null))),
-        )])
-        .await
-        .expect("apply older");
+        )],
+    )
+    .await
+    .expect("apply older");
     assert_eq!(
         h.state().await,
         after_newer,
         "offset 5 overwrote what offset 10 wrote"
     );
-    h.sink()
-        .apply(&[record(6, event(TABLE, Op::Delete, 7, None, None))])
-        .await
-        .expect("apply older delete");
+    apply(
+        h.sink(),
+        &[record(6, event(TABLE, Op::Delete, 7, None, None))],
+    )
+    .await
+    .expect("apply older delete");
     assert_eq!(
         h.state().await,
         after_newer,
@@ -181,8 +199,9 @@ async fn older_offset_never_overwrites_newer(h: &mut impl SinkHarness) {
 }
 
 async fn delete_without_before_image(h: &mut impl SinkHarness) {
-    h.sink()
-        .apply(&[
+    apply(
+        h.sink(),
+        &[
             record(
                 0,
                 event(
@@ -194,9 +213,10 @@ async fn delete_without_before_image(h: &mut impl SinkHarness) {
                 ),
             ),
             record(1, event(TABLE, Op::Delete, 3, None, None)),
-        ])
-        .await
-        .expect("apply");
+        ],
+    )
+    .await
+    .expect("apply");
     match h.state().await {
         StoreState::Rows(rows) => assert!(
             !rows.contains_key(&3),
@@ -213,8 +233,9 @@ async fn delete_without_before_image(h: &mut impl SinkHarness) {
 
 async fn unchanged_column_keeps_stored_value(h: &mut impl SinkHarness) {
     let big = "toasted ".repeat(2000);
-    h.sink()
-        .apply(&[
+    apply(
+        h.sink(),
+        &[
             record(
                 0,
                 event(
@@ -235,9 +256,10 @@ async fn unchanged_column_keeps_stored_value(h: &mut impl SinkHarness) {
                     Some(row(4, "after", Value::Unchanged)),
                 ),
             ),
-        ])
-        .await
-        .expect("apply");
+        ],
+    )
+    .await
+    .expect("apply");
     match h.state().await {
         StoreState::Rows(rows) => {
             let stored = &rows[&4];

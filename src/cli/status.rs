@@ -36,7 +36,7 @@ pub(super) fn offline_statuses(config: &Config) -> anyhow::Result<Vec<PipelineSt
             }
             LogSpec::File(_) => Default::default(),
         };
-        let cursors = OffsetStore::open_existing(dir.join("offsets")).sinks()?;
+        let offsets = OffsetStore::open_existing(dir.join("offsets"));
         let offline = |kind: &str| ComponentStatus {
             kind: kind.into(),
             state: State::Offline,
@@ -49,8 +49,11 @@ pub(super) fn offline_statuses(config: &Config) -> anyhow::Result<Vec<PipelineSt
             ..Default::default()
         };
         for (sink, sc) in &p.sinks {
-            let cursor = cursors.get(sink).cloned().unwrap_or_default();
             let mut component = offline(sc.spec.kind());
+            let cursor = offsets.sink(sink).unwrap_or_else(|e| {
+                component.last_error = Some(format!("the saved cursor cannot be read ({e})"));
+                Default::default()
+            });
             if cursor.lost.is_some() {
                 component.state = State::NeedsReplay;
             }

@@ -17,11 +17,11 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use siphon_core::log::ChangeLog;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-pub use self::status::{PipelineStatus, SinkStatus, State};
+pub use self::status::{PipelineStatus, SinkProgress, SinkStatus, State};
 use crate::config::Config;
 
 /// The running pipelines, as the admin API sees them.
@@ -45,17 +45,30 @@ pub enum SinkCommand {
 /// A running pipeline: its log, status, and the channels to its sinks.
 #[derive(Debug)]
 pub struct PipelineHandle {
+    name: String,
     log: Arc<dyn ChangeLog>,
     source_metrics: siphon_core::source::SourceMetrics,
     status: Mutex<PipelineStatus>,
     end_at_start: u64,
-    sinks: BTreeMap<String, mpsc::Sender<SinkCommand>>,
+    sinks: BTreeMap<String, SinkControl>,
+}
+
+/// A running sink as the pipeline sees it: where to send requests, and its progress.
+#[derive(Debug)]
+struct SinkControl {
+    commands: mpsc::Sender<SinkCommand>,
+    progress: watch::Receiver<SinkProgress>,
 }
 
 impl PipelineHandle {
-    /// The status now, with current log figures and lag.
+    /// The status now, with current log figures, sink progress and lag.
     pub fn status(&self) -> PipelineStatus {
         let mut s = self.status.lock().unwrap().clone();
+        for (name, sink) in &self.sinks {
+            if let Some(st) = s.sinks.get_mut(name) {
+                st.set_progress(&sink.progress.borrow());
+            }
+        }
         s.log = self.log.stats();
         s.records_appended = s.log.end_offset.saturating_sub(self.end_at_start);
         s.source_metrics = self.source_metrics.values();
@@ -97,11 +110,12 @@ impl Runtime {
             pipeline: pipeline.into(),
             sink: sink.into(),
         };
-        let tx = self
+        let tx = &self
             .pipelines
             .get(pipeline)
             .and_then(|p| p.sinks.get(sink))
-            .ok_or_else(not_found)?;
+            .ok_or_else(not_found)?
+            .commands;
         let (reply, rx) = oneshot::channel();
         tx.send(SinkCommand::Replay { from, reset, reply })
             .await

@@ -6,14 +6,16 @@ use std::time::Duration;
 
 use siphon_core::log::file::FileLog;
 use siphon_core::log::{ChangeLog, Consumer};
-use siphon_core::offsets::{LostRecords, OffsetStore};
+use siphon_core::offsets::{LostRecords, OffsetStore, SinkCursor};
 use siphon_core::source::{SourceContext, TableInfo};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::status::{ComponentStatus, PipelineStatus, SinkStatus, State, needs_replay_message};
-use super::{PipelineHandle, sink_task, source_task};
+use super::status::{
+    ComponentStatus, PipelineStatus, SinkProgress, SinkStatus, State, needs_replay_message,
+};
+use super::{PipelineHandle, SinkControl, sink_task, source_task};
 use crate::config::{Config, LogSpec, PipelineConfig};
 
 /// Which tasks a pipeline runs.
@@ -65,14 +67,22 @@ pub(super) fn start(
             .spec
             .build(name, sink_name)
             .map_err(|e| anyhow::anyhow!("sink {sink_name}: {e}"))?;
-        let cursor = offsets.sink(sink_name)?;
+        // A damaged cursor file stops this sink only, and only if its store keeps no cursor.
+        let (cursor, damaged_cursor) = match offsets.sink(sink_name) {
+            Ok(cursor) => (cursor, None),
+            Err(e) => {
+                tracing::warn!(sink = %sink_name, error = %e, "the sink's saved cursor cannot be read");
+                (
+                    SinkCursor::default(),
+                    Some(format!("the saved cursor cannot be read ({e})")),
+                )
+            }
+        };
         status.sinks.insert(
             sink_name.clone(),
             SinkStatus {
                 component: ComponentStatus::new(sink_config.spec.kind()),
-                next_offset: cursor.next_offset,
                 keeps_history: sink.keeps_history(),
-                lost: cursor.lost,
                 ..Default::default()
             },
         );
@@ -80,17 +90,32 @@ pub(super) fn start(
             .delivery
             .routing()
             .map_err(|e| anyhow::anyhow!("sink {sink_name}: {e}"))?;
-        let (tx, rx) = mpsc::channel(4);
-        controls.insert(sink_name.clone(), tx);
-        sinks.push((
+        let (commands_tx, commands) = mpsc::channel(4);
+        let (progress, progress_rx) = watch::channel(SinkProgress {
+            next_offset: cursor.next_offset,
+            committed: cursor.next_offset,
+            lost: cursor.lost,
+            replay_until: None,
+        });
+        controls.insert(
             sink_name.clone(),
+            SinkControl {
+                commands: commands_tx,
+                progress: progress_rx,
+            },
+        );
+        sinks.push(SinkParts {
+            name: sink_name.clone(),
             sink,
-            sink_config.delivery.clone(),
+            delivery: sink_config.delivery.clone(),
             routing,
-            rx,
-        ));
+            commands,
+            progress,
+            damaged_cursor,
+        });
     }
     let handle = Arc::new(PipelineHandle {
+        name: name.to_owned(),
         source_metrics: Default::default(),
         end_at_start: log.durable_end(),
         log: log.clone(),
@@ -122,23 +147,38 @@ pub(super) fn start(
         }
         StartMode::SinkOnly { tables, .. } => watch::channel(Some(tables)).1,
     };
-    for (sink_name, sink, delivery, routing, commands) in sinks {
+    for parts in sinks {
         tasks.spawn(sink_task::run(sink_task::SinkTask {
-            dead_letter: dir.join("dead-letter").join(format!("{sink_name}.jsonl")),
-            retry_backoff: super::backoff::Backoff::new(delivery.max_backoff.0),
-            name: sink_name,
-            sink,
-            delivery,
-            routing,
+            dead_letter: dir
+                .join("dead-letter")
+                .join(format!("{}.jsonl", parts.name)),
+            retry_backoff: super::backoff::Backoff::new(parts.delivery.max_backoff.0),
+            name: parts.name,
+            sink: parts.sink,
+            delivery: parts.delivery,
+            routing: parts.routing,
             log: log.clone(),
             offsets: offsets.clone(),
             handle: handle.clone(),
             tables: tables_rx.clone(),
-            commands,
+            commands: parts.commands,
             cancel: cancel.clone(),
+            progress: parts.progress,
+            damaged_cursor: parts.damaged_cursor,
         }));
     }
     Ok(handle)
+}
+
+/// What a sink task is made of, gathered before the pipeline's handle exists.
+struct SinkParts {
+    name: String,
+    sink: Box<dyn siphon_core::sink::Sink>,
+    delivery: crate::config::DeliveryConfig,
+    routing: siphon_core::sink::routing::Routing,
+    commands: mpsc::Receiver<super::SinkCommand>,
+    progress: watch::Sender<SinkProgress>,
+    damaged_cursor: Option<String>,
 }
 
 /// Runs retention and compaction on the log now and then, never removing what a sink needs.
@@ -148,18 +188,25 @@ async fn maintain(handle: Arc<PipelineHandle>, every: Duration, cancel: Cancella
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(every) => {}
         }
-        let consumers: Vec<Consumer> = {
+        // What each store has committed: a store that rolls back to it reads the log again
+        // from there.
+        let keeps_history: BTreeMap<String, bool> = {
             let status = handle.status.lock().unwrap();
             status
                 .sinks
                 .iter()
-                .map(|(name, s)| Consumer {
-                    name: name.clone(),
-                    next_offset: s.next_offset,
-                    keeps_history: s.keeps_history,
-                })
+                .map(|(name, s)| (name.clone(), s.keeps_history))
                 .collect()
         };
+        let consumers: Vec<Consumer> = handle
+            .sinks
+            .iter()
+            .map(|(name, sink)| Consumer {
+                name: name.clone(),
+                next_offset: sink.progress.borrow().committed,
+                keeps_history: keeps_history.get(name).copied().unwrap_or(true),
+            })
+            .collect();
         match handle.log.maintain(&consumers).await {
             Ok(report) => {
                 if report.segments_deleted > 0 || report.records_compacted > 0 {

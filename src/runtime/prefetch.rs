@@ -2,8 +2,8 @@
 //! costs about as much as a fast store's write, so doing both at once keeps both busy.
 
 use siphon_core::log::{LogRecord, RecordFlags};
-use siphon_core::sink::SinkRecord;
 use siphon_core::sink::routing::Routing;
+use siphon_core::sink::{SinkBatch, SinkRecord};
 use siphon_core::{Error, Event};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -15,12 +15,11 @@ use super::batcher::Batcher;
 pub(super) struct DecodedBatch {
     /// Offset of the batch's first log record.
     pub first_offset: u64,
-    /// Offset of its last log record: the cursor moves past it once the batch is applied.
-    pub last_offset: u64,
     /// Append time of its last log record, ms since the epoch.
     pub last_append_ms: i64,
-    /// The records this sink takes (routed, excluded columns removed); may be empty.
-    pub records: Vec<SinkRecord>,
+    /// The records this sink takes (routed, excluded columns removed; maybe none), the end
+    /// of the stretch and whether it ends a source transaction.
+    pub batch: SinkBatch,
 }
 
 /// What the reading side hands over.
@@ -79,25 +78,26 @@ impl Prefetch {
     }
 }
 
-/// Decodes and routes one batch (`None` for no records). A transaction whose last record was
-/// routed away still ends at the last record this sink takes.
+/// Decodes and routes one batch (`None` for no records). The stretch ends a transaction when
+/// its last log record does, whether or not this sink takes that record.
 fn decode(records: &[LogRecord], routing: &Routing) -> Option<Fetched> {
     let (first, last) = (records.first()?, records.last()?);
-    let mut batch = DecodedBatch {
+    let mut decoded = DecodedBatch {
         first_offset: first.offset,
-        last_offset: last.offset,
         last_append_ms: last.timestamp_ms,
-        records: Vec::with_capacity(records.len()),
+        batch: SinkBatch {
+            records: Vec::with_capacity(records.len()),
+            end: last.offset + 1,
+            ends_transaction: last.flags.contains(RecordFlags::TXN_END),
+        },
     };
-    let ends = last.flags.contains(RecordFlags::TXN_END);
     for r in records {
         match Event::decode(&r.value) {
             Ok(event) if !routing.accepts_source(&event.source) => {}
             Ok(mut event) => {
                 routing.strip(&mut event);
-                batch.records.push(SinkRecord {
+                decoded.batch.records.push(SinkRecord {
                     offset: r.offset,
-                    ends_transaction: r.flags.contains(RecordFlags::TXN_END),
                     event,
                 });
             }
@@ -109,8 +109,5 @@ fn decode(records: &[LogRecord], routing: &Routing) -> Option<Fetched> {
             }
         }
     }
-    if ends && let Some(kept) = batch.records.last_mut() {
-        kept.ends_transaction = true;
-    }
-    Some(Fetched::Batch(batch))
+    Some(Fetched::Batch(decoded))
 }

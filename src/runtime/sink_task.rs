@@ -1,5 +1,9 @@
 //! The task that runs one sink: read from its cursor, apply batches, save the cursor; retry
 //! transient errors; stop on permanent ones; replay on request.
+//!
+//! The task owns the sink's progress (where it reads, what its store has committed, records
+//! lost, the end of a replay) and publishes it on a watch channel: status reads it there, and
+//! log maintenance keeps every record the store has not committed.
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -18,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use super::backoff::{Backoff, sleep_unless_cancelled};
 use super::batcher::Batcher;
 use super::prefetch::{DecodedBatch, Fetched, Prefetch};
-use super::status::{SinkStatus, State, needs_replay_message};
+use super::status::{SinkProgress, SinkStatus, State, needs_replay_message};
 use super::{PipelineHandle, SinkCommand};
 use crate::config::{DeliveryConfig, OnError};
 
@@ -38,6 +42,11 @@ pub(super) struct SinkTask {
     pub tables: watch::Receiver<Option<Vec<TableInfo>>>,
     pub commands: mpsc::Receiver<SinkCommand>,
     pub cancel: CancellationToken,
+    /// Where the sink is; this task is its only writer.
+    pub progress: watch::Sender<SinkProgress>,
+    /// Why the saved cursor could not be read, when it could not: then only the store's own
+    /// cursor, a rebuild or a replay says where to start.
+    pub damaged_cursor: Option<String>,
 }
 
 /// What the task does next.
@@ -73,11 +82,10 @@ pub(super) async fn run(mut t: SinkTask) {
         return t.set_state(State::Stopped);
     };
     tables.retain(|table| t.routing.accepts_table(&table.name));
-    let lost = t.handle.status.lock().unwrap().sinks[&t.name].lost.clone();
+    let lost = t.progress.borrow().lost.clone();
     let mut phase = match lost {
         Some(lost) => {
-            // The message reads the status, so it is made before the status is locked.
-            let message = needs_replay(&t.handle, &t.name, &lost);
+            let message = needs_replay_message(&t.handle.name, &t.name, &lost);
             t.update(|s| {
                 s.component.state = State::NeedsReplay;
                 s.component.last_error = Some(message);
@@ -146,11 +154,6 @@ pub(super) async fn run(mut t: SinkTask) {
             },
         };
     }
-}
-
-fn needs_replay(handle: &PipelineHandle, sink: &str, lost: &LostRecords) -> String {
-    let pipeline = handle.status.lock().unwrap().name.clone();
-    needs_replay_message(&pipeline, sink, lost)
 }
 
 impl SinkTask {
@@ -224,20 +227,39 @@ impl SinkTask {
                 Err(e) => return Err((Stop::Idle, self.fail(&e.to_string()))),
             }
         };
-        let cursor = self.handle.status.lock().unwrap().sinks[&self.name].next_offset;
+        // The cursor this task saved, unless its file was damaged.
+        let saved = match &self.damaged_cursor {
+            None => Some(self.progress.borrow().committed),
+            Some(_) => None,
+        };
         // A replay goes back to `from`; otherwise the store's own cursor, if it keeps one, wins.
         // A store that keeps a cursor but has none, although this sink had applied records,
         // was wiped (a cache restarted without persistence) or replaced: rebuild it.
         let start = self.log.start_offset();
-        let rebuild =
-            from.is_none() && stored.is_none() && self.sink.keeps_cursor() && cursor > start;
+        let rebuild = from.is_none()
+            && stored.is_none()
+            && self.sink.keeps_cursor()
+            && saved.is_none_or(|c| c > start);
         if rebuild {
-            tracing::warn!(sink = %self.name, cursor, from = start, "the store has lost this sink's cursor (wiped or replaced): rebuilding it from the start of the log");
+            tracing::warn!(sink = %self.name, cursor = ?saved, from = start, "the store has lost this sink's cursor (wiped or replaced): rebuilding it from the start of the log");
         }
         let next = if rebuild {
             start
         } else {
-            from.or(stored).unwrap_or(cursor)
+            match from.or(stored).or(saved) {
+                Some(next) => next,
+                None => {
+                    let why = self.damaged_cursor.clone().unwrap_or_default();
+                    let p = &self.handle.name;
+                    return Err((
+                        Stop::Idle,
+                        self.fail(&format!(
+                            "{why}: this sink does not know where it stopped; start it again where it should go on with `siphon replay {p} {} --from OFFSET`, or rebuild it with `siphon replay {p} {} --from 0 --reset`",
+                            self.name, self.name
+                        )),
+                    ));
+                }
+            }
         };
         let reader = self
             .log
@@ -248,15 +270,19 @@ impl SinkTask {
         let replay_until = match from {
             Some(_) => Some(self.log.durable_end()),
             None if rebuild => Some(self.log.durable_end()),
-            None => self.handle.status.lock().unwrap().sinks[&self.name].replay_until,
+            None => self.progress.borrow().replay_until,
         }
         .filter(|until| next < *until);
         self.save_cursor(next, None)
             .map_err(|e| (Stop::Idle, self.fail(&e.to_string())))?;
+        self.damaged_cursor = None;
+        self.progress.send_replace(SinkProgress {
+            next_offset: next,
+            committed: next,
+            lost: None,
+            replay_until,
+        });
         self.update(|s| {
-            s.next_offset = next;
-            s.lost = None;
-            s.replay_until = replay_until;
             s.component.state = if replay_until.is_some() {
                 State::Replaying
             } else {
@@ -296,11 +322,11 @@ impl SinkTask {
             if let Err(e) = self.save_cursor(requested, Some(lost.clone())) {
                 tracing::error!(sink = %self.name, error = %e, "saving the cursor failed");
             }
-            let message = needs_replay(&self.handle, &self.name, &lost);
+            let message = needs_replay_message(&self.handle.name, &self.name, &lost);
+            self.progress.send_modify(|p| p.lost = Some(lost));
             self.update(|s| {
                 s.component.state = State::NeedsReplay;
                 s.component.last_error = Some(message);
-                s.lost = Some(lost);
             });
         } else {
             self.fail(&format!("reading the change log: {e}"));
@@ -328,13 +354,12 @@ impl SinkTask {
     }
 
     /// Applies one batch, retrying transient errors; saves the cursor after it.
-    async fn apply(&mut self, batch: DecodedBatch) -> Result<(), Stop> {
+    async fn apply(&mut self, decoded: DecodedBatch) -> Result<(), Stop> {
         let DecodedBatch {
             first_offset,
-            last_offset,
-            last_append_ms: last_append,
-            records: mut batch,
-        } = batch;
+            last_append_ms,
+            mut batch,
+        } = decoded;
         let started = Instant::now();
         loop {
             match self.sink.apply(&batch).await {
@@ -353,16 +378,14 @@ impl SinkTask {
                     table,
                     reason,
                 }) if self.delivery.on_error == OnError::DeadLetter
-                    && batch.iter().any(|r| r.offset == offset) =>
+                    && batch.records.iter().any(|r| r.offset == offset) =>
                 {
                     let at = batch
+                        .records
                         .iter()
                         .position(|r| r.offset == offset)
                         .expect("found");
-                    let record = batch.remove(at);
-                    if record.ends_transaction && at > 0 {
-                        batch[at - 1].ends_transaction = true;
-                    }
+                    let record = batch.records.remove(at);
                     tracing::warn!(sink = %self.name, offset, table, reason, "record rejected by the target; written to the dead-letter file");
                     if let Err(e) = self.dead_letter(&record, &reason) {
                         self.fail(&format!(
@@ -375,7 +398,8 @@ impl SinkTask {
                 }
                 Err(e) => {
                     self.fail(&format!(
-                        "applying offsets {first_offset}..={last_offset}: {e}"
+                        "applying offsets {first_offset}..{}: {e}",
+                        batch.end
                     ));
                     return Err(Stop::Idle);
                 }
@@ -383,35 +407,50 @@ impl SinkTask {
         }
         let elapsed = started.elapsed();
         self.retry_backoff.reset();
-        let next = last_offset + 1;
-        // A store that keeps its cursor made the batch durable itself.
-        let saved = if self.sink.keeps_cursor() {
-            self.offsets.save_sink_unsynced(
-                &self.name,
-                &SinkCursor {
-                    next_offset: next,
-                    lost: None,
-                },
-            )
+        let next = batch.end;
+        // What a store holding a transaction open applied is not durable yet: the cursor
+        // saved here, and what the log keeps, stay at its last commit.
+        let committed = if self.sink.holds_transaction() {
+            self.progress.borrow().committed
         } else {
-            self.save_cursor(next, None)
+            next
         };
-        if let Err(e) = saved {
-            self.fail(&format!("saving the cursor: {e}"));
-            return Err(Stop::Idle);
-        }
-        self.update(|s| {
-            s.next_offset = next;
-            s.last_applied_append_ms = last_append;
-            s.records_applied += last_offset + 1 - first_offset;
-            s.batches += 1;
-            s.last_batch_records = batch.len();
-            s.last_batch_ms = elapsed.as_secs_f64() * 1000.0;
-            if s.replay_until.is_some_and(|until| next >= until) {
-                tracing::info!(sink = %self.name, until = next, "replay done");
-                s.replay_until = None;
+        if committed != self.progress.borrow().committed {
+            let cursor = SinkCursor {
+                next_offset: committed,
+                lost: None,
+            };
+            // A store that keeps its cursor made the batch durable itself.
+            let saved = if self.sink.keeps_cursor() {
+                self.offsets.save_sink_unsynced(&self.name, &cursor)
+            } else {
+                self.offsets.save_sink(&self.name, &cursor)
+            };
+            if let Err(e) = saved {
+                self.fail(&format!("saving the cursor: {e}"));
+                return Err(Stop::Idle);
             }
-            if s.replay_until.is_none() {
+        }
+        let mut replay_done = false;
+        self.progress.send_modify(|p| {
+            p.next_offset = next;
+            p.committed = committed;
+            if p.replay_until.is_some_and(|until| next >= until) {
+                p.replay_until = None;
+                replay_done = true;
+            }
+        });
+        if replay_done {
+            tracing::info!(sink = %self.name, until = next, "replay done");
+        }
+        let replaying = self.progress.borrow().replay_until.is_some();
+        self.update(|s| {
+            s.last_applied_append_ms = last_append_ms;
+            s.records_applied += next - first_offset;
+            s.batches += 1;
+            s.last_batch_records = batch.records.len();
+            s.last_batch_ms = elapsed.as_secs_f64() * 1000.0;
+            if !replaying {
                 s.component.state = State::Running;
             }
         });

@@ -78,6 +78,21 @@ pub fn needs_replay_message(pipeline: &str, sink: &str, lost: &LostRecords) -> S
     )
 }
 
+/// Where a sink is in the log. Its task is the only writer and publishes it on a watch
+/// channel, which status and log maintenance read.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SinkProgress {
+    /// The next offset it applies: everything below is applied.
+    pub next_offset: u64,
+    /// Everything below this offset is durable in its store (below `next_offset` while the
+    /// store holds a transaction open); the log keeps everything from here on.
+    pub committed: u64,
+    /// Records it lost to the log's hard size cap.
+    pub lost: Option<LostRecords>,
+    /// While replaying: the offset at which the replay is done.
+    pub replay_until: Option<u64>,
+}
+
 /// One sink.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SinkStatus {
@@ -86,6 +101,9 @@ pub struct SinkStatus {
     pub component: ComponentStatus,
     /// The next offset it applies: everything below is applied.
     pub next_offset: u64,
+    /// Everything below this offset is durable in its store.
+    #[serde(default)]
+    pub committed_offset: u64,
     /// Records in the log it has not applied.
     pub lag_records: u64,
     /// How long ago the last record it applied was appended, while it lags; 0 when caught up.
@@ -110,6 +128,16 @@ pub struct SinkStatus {
     pub lost: Option<LostRecords>,
     /// While replaying: the offset at which the replay is done.
     pub replay_until: Option<u64>,
+}
+
+impl SinkStatus {
+    /// Takes the sink's published progress.
+    pub fn set_progress(&mut self, p: &SinkProgress) {
+        self.next_offset = p.next_offset;
+        self.committed_offset = p.committed;
+        self.lost = p.lost.clone();
+        self.replay_until = p.replay_until;
+    }
 }
 
 /// One pipeline.

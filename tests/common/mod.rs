@@ -38,6 +38,16 @@ interval = "{interval}""#
 
     /// A pipeline `demo` with the given `[pipelines.demo.source]` body into the file sink `out`.
     pub fn with_source(source: &str, events: u64, extra: &str) -> Self {
+        Self::with_log(
+            source,
+            "segment_size = \"64KiB\"\nmaintenance_interval = \"200ms\"",
+            events,
+            extra,
+        )
+    }
+
+    /// [`Setup::with_source`] with the given `[pipelines.demo.log]` body.
+    pub fn with_log(source: &str, log: &str, events: u64, extra: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let admin_port = free_port();
         let config = dir.path().join("siphon.toml");
@@ -53,8 +63,7 @@ listen = "127.0.0.1:{admin_port}"
 {source}
 
 [pipelines.demo.log]
-segment_size = "64KiB"
-maintenance_interval = "200ms"
+{log}
 
 [pipelines.demo.sinks.out]
 kind = "file"

@@ -12,16 +12,36 @@ use crate::Result;
 use crate::event::Event;
 use crate::source::TableInfo;
 
-/// One event as a sink receives it: its log offset (the row's version) and whether it ends a
-/// source transaction.
+/// One event as a sink receives it, with its log offset (the row's version).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SinkRecord {
     /// Log offset: the version of the row it writes.
     pub offset: u64,
-    /// The last event of its source transaction.
-    pub ends_transaction: bool,
     /// The change.
     pub event: Event,
+}
+
+/// A stretch of the log as one sink receives it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SinkBatch {
+    /// The records of the stretch this sink takes, in log order; empty when every one was
+    /// routed away.
+    pub records: Vec<SinkRecord>,
+    /// The offset after the stretch: the sink's cursor once the batch is applied.
+    pub end: u64,
+    /// The stretch ends a source transaction: a store that keeps one open commits here.
+    pub ends_transaction: bool,
+}
+
+impl SinkBatch {
+    /// `records` as a stretch that ends a source transaction after the last of them.
+    pub fn whole(records: Vec<SinkRecord>) -> Self {
+        SinkBatch {
+            end: records.last().map_or(0, |r| r.offset + 1),
+            records,
+            ends_transaction: true,
+        }
+    }
 }
 
 impl SinkRecord {
@@ -52,8 +72,11 @@ impl SinkRecord {
 ///   from the cursor it returns (else from the failed batch): a sink that keeps a store
 ///   transaction open across batches (to commit whole source transactions) rewinds to its
 ///   last commit this way;
-/// - a batch whose last record has `ends_transaction` ends a source transaction: a
-///   transactional store commits there.
+/// - a batch that `ends_transaction` ends a source transaction: a transactional store commits
+///   there, with its cursor at the batch's `end` (even when the batch has no record of its
+///   own, every record of the stretch being routed away);
+/// - while [`Sink::holds_transaction`] says a store transaction is open, what `apply`
+///   returned for is not durable: the log keeps it until a batch commits it.
 #[async_trait]
 pub trait Sink: Send {
     /// Reaches the store and checks that this sink can write to it, without changing anything
@@ -65,9 +88,16 @@ pub trait Sink: Send {
     /// apply if the store keeps the cursor itself.
     async fn open(&mut self, tables: &[TableInfo]) -> Result<Option<u64>>;
 
-    /// Applies records in log order. A batch ends on a transaction boundary whenever the log
-    /// has one within the batch size.
-    async fn apply(&mut self, records: &[SinkRecord]) -> Result<()>;
+    /// Applies a batch, its records in log order. A batch ends on a transaction boundary
+    /// whenever the log has one within the batch size.
+    async fn apply(&mut self, batch: &SinkBatch) -> Result<()>;
+
+    /// Whether the store holds a transaction open across batches (the source transaction has
+    /// not ended): what was applied since its last commit is lost if it fails, and the
+    /// runtime keeps those records in the log for the replay after [`Sink::open`].
+    fn holds_transaction(&self) -> bool {
+        false
+    }
 
     /// Moves the cursor the store keeps back to `next` (a replay without `--reset`): records
     /// from `next` on are applied again over what the store holds. The default, for stores

@@ -8,7 +8,7 @@ use siphon_core::event::{Event, Row};
 use siphon_core::sink::changes::{Change, by_table, by_written_columns, history_row, net_changes};
 use siphon_core::sink::routing::NameTemplate;
 use siphon_core::sink::table::{self, MetaTypes, TableMode, new_columns, quote};
-use siphon_core::sink::{Sink, SinkRecord};
+use siphon_core::sink::{Sink, SinkBatch, SinkRecord};
 use siphon_core::source::TableInfo;
 use siphon_core::{Error, Result};
 
@@ -455,12 +455,32 @@ impl DuckdbSink {
         Ok(())
     }
 
-    fn apply_sync(&mut self, records: &[SinkRecord]) -> Result<()> {
+    fn apply_sync(&mut self, batch: &SinkBatch) -> Result<()> {
         let committed = self.cursor.unwrap_or(0);
-        let records = &records[records.partition_point(|r| r.offset < committed)..];
-        let Some(last) = records.last() else {
+        if batch.end <= committed {
             return Ok(());
-        };
+        }
+        let records = &batch.records[batch.records.partition_point(|r| r.offset < committed)..];
+        if !records.is_empty() {
+            self.write_in_transaction(records)?;
+        }
+        // The cursor moves with the commit of a source transaction, or at once past a stretch
+        // of records this sink does not take.
+        if batch.ends_transaction || self.uncommitted == 0 {
+            self.save_cursor(batch.end)?;
+            if self.uncommitted > 0 {
+                self.uncommitted = 0;
+                self.batch("COMMIT", "committing")?;
+            }
+            self.cursor = Some(batch.end);
+        }
+        Ok(())
+    }
+
+    /// Writes records inside the target transaction (begun if none is open). DuckDB aborts
+    /// the whole transaction on an error, so a refused record is located by a rolled-back
+    /// search.
+    fn write_in_transaction(&mut self, records: &[SinkRecord]) -> Result<()> {
         if self.uncommitted == 0 {
             self.batch("BEGIN TRANSACTION", "beginning a transaction")?;
         }
@@ -482,13 +502,6 @@ impl DuckdbSink {
             return Err(self.locate_rejection(records, e));
         }
         self.uncommitted += 1;
-        if last.ends_transaction {
-            let next = last.offset + 1;
-            self.save_cursor(next)?;
-            self.batch("COMMIT", "committing")?;
-            self.uncommitted = 0;
-            self.cursor = Some(next);
-        }
         Ok(())
     }
 
@@ -536,8 +549,12 @@ impl Sink for DuckdbSink {
         })
     }
 
-    async fn apply(&mut self, records: &[SinkRecord]) -> Result<()> {
-        blocking(|| self.apply_sync(records))
+    async fn apply(&mut self, batch: &SinkBatch) -> Result<()> {
+        blocking(|| self.apply_sync(batch))
+    }
+
+    fn holds_transaction(&self) -> bool {
+        self.uncommitted > 0
     }
 
     async fn rewind(&mut self, next: u64) -> Result<()> {

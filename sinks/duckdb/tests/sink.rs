@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use serde_json::Value as Json;
 use siphon_core::sink::{Sink, SinkRecord};
 use siphon_core::testing::{
-    SinkHarness, StoreState, TABLE, compliance_table, event, record, row, run_compliance_suite,
+    SinkHarness, StoreState, TABLE, apply, apply_open, compliance_table, event, record, row,
+    run_compliance_suite,
 };
 use siphon_core::{Error, Op, Row, Value};
 use siphon_sink_duckdb::{DuckdbSink, DuckdbSinkConfig};
@@ -95,20 +96,18 @@ fn create(offset: u64, id: i64, name: &str) -> SinkRecord {
 async fn a_source_transaction_over_several_batches_commits_once_with_the_cursor() {
     let mut h = harness_with(|c| c);
     h.sink.open(&[compliance_table()]).await.unwrap();
-    let mut first = create(0, 1, "a");
-    first.ends_transaction = false;
-    h.sink.apply(&[first]).await.unwrap();
+    let first = create(0, 1, "a");
+    apply_open(&mut h.sink, &[first]).await.unwrap();
     assert!(
         rows(&h.sink, "public_compliance").is_empty(),
         "a reader saw part of a source transaction"
     );
-    h.sink.apply(&[create(1, 2, "b")]).await.unwrap();
+    apply(&mut h.sink, &[create(1, 2, "b")]).await.unwrap();
     assert_eq!(rows(&h.sink, "public_compliance").len(), 2);
     // Reopening (what the runtime does after an error) finds the cursor past both.
     assert_eq!(h.sink.open(&[compliance_table()]).await.unwrap(), Some(2));
-    let mut open = create(2, 3, "c");
-    open.ends_transaction = false;
-    h.sink.apply(&[open]).await.unwrap();
+    let open = create(2, 3, "c");
+    apply_open(&mut h.sink, &[open]).await.unwrap();
     assert_eq!(
         h.sink.open(&[compliance_table()]).await.unwrap(),
         Some(2),
@@ -143,8 +142,8 @@ async fn history_holds_every_event_once() {
         ),
         record(3, event(TABLE, Op::Truncate, 0, None, None)),
     ];
-    h.sink.apply(&batch).await.unwrap();
-    h.sink.apply(&batch).await.unwrap();
+    apply(&mut h.sink, &batch).await.unwrap();
+    apply(&mut h.sink, &batch).await.unwrap();
     let conn = h.sink.connection().unwrap();
     let mut stmt = conn
         .prepare("SELECT _siphon_offset, _siphon_op, id, name FROM public_compliance ORDER BY 1")
@@ -175,8 +174,7 @@ async fn a_value_the_column_cannot_take_is_rejected_by_offset() {
             event(TABLE, Op::Create, id, None, Some(row(id, "x", note))),
         )
     };
-    h.sink
-        .apply(&[numbered(0, 1, Value::Int(5))])
+    apply(&mut h.sink, &[numbered(0, 1, Value::Int(5))])
         .await
         .unwrap();
     let batch = [
@@ -184,12 +182,11 @@ async fn a_value_the_column_cannot_take_is_rejected_by_offset() {
         numbered(2, 3, Value::Text("abc".into())),
         numbered(3, 4, Value::Int(7)),
     ];
-    match h.sink.apply(&batch).await {
+    match apply(&mut h.sink, &batch).await {
         Err(Error::Rejected { offset, .. }) => assert_eq!(offset, 2),
         other => panic!("expected offset 2 to be rejected, got {other:?}"),
     }
-    h.sink
-        .apply(&[batch[0].clone(), batch[2].clone()])
+    apply(&mut h.sink, &[batch[0].clone(), batch[2].clone()])
         .await
         .unwrap();
     let ids: Vec<i64> = rows(&h.sink, "public_compliance").into_keys().collect();
@@ -227,10 +224,12 @@ async fn every_value_class_lands_in_a_typed_column_and_reset_drops_it() {
     after
         .0
         .extend(values.into_iter().map(|(c, v)| (c.into(), v)));
-    h.sink
-        .apply(&[record(0, event(TABLE, Op::Create, 1, None, Some(after)))])
-        .await
-        .unwrap();
+    apply(
+        &mut h.sink,
+        &[record(0, event(TABLE, Op::Create, 1, None, Some(after)))],
+    )
+    .await
+    .unwrap();
     let conn = h.sink.connection().unwrap();
     let got: String = conn
         .query_row(

@@ -11,7 +11,7 @@ use siphon_core::json::value_json;
 use siphon_core::secret::redact_url;
 use siphon_core::sink::changes::{Change, key_text, net_changes};
 use siphon_core::sink::routing::NameTemplate;
-use siphon_core::sink::{Sink, SinkRecord};
+use siphon_core::sink::{Sink, SinkBatch};
 use siphon_core::source::TableInfo;
 use siphon_core::{Error, Result, Value};
 
@@ -281,8 +281,8 @@ impl Sink for ElasticsearchSink {
         Ok(None)
     }
 
-    async fn apply(&mut self, records: &[SinkRecord]) -> Result<()> {
-        let changes = net_changes(records);
+    async fn apply(&mut self, batch: &SinkBatch) -> Result<()> {
+        let changes = net_changes(&batch.records);
         let stored = self.stored(&changes).await?;
         let mut actions = Vec::with_capacity(changes.len());
         for change in &changes {

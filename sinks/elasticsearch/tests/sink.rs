@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 
 use siphon_core::sink::Sink;
 use siphon_core::testing::{
-    SinkHarness, StoreState, TABLE, compliance_table, event, record, row, run_compliance_suite,
+    SinkHarness, StoreState, TABLE, apply, compliance_table, event, record, row,
+    run_compliance_suite,
 };
 use siphon_core::{Error, Op, Row, Value};
 use siphon_sink_elasticsearch::{ElasticsearchSink, ElasticsearchSinkConfig};
@@ -65,8 +66,9 @@ async fn an_unchanged_column_is_filled_from_the_stored_document() {
     let mut h = harness().await;
     h.sink.open(&[compliance_table()]).await.unwrap();
     let big = "y".repeat(3000);
-    h.sink
-        .apply(&[record(
+    apply(
+        &mut h.sink,
+        &[record(
             0,
             event(
                 TABLE,
@@ -75,11 +77,13 @@ async fn an_unchanged_column_is_filled_from_the_stored_document() {
                 None,
                 Some(row(1, "a", Value::Text(big.clone()))),
             ),
-        )])
-        .await
-        .unwrap();
-    h.sink
-        .apply(&[record(
+        )],
+    )
+    .await
+    .unwrap();
+    apply(
+        &mut h.sink,
+        &[record(
             1,
             event(
                 TABLE,
@@ -88,9 +92,10 @@ async fn an_unchanged_column_is_filled_from_the_stored_document() {
                 None,
                 Some(row(1, "b", Value::Unchanged)),
             ),
-        )])
-        .await
-        .unwrap();
+        )],
+    )
+    .await
+    .unwrap();
     let doc = &h.cluster.documents(TABLE)["1"];
     assert_eq!(doc["note"], big.as_str());
     assert_eq!(doc["name"], "b");
@@ -108,16 +113,12 @@ async fn an_overloaded_or_stopped_cluster_is_transient_and_a_refused_document_is
     };
     for status in [429, 503] {
         h.cluster.set_fault(Some(status));
-        let e = h.sink.apply(&[create(0, 1)]).await.unwrap_err();
+        let e = apply(&mut h.sink, &[create(0, 1)]).await.unwrap_err();
         assert!(e.is_transient(), "HTTP {status} should be retried: {e}");
     }
     h.cluster.set_fault(None);
     h.cluster.reject_id(Some("2"));
-    match h
-        .sink
-        .apply(&[create(0, 1), create(1, 2), create(2, 3)])
-        .await
-    {
+    match apply(&mut h.sink, &[create(0, 1), create(1, 2), create(2, 3)]).await {
         Err(Error::Rejected { offset, reason, .. }) => {
             assert_eq!(offset, 1);
             assert!(reason.contains("mapper_parsing_exception"), "{reason}");
@@ -136,8 +137,9 @@ async fn an_overloaded_or_stopped_cluster_is_transient_and_a_refused_document_is
 async fn truncate_empties_the_index_and_reset_deletes_it() {
     let mut h = harness().await;
     h.sink.open(&[compliance_table()]).await.unwrap();
-    h.sink
-        .apply(&[
+    apply(
+        &mut h.sink,
+        &[
             record(
                 0,
                 event(TABLE, Op::Create, 1, None, Some(row(1, "a", Value::Null))),
@@ -147,9 +149,10 @@ async fn truncate_empties_the_index_and_reset_deletes_it() {
                 2,
                 event(TABLE, Op::Create, 2, None, Some(row(2, "b", Value::Null))),
             ),
-        ])
-        .await
-        .unwrap();
+        ],
+    )
+    .await
+    .unwrap();
     let ids: Vec<String> = h.cluster.documents(TABLE).into_keys().collect();
     assert_eq!(ids, ["2"]);
     h.sink.reset(&[compliance_table()]).await.unwrap();

@@ -4,7 +4,7 @@ use std::io::Write;
 
 use async_trait::async_trait;
 use siphon_core::json::JsonFormat;
-use siphon_core::sink::{Sink, SinkRecord};
+use siphon_core::sink::{Sink, SinkBatch};
 use siphon_core::source::TableInfo;
 use siphon_core::{Error, Result};
 
@@ -87,19 +87,22 @@ impl Sink for JsonLinesSink {
         })
     }
 
-    async fn apply(&mut self, records: &[SinkRecord]) -> Result<()> {
-        let mut lines = Vec::with_capacity(records.len());
-        let mut next = self.next_offset;
-        for r in records.iter().filter(|r| r.offset >= self.next_offset) {
+    async fn apply(&mut self, batch: &SinkBatch) -> Result<()> {
+        if batch.end <= self.next_offset {
+            return Ok(());
+        }
+        let mut lines = Vec::with_capacity(batch.records.len());
+        for r in batch
+            .records
+            .iter()
+            .filter(|r| r.offset >= self.next_offset)
+        {
             let mut line = serde_json::to_vec(&self.format.encode(&r.event))
                 .map_err(|e| Error::Codec(e.to_string()))?;
             line.push(b'\n');
             lines.push(line);
-            next = next.max(r.offset + 1);
         }
-        if lines.is_empty() {
-            return Ok(());
-        }
+        let next = batch.end;
         match &mut self.target {
             Target::Writer(w) => {
                 for line in &lines {
@@ -131,7 +134,7 @@ impl Sink for JsonLinesSink {
 mod tests {
     use std::sync::{Arc, Mutex};
 
-    use siphon_core::testing::{SinkHarness, StoreState, run_compliance_suite};
+    use siphon_core::testing::{SinkHarness, StoreState, apply, run_compliance_suite};
 
     use super::*;
 
@@ -227,7 +230,7 @@ mod tests {
         .await;
     }
 
-    fn records(range: std::ops::Range<u64>) -> Vec<SinkRecord> {
+    fn records(range: std::ops::Range<u64>) -> Vec<siphon_core::sink::SinkRecord> {
         use siphon_core::testing::{TABLE, event, record, row};
         range
             .map(|o| {
@@ -254,7 +257,7 @@ mod tests {
         };
         let mut sink = JsonLinesSink::files(config.clone()).unwrap();
         assert_eq!(sink.open(&[]).await.unwrap(), Some(0));
-        sink.apply(&records(0..40)).await.unwrap();
+        apply(&mut sink, &records(0..40)).await.unwrap();
         let paths = JsonLinesSink::file_paths(&config).unwrap();
         assert_eq!(paths.len(), 3, "rotation keeps max_files: {paths:?}");
         // Lines written after the last commit (a crash between write and cursor) are cut.
@@ -270,7 +273,7 @@ mod tests {
         let mut sink = JsonLinesSink::files(config.clone()).unwrap();
         assert_eq!(std::fs::read(last).unwrap(), committed);
         assert_eq!(sink.open(&[]).await.unwrap(), Some(40));
-        sink.apply(&records(30..45)).await.unwrap();
+        apply(&mut sink, &records(30..45)).await.unwrap();
         let mut ids = Vec::new();
         for p in JsonLinesSink::file_paths(&config).unwrap() {
             ids.extend(

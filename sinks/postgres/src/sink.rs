@@ -8,7 +8,7 @@ use siphon_core::secret::redact_url;
 use siphon_core::sink::changes::{Change, by_table, by_written_columns, history_row, net_changes};
 use siphon_core::sink::routing::NameTemplate;
 use siphon_core::sink::table::{self, MetaTypes, TableMode, new_columns, quote};
-use siphon_core::sink::{Sink, SinkRecord};
+use siphon_core::sink::{Sink, SinkBatch, SinkRecord};
 use siphon_core::source::TableInfo;
 use siphon_core::{Error, Result};
 use tokio_postgres::types::ToSql;
@@ -474,6 +474,35 @@ impl PostgresSink {
         original
     }
 
+    /// Writes records inside the target transaction (begun if none is open), each batch under
+    /// a savepoint: a refused record undoes its batch only, and is located.
+    async fn write_in_transaction(&mut self, records: &[SinkRecord]) -> Result<()> {
+        if !self.in_transaction {
+            self.batch("BEGIN", "beginning a transaction").await?;
+            self.in_transaction = true;
+        }
+        self.batch("SAVEPOINT siphon_batch", "beginning a batch")
+            .await?;
+        if let Err(e) = self.write(records).await {
+            if e.is_transient() {
+                self.client = None;
+                self.in_transaction = false;
+                return Err(e);
+            }
+            // Undo the batch (earlier batches of the source transaction stay), find the record.
+            self.batch("ROLLBACK TO SAVEPOINT siphon_batch", "undoing a batch")
+                .await?;
+            self.targets.clear();
+            let e = self.locate_rejection(records, e).await;
+            self.batch("ROLLBACK TO SAVEPOINT siphon_batch", "undoing a batch")
+                .await?;
+            self.targets.clear();
+            return Err(e);
+        }
+        self.batch("RELEASE SAVEPOINT siphon_batch", "ending a batch")
+            .await
+    }
+
     async fn save_cursor(&self, next: u64) -> Result<()> {
         self.execute(
             &format!(
@@ -617,49 +646,34 @@ impl Sink for PostgresSink {
         Ok(self.cursor)
     }
 
-    async fn apply(&mut self, records: &[SinkRecord]) -> Result<()> {
+    async fn apply(&mut self, batch: &SinkBatch) -> Result<()> {
         // Below the committed cursor everything is applied already.
         let committed = self.cursor.unwrap_or(0);
-        let records = &records[records.partition_point(|r| r.offset < committed)..];
-        let Some(last) = records.last() else {
+        if batch.end <= committed {
             return Ok(());
-        };
-        if !self.in_transaction {
-            self.batch("BEGIN", "beginning a transaction").await?;
-            self.in_transaction = true;
         }
-        self.batch("SAVEPOINT siphon_batch", "beginning a batch")
-            .await?;
-        if let Err(e) = self.write(records).await {
-            if e.is_transient() {
-                self.client = None;
-                self.in_transaction = false;
-                return Err(e);
-            }
-            // Undo the batch (earlier batches of the source transaction stay), find the record.
-            self.batch("ROLLBACK TO SAVEPOINT siphon_batch", "undoing a batch")
-                .await?;
-            self.targets.clear();
-            let e = self.locate_rejection(records, e).await;
-            self.batch("ROLLBACK TO SAVEPOINT siphon_batch", "undoing a batch")
-                .await?;
-            self.targets.clear();
-            return Err(e);
+        let records = &batch.records[batch.records.partition_point(|r| r.offset < committed)..];
+        if !records.is_empty() {
+            self.write_in_transaction(records).await?;
         }
-        self.batch("RELEASE SAVEPOINT siphon_batch", "ending a batch")
-            .await?;
-        if last.ends_transaction {
-            let next = last.offset + 1;
-            self.save_cursor(next).await?;
-            if let Err(e) = self.batch("COMMIT", "committing").await {
-                self.client = None;
+        // The cursor moves with the commit of a source transaction, or at once past a stretch
+        // of records this sink does not take.
+        if batch.ends_transaction || !self.in_transaction {
+            self.save_cursor(batch.end).await?;
+            if self.in_transaction {
                 self.in_transaction = false;
-                return Err(e);
+                if let Err(e) = self.batch("COMMIT", "committing").await {
+                    self.client = None;
+                    return Err(e);
+                }
             }
-            self.in_transaction = false;
-            self.cursor = Some(next);
+            self.cursor = Some(batch.end);
         }
         Ok(())
+    }
+
+    fn holds_transaction(&self) -> bool {
+        self.in_transaction
     }
 
     async fn rewind(&mut self, next: u64) -> Result<()> {

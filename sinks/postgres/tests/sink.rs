@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 
 use siphon_core::sink::{Sink, SinkRecord};
 use siphon_core::testing::{
-    SinkHarness, StoreState, TABLE, compliance_table, event, record, row, run_compliance_suite,
+    SinkHarness, StoreState, TABLE, apply, apply_open, compliance_table, event, record, row,
+    run_compliance_suite,
 };
 use siphon_core::{Error, Op, Row, Value};
 use siphon_sink_postgres::{PostgresSink, PostgresSinkConfig, TableMode};
@@ -94,14 +95,13 @@ fn create(offset: u64, id: i64, name: &str) -> SinkRecord {
 async fn a_source_transaction_over_several_batches_commits_once_with_the_cursor() {
     let mut h = harness(TableMode::Mirror).await;
     h.sink.open(&[compliance_table()]).await.unwrap();
-    let mut first = create(0, 1, "a");
-    first.ends_transaction = false;
-    h.sink.apply(&[first]).await.unwrap();
+    let first = create(0, 1, "a");
+    apply_open(&mut h.sink, &[first]).await.unwrap();
     assert!(
         mirror_rows(&h.db).await.is_empty(),
         "a reader saw part of a source transaction"
     );
-    h.sink.apply(&[create(1, 2, "b")]).await.unwrap();
+    apply(&mut h.sink, &[create(1, 2, "b")]).await.unwrap();
     assert_eq!(mirror_rows(&h.db).await.len(), 2);
     let mut reopened =
         PostgresSink::new(PostgresSinkConfig::new(h.db.url.clone()), "p", "s").unwrap();
@@ -112,10 +112,9 @@ async fn a_source_transaction_over_several_batches_commits_once_with_the_cursor(
 async fn an_unfinished_transaction_is_rolled_back_and_the_cursor_rewinds_on_reopen() {
     let mut h = harness(TableMode::Mirror).await;
     h.sink.open(&[compliance_table()]).await.unwrap();
-    h.sink.apply(&[create(0, 1, "a")]).await.unwrap();
-    let mut open = create(1, 2, "b");
-    open.ends_transaction = false;
-    h.sink.apply(&[open]).await.unwrap();
+    apply(&mut h.sink, &[create(0, 1, "a")]).await.unwrap();
+    let open = create(1, 2, "b");
+    apply_open(&mut h.sink, &[open]).await.unwrap();
     // What the runtime does after a transient error: open again.
     assert_eq!(h.sink.open(&[compliance_table()]).await.unwrap(), Some(1));
     assert_eq!(
@@ -150,9 +149,9 @@ async fn history_holds_every_event_once_and_replays_add_nothing() {
         ),
         record(3, event(TABLE, Op::Truncate, 0, None, None)),
     ];
-    h.sink.apply(&batch).await.unwrap();
-    h.sink.apply(&batch).await.unwrap();
-    h.sink.apply(&batch[1..2]).await.unwrap();
+    apply(&mut h.sink, &batch).await.unwrap();
+    apply(&mut h.sink, &batch).await.unwrap();
+    apply(&mut h.sink, &batch[1..2]).await.unwrap();
     let client = h.db.client().await.unwrap();
     let rows = client
         .query(
@@ -187,8 +186,7 @@ async fn a_value_the_column_cannot_take_is_rejected_by_offset_and_the_rest_appli
         )
     };
     // The first value makes `note` a bigint column; "abc" cannot go there.
-    h.sink
-        .apply(&[numbered(0, 1, Value::Int(5))])
+    apply(&mut h.sink, &[numbered(0, 1, Value::Int(5))])
         .await
         .unwrap();
     let batch = [
@@ -196,7 +194,7 @@ async fn a_value_the_column_cannot_take_is_rejected_by_offset_and_the_rest_appli
         numbered(2, 3, Value::Text("abc".into())),
         numbered(3, 4, Value::Int(7)),
     ];
-    match h.sink.apply(&batch).await {
+    match apply(&mut h.sink, &batch).await {
         Err(Error::Rejected {
             offset,
             table,
@@ -207,8 +205,7 @@ async fn a_value_the_column_cannot_take_is_rejected_by_offset_and_the_rest_appli
         }
         other => panic!("expected offset 2 to be rejected, got {other:?}"),
     }
-    h.sink
-        .apply(&[batch[0].clone(), batch[2].clone()])
+    apply(&mut h.sink, &[batch[0].clone(), batch[2].clone()])
         .await
         .unwrap();
     let client = h.db.client().await.unwrap();
@@ -226,11 +223,11 @@ async fn a_value_the_column_cannot_take_is_rejected_by_offset_and_the_rest_appli
 async fn reset_drops_the_tables_and_the_cursor() {
     let mut h = harness(TableMode::Mirror).await;
     h.sink.open(&[compliance_table()]).await.unwrap();
-    h.sink.apply(&[create(0, 1, "a")]).await.unwrap();
+    apply(&mut h.sink, &[create(0, 1, "a")]).await.unwrap();
     h.sink.reset(&[compliance_table()]).await.unwrap();
     assert_eq!(h.sink.open(&[compliance_table()]).await.unwrap(), None);
     assert!(mirror_rows(&h.db).await.is_empty());
-    h.sink.apply(&[create(0, 1, "a")]).await.unwrap();
+    apply(&mut h.sink, &[create(0, 1, "a")]).await.unwrap();
     assert_eq!(mirror_rows(&h.db).await.len(), 1);
 }
 
@@ -265,7 +262,7 @@ async fn tls_require_encrypts_the_connection_and_verify_full_checks_the_host() {
     )
     .unwrap();
     sink.open(&[compliance_table()]).await.unwrap();
-    sink.apply(&[create(0, 1, "over tls")]).await.unwrap();
+    apply(&mut sink, &[create(0, 1, "over tls")]).await.unwrap();
     let encrypted: bool = client
         .query_one(
             "select bool_and(s.ssl) from pg_stat_ssl s join pg_stat_activity a using (pid) \

@@ -8,7 +8,7 @@ use redis::{AsyncConnectionConfig, IntoConnectionInfo, RedisError};
 use siphon_core::secret::redact_url;
 use siphon_core::sink::changes::{Change, net_changes};
 use siphon_core::sink::routing::NameTemplate;
-use siphon_core::sink::{Sink, SinkRecord};
+use siphon_core::sink::{Sink, SinkBatch};
 use siphon_core::source::TableInfo;
 use siphon_core::{Error, Result, Value};
 
@@ -295,13 +295,13 @@ impl Sink for RedisSink {
         Ok(self.cursor)
     }
 
-    async fn apply(&mut self, records: &[SinkRecord]) -> Result<()> {
+    async fn apply(&mut self, batch: &SinkBatch) -> Result<()> {
         // Below the stored cursor everything is applied already.
         let applied = self.cursor.unwrap_or(0);
-        let records = &records[records.partition_point(|r| r.offset < applied)..];
-        let Some(last) = records.last() else {
+        if batch.end <= applied {
             return Ok(());
-        };
+        }
+        let records = &batch.records[batch.records.partition_point(|r| r.offset < applied)..];
         let changes = net_changes(records);
         let stored = self.stored_documents(&changes).await?;
         let mut segment = 0;
@@ -312,8 +312,7 @@ impl Sink for RedisSink {
                 segment = i + 1;
             }
         }
-        self.write(&changes[segment..], &stored, last.offset + 1)
-            .await
+        self.write(&changes[segment..], &stored, batch.end).await
     }
 
     async fn rewind(&mut self, next: u64) -> Result<()> {

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use redis::AsyncCommands;
 use siphon_core::sink::Sink;
 use siphon_core::testing::{
-    SinkHarness, StoreState, TABLE, compliance_table, event, record, row, run_compliance_suite,
+    SinkHarness, StoreState, TABLE, apply, compliance_table, event, record, row,
+    run_compliance_suite,
 };
 use siphon_core::{Error, Op, Row, Value};
 use siphon_sink_redis::{RedisFormat, RedisMode, RedisSink, RedisSinkConfig};
@@ -117,8 +118,8 @@ async fn json_format_fills_an_unchanged_column_from_the_stored_document() {
         Some(row(1, "b", Value::Unchanged)),
     );
     // Separate batches: the second must read the stored document.
-    h.sink.apply(&[record(0, create)]).await.unwrap();
-    h.sink.apply(&[record(1, update)]).await.unwrap();
+    apply(&mut h.sink, &[record(0, create)]).await.unwrap();
+    apply(&mut h.sink, &[record(1, update)]).await.unwrap();
     let StoreState::Rows(rows) = h.state().await else {
         unreachable!()
     };
@@ -130,13 +131,15 @@ async fn json_format_fills_an_unchanged_column_from_the_stored_document() {
 async fn the_cursor_is_stored_with_the_data_and_reset_clears_both() {
     let mut h = harness(RedisFormat::Hash).await;
     assert_eq!(h.sink.open(&[compliance_table()]).await.unwrap(), None);
-    h.sink
-        .apply(&[record(
+    apply(
+        &mut h.sink,
+        &[record(
             41,
             event(TABLE, Op::Create, 1, None, Some(row(1, "a", Value::Null))),
-        )])
-        .await
-        .unwrap();
+        )],
+    )
+    .await
+    .unwrap();
     let mut reopened = RedisSink::new(config(&h.keyspace, RedisFormat::Hash), "p", "s").unwrap();
     assert_eq!(
         reopened.open(&[compliance_table()]).await.unwrap(),
@@ -158,8 +161,9 @@ async fn truncate_removes_only_its_tables_keys_and_later_writes_stay() {
         None,
         Some(row(1, "keep", Value::Null)),
     );
-    h.sink
-        .apply(&[
+    apply(
+        &mut h.sink,
+        &[
             record(
                 0,
                 event(TABLE, Op::Create, 1, None, Some(row(1, "a", Value::Null))),
@@ -174,9 +178,10 @@ async fn truncate_removes_only_its_tables_keys_and_later_writes_stay() {
                 4,
                 event(TABLE, Op::Create, 3, None, Some(row(3, "c", Value::Null))),
             ),
-        ])
-        .await
-        .unwrap();
+        ],
+    )
+    .await
+    .unwrap();
     let StoreState::Rows(rows) = h.state().await else {
         unreachable!()
     };
@@ -205,10 +210,13 @@ async fn invalidate_mode_deletes_the_key_on_every_change() {
     )
     .unwrap();
     sink.open(&[compliance_table()]).await.unwrap();
-    sink.apply(&[record(
-        0,
-        event(TABLE, Op::Update, 1, None, Some(row(1, "a", Value::Null))),
-    )])
+    apply(
+        &mut sink,
+        &[record(
+            0,
+            event(TABLE, Op::Update, 1, None, Some(row(1, "a", Value::Null))),
+        )],
+    )
     .await
     .unwrap();
     let exists: bool = conn.exists(&key).await.unwrap();
@@ -230,10 +238,13 @@ async fn ttl_expires_written_keys() {
     )
     .unwrap();
     sink.open(&[compliance_table()]).await.unwrap();
-    sink.apply(&[record(
-        0,
-        event(TABLE, Op::Create, 1, None, Some(row(1, "a", Value::Null))),
-    )])
+    apply(
+        &mut sink,
+        &[record(
+            0,
+            event(TABLE, Op::Create, 1, None, Some(row(1, "a", Value::Null))),
+        )],
+    )
     .await
     .unwrap();
     let mut conn = keyspace.conn().await.unwrap();
@@ -275,7 +286,7 @@ async fn a_key_redis_refuses_is_rejected_by_offset_after_the_records_before_it_l
             event(TABLE, Op::Create, 3, None, Some(row(3, "c", Value::Null))),
         ),
     ];
-    match h.sink.apply(&batch).await {
+    match apply(&mut h.sink, &batch).await {
         Err(Error::Rejected {
             offset,
             table,
@@ -287,8 +298,7 @@ async fn a_key_redis_refuses_is_rejected_by_offset_after_the_records_before_it_l
         other => panic!("expected a rejection of offset 1, got {other:?}"),
     }
     // What the runtime does with on_error = "dead_letter": the batch again, without it.
-    h.sink
-        .apply(&[batch[0].clone(), batch[2].clone()])
+    apply(&mut h.sink, &[batch[0].clone(), batch[2].clone()])
         .await
         .unwrap();
     let name: Option<String> = conn
