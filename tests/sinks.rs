@@ -476,6 +476,38 @@ async fn sinks_follow_the_source_through_kill_9_and_dropped_target_connections()
     }
     converge(&s, &d).await;
 
+    // The data directory is lost (a container without a volume) while every store keeps its
+    // cursor: the source takes a new snapshot into a new log, and each store, whose cursor is
+    // a position in the old log, is rebuilt from the new one.
+    d.signal("TERM").unwrap();
+    assert!(
+        d.wait(Duration::from_secs(20)).unwrap().success(),
+        "{}",
+        d.log()
+    );
+    std::fs::remove_dir_all(s.setup.dir.path().join("data")).unwrap();
+    let mut d = s.setup.start();
+    s.source
+        .execute(
+            "insert into shop.items (id, name) values (900001, 'after the wipe');
+             update shop.items set name = 'changed after the wipe' where id = (select min(id) from shop.items)",
+        )
+        .await
+        .unwrap();
+    converge(&s, &d).await;
+    assert!(
+        d.log().contains("belongs to another change log"),
+        "{}",
+        d.log()
+    );
+    common::wait_status(&d, Duration::from_secs(60), "all sinks caught up", |st| {
+        st[0]["sinks"]
+            .as_object()
+            .is_some_and(|m| m.values().all(|v| v["lag_records"] == 0))
+    })
+    .await;
+    check_history(&s).await;
+
     // DuckDB allows one process to open its file: compare it once the daemon has stopped.
     d.signal("TERM").unwrap();
     assert!(

@@ -73,7 +73,8 @@ async fn apply(sink: &mut dyn Sink, log: &[Vec<u8>], batch: usize) -> anyhow::Re
         key_columns: vec!["id".into()],
     };
     sink.reset(std::slice::from_ref(&table)).await?;
-    sink.open(&[table]).await?;
+    sink.open(&[table], &siphon_core::log::LogId::random())
+        .await?;
     let started = Instant::now();
     let mut in_sink = Duration::ZERO;
     for (n, chunk) in log.chunks(batch).enumerate() {

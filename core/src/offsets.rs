@@ -6,12 +6,16 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::log::LogId;
 use crate::{Error, Result, fsutil};
 
 /// Where a sink is in the log.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SinkCursor {
+    /// The log the cursor belongs to (absent in cursors saved before logs had identities).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_id: Option<LogId>,
     /// The next offset to apply: every record below it is applied.
     pub next_offset: u64,
     /// Set when the log's hard size cap deleted records this sink had not applied: the sink
@@ -76,13 +80,14 @@ impl OffsetStore {
         fsutil::replace(&self.sink_path(sink), &bytes, false)
     }
 
-    /// The source's checkpoint, opaque to everyone but the source.
-    pub fn source_checkpoint(&self) -> Result<Option<serde_json::Value>> {
+    /// The source's checkpoint, in the source's own type. A file that does not parse into it
+    /// is an error naming the file, never a silent default.
+    pub fn source_checkpoint<T: serde::de::DeserializeOwned>(&self) -> Result<Option<T>> {
         read_json(&self.dir.join(SOURCE_FILE))
     }
 
     /// Saves the source's checkpoint, durably.
-    pub fn save_source_checkpoint(&self, checkpoint: &serde_json::Value) -> Result<()> {
+    pub fn save_source_checkpoint<T: Serialize>(&self, checkpoint: &T) -> Result<()> {
         write_json(&self.dir.join(SOURCE_FILE), checkpoint)
     }
 }
@@ -120,6 +125,7 @@ mod tests {
         let store = OffsetStore::open(dir.path()).unwrap();
         assert_eq!(store.sink("cache").unwrap(), SinkCursor::default());
         let cursor = SinkCursor {
+            log_id: Some(LogId::random()),
             next_offset: 42,
             lost: Some(LostRecords { first: 3, end: 9 }),
         };
@@ -130,9 +136,17 @@ mod tests {
         let reopened = OffsetStore::open(dir.path()).unwrap();
         assert_eq!(reopened.sink("cache").unwrap(), cursor);
         assert_eq!(
-            reopened.source_checkpoint().unwrap(),
+            reopened.source_checkpoint::<serde_json::Value>().unwrap(),
             Some(serde_json::json!({"lsn": 7}))
         );
+        // A checkpoint that does not parse into the source's type is an error.
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Typed {
+            lsn: String,
+        }
+        let err = reopened.source_checkpoint::<Typed>().unwrap_err();
+        assert!(err.to_string().contains("source.json"), "{err}");
         // No temporary file is left behind.
         let names: Vec<_> = fs::read_dir(dir.path())
             .unwrap()

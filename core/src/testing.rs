@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 
 use crate::event::{Event, Op, Row, SnapshotMarker, SourceInfo, SourcePosition, Value};
-use crate::sink::{Sink, SinkBatch, SinkRecord};
+use crate::log::LogId;
+use crate::sink::{Sink, SinkBatch, SinkRecord, StoreCursor};
 use crate::source::TableInfo;
 
 /// The table the compliance suite writes: `public.compliance (id bigint primary key, name
@@ -16,6 +17,19 @@ pub fn compliance_table() -> TableInfo {
     TableInfo {
         name: format!("public.{TABLE}"),
         key_columns: vec!["id".into()],
+    }
+}
+
+/// The log identity the compliance suite opens sinks with.
+pub fn log_id() -> LogId {
+    LogId::parse("5f0c7c3e-8d1a-4c55-9b7e-2a4d1e6f0b01").expect("a valid identity")
+}
+
+/// A cursor at `next` in the compliance suite's log, as a store returns it.
+pub fn cursor(next: u64) -> StoreCursor {
+    StoreCursor {
+        next_offset: next,
+        log: Some(log_id()),
     }
 }
 
@@ -96,16 +110,28 @@ pub trait SinkHarness: Send {
 /// failure with what was expected.
 pub async fn run_compliance_suite<H: SinkHarness>(mut make: impl AsyncFnMut() -> H) {
     let mut h = make().await;
-    h.sink().open(&[compliance_table()]).await.expect("open");
+    h.sink()
+        .open(&[compliance_table()], &log_id())
+        .await
+        .expect("open");
     applying_twice_changes_nothing(&mut h).await;
     let mut h = make().await;
-    h.sink().open(&[compliance_table()]).await.expect("open");
+    h.sink()
+        .open(&[compliance_table()], &log_id())
+        .await
+        .expect("open");
     older_offset_never_overwrites_newer(&mut h).await;
     let mut h = make().await;
-    h.sink().open(&[compliance_table()]).await.expect("open");
+    h.sink()
+        .open(&[compliance_table()], &log_id())
+        .await
+        .expect("open");
     delete_without_before_image(&mut h).await;
     let mut h = make().await;
-    h.sink().open(&[compliance_table()]).await.expect("open");
+    h.sink()
+        .open(&[compliance_table()], &log_id())
+        .await
+        .expect("open");
     unchanged_column_keeps_stored_value(&mut h).await;
 }
 

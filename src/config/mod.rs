@@ -133,6 +133,21 @@ pub struct DeliveryConfig {
     /// it to `<data_dir>/pipelines/<pipeline>/dead-letter/<sink>.jsonl` and go on
     /// (`dead_letter`).
     pub on_error: OnError,
+    /// What to do when the store's cursor belongs to another change log (the data directory
+    /// was lost or replaced while the store kept its cursor): clear the store and rebuild it
+    /// from this log (`rebuild`), or stop the sink with an error (`fail`).
+    pub on_other_log: OnOtherLog,
+}
+
+/// What a sink does when its store followed another change log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnOtherLog {
+    /// Clear what the sink owns in the store and replay this log from its start.
+    #[default]
+    Rebuild,
+    /// Stop the sink with an error saying how to rebuild it.
+    Fail,
 }
 
 /// What a sink does with a record its target rejects for good.
@@ -155,6 +170,7 @@ impl DeliveryConfig {
         "tables",
         "exclude_columns",
         "on_error",
+        "on_other_log",
     ];
 
     /// The tables and columns this sink takes.
@@ -172,6 +188,7 @@ impl Default for DeliveryConfig {
             tables: Vec::new(),
             exclude_columns: Vec::new(),
             on_error: OnError::Fail,
+            on_other_log: OnOtherLog::Rebuild,
         }
     }
 }

@@ -214,7 +214,9 @@ impl SinkSpec {
             SinkSpec::File(c) => Box::new(JsonLinesSink::files(c.clone())?),
             SinkSpec::Redis(c) => Box::new(RedisSink::new(c.clone(), pipeline, sink)?),
             SinkSpec::Postgres(c) => Box::new(PostgresSink::new(c.clone(), pipeline, sink)?),
-            SinkSpec::Elasticsearch(c) => Box::new(ElasticsearchSink::new(c.clone())?),
+            SinkSpec::Elasticsearch(c) => {
+                Box::new(ElasticsearchSink::new(c.clone(), pipeline, sink)?)
+            }
             #[cfg(feature = "duckdb")]
             SinkSpec::Duckdb(c) => Box::new(DuckdbSink::new(c.clone(), pipeline, sink)?),
         })

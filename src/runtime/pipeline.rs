@@ -69,6 +69,10 @@ pub(super) fn start(
             .map_err(|e| anyhow::anyhow!("sink {sink_name}: {e}"))?;
         // A damaged cursor file stops this sink only, and only if its store keeps no cursor.
         let (cursor, damaged_cursor) = match offsets.sink(sink_name) {
+            Ok(cursor) if cursor.log_id.as_ref().is_some_and(|id| id != log.id()) => {
+                tracing::warn!(sink = %sink_name, "the sink's saved cursor belongs to another change log (the log was replaced): it starts afresh");
+                (SinkCursor::default(), None)
+            }
             Ok(cursor) => (cursor, None),
             Err(e) => {
                 tracing::warn!(sink = %sink_name, error = %e, "the sink's saved cursor cannot be read");

@@ -11,10 +11,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use siphon_core::Error;
-use siphon_core::log::ChangeLog;
+use siphon_core::log::{ChangeLog, LogId};
 use siphon_core::offsets::{LostRecords, OffsetStore, SinkCursor};
 use siphon_core::sink::routing::Routing;
-use siphon_core::sink::{Sink, SinkRecord};
+use siphon_core::sink::{Sink, SinkRecord, StoreCursor};
 use siphon_core::source::TableInfo;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
@@ -24,7 +24,7 @@ use super::batcher::Batcher;
 use super::prefetch::{DecodedBatch, Fetched, Prefetch};
 use super::status::{SinkProgress, SinkStatus, State, needs_replay_message};
 use super::{PipelineHandle, SinkCommand};
-use crate::config::{DeliveryConfig, OnError};
+use crate::config::{DeliveryConfig, OnError, OnOtherLog};
 
 pub(super) struct SinkTask {
     pub name: String,
@@ -194,37 +194,41 @@ impl SinkTask {
             }
         }
         if reset {
-            loop {
-                match self.sink.reset(tables).await {
-                    Ok(()) => break,
-                    Err(e) if e.is_transient() => {
-                        self.update(|s| s.component.retrying(&e));
-                        if sleep_unless_cancelled(&self.cancel, backoff.next_delay()).await {
-                            return Err((Stop::Shutdown, "shutting down".into()));
+            self.reset_store(tables, &mut backoff).await?;
+        }
+        // A store whose cursor is a position in another log (the data directory was lost or
+        // replaced while the store kept its cursor) is rebuilt from this one, or refused.
+        let mut other_log = false;
+        let stored = loop {
+            let stored = self.open_store(tables, from, &mut backoff).await?;
+            match stored {
+                Some(c) if from.is_none() && !other_log && self.belongs_elsewhere(&c) => {
+                    let message = format!(
+                        "the store's cursor (offset {}, change log {}) belongs to another change log than this pipeline's ({}, which ends at {}): the store followed a log that was lost or replaced",
+                        c.next_offset,
+                        c.log.as_ref().map_or("unknown", LogId::as_str),
+                        self.log.id(),
+                        self.log.durable_end(),
+                    );
+                    match self.delivery.on_other_log {
+                        OnOtherLog::Fail => {
+                            let p = &self.handle.name;
+                            return Err((
+                                Stop::Idle,
+                                self.fail(&format!(
+                                    "{message}; rebuild it with `siphon replay {p} {} --from 0 --reset` (or set on_other_log = \"rebuild\")",
+                                    self.name
+                                )),
+                            ));
+                        }
+                        OnOtherLog::Rebuild => {
+                            tracing::warn!(sink = %self.name, "{message}: clearing it and rebuilding it from this log");
+                            self.reset_store(tables, &mut backoff).await?;
+                            other_log = true;
                         }
                     }
-                    Err(e) => return Err((Stop::Idle, self.fail(&format!("reset failed: {e}")))),
                 }
-            }
-        }
-        let stored = loop {
-            let opened = match self.sink.open(tables).await {
-                Ok(stored) => match from {
-                    Some(from) => self.sink.rewind(from).await.map(|()| stored),
-                    None => Ok(stored),
-                },
-                Err(e) => Err(e),
-            };
-            match opened {
-                Ok(stored) => break stored,
-                Err(e) if e.is_transient() => {
-                    tracing::warn!(sink = %self.name, error = %e, "sink cannot open yet; retrying");
-                    self.update(|s| s.component.retrying(&e));
-                    if sleep_unless_cancelled(&self.cancel, backoff.next_delay()).await {
-                        return Err((Stop::Shutdown, "shutting down".into()));
-                    }
-                }
-                Err(e) => return Err((Stop::Idle, self.fail(&e.to_string()))),
+                stored => break stored.map(|c| c.next_offset),
             }
         };
         // The cursor this task saved, unless its file was damaged.
@@ -236,10 +240,11 @@ impl SinkTask {
         // A store that keeps a cursor but has none, although this sink had applied records,
         // was wiped (a cache restarted without persistence) or replaced: rebuild it.
         let start = self.log.start_offset();
-        let rebuild = from.is_none()
-            && stored.is_none()
-            && self.sink.keeps_cursor()
-            && saved.is_none_or(|c| c > start);
+        let rebuild = other_log
+            || from.is_none()
+                && stored.is_none()
+                && self.sink.keeps_cursor()
+                && saved.is_none_or(|c| c > start);
         if rebuild {
             tracing::warn!(sink = %self.name, cursor = ?saved, from = start, "the store has lost this sink's cursor (wiped or replaced): rebuilding it from the start of the log");
         }
@@ -297,6 +302,63 @@ impl SinkTask {
         ))
     }
 
+    /// Clears what the sink owns in its store, retrying transient errors.
+    async fn reset_store(
+        &mut self,
+        tables: &[TableInfo],
+        backoff: &mut Backoff,
+    ) -> Result<(), (Stop, String)> {
+        loop {
+            match self.sink.reset(tables).await {
+                Ok(()) => return Ok(()),
+                Err(e) if e.is_transient() => {
+                    self.update(|s| s.component.retrying(&e));
+                    if sleep_unless_cancelled(&self.cancel, backoff.next_delay()).await {
+                        return Err((Stop::Shutdown, "shutting down".into()));
+                    }
+                }
+                Err(e) => return Err((Stop::Idle, self.fail(&format!("reset failed: {e}")))),
+            }
+        }
+    }
+
+    /// Opens the sink, moving its stored cursor back to `from` for a replay; retries
+    /// transient errors. Returns the cursor the store keeps.
+    async fn open_store(
+        &mut self,
+        tables: &[TableInfo],
+        from: Option<u64>,
+        backoff: &mut Backoff,
+    ) -> Result<Option<StoreCursor>, (Stop, String)> {
+        loop {
+            let opened = match self.sink.open(tables, self.log.id()).await {
+                Ok(stored) => match from {
+                    Some(from) => self.sink.rewind(from).await.map(|()| stored),
+                    None => Ok(stored),
+                },
+                Err(e) => Err(e),
+            };
+            match opened {
+                Ok(stored) => return Ok(stored),
+                Err(e) if e.is_transient() => {
+                    tracing::warn!(sink = %self.name, error = %e, "sink cannot open yet; retrying");
+                    self.update(|s| s.component.retrying(&e));
+                    if sleep_unless_cancelled(&self.cancel, backoff.next_delay()).await {
+                        return Err((Stop::Shutdown, "shutting down".into()));
+                    }
+                }
+                Err(e) => return Err((Stop::Idle, self.fail(&e.to_string()))),
+            }
+        }
+    }
+
+    /// Whether a store's cursor is a position in another log: it names another identity, or
+    /// lies past this log's end (which no sink of this log can have reached).
+    fn belongs_elsewhere(&self, cursor: &StoreCursor) -> bool {
+        cursor.log.as_ref().is_some_and(|id| id != self.log.id())
+            || cursor.next_offset > self.log.durable_end()
+    }
+
     fn fail(&self, message: &str) -> String {
         tracing::error!(sink = %self.name, error = message, "sink stopped");
         self.update(|s| s.component.failed(&message));
@@ -305,7 +367,15 @@ impl SinkTask {
 
     fn save_cursor(&self, next_offset: u64, lost: Option<LostRecords>) -> siphon_core::Result<()> {
         self.offsets
-            .save_sink(&self.name, &SinkCursor { next_offset, lost })
+            .save_sink(&self.name, &self.cursor(next_offset, lost))
+    }
+
+    fn cursor(&self, next_offset: u64, lost: Option<LostRecords>) -> SinkCursor {
+        SinkCursor {
+            log_id: Some(self.log.id().clone()),
+            next_offset,
+            lost,
+        }
     }
 
     /// The log could not be read: records lost to the size cap, or damage.
@@ -416,10 +486,7 @@ impl SinkTask {
             next
         };
         if committed != self.progress.borrow().committed {
-            let cursor = SinkCursor {
-                next_offset: committed,
-                lost: None,
-            };
+            let cursor = self.cursor(committed, None);
             // A store that keeps its cursor made the batch durable itself.
             let saved = if self.sink.keeps_cursor() {
                 self.offsets.save_sink_unsynced(&self.name, &cursor)

@@ -21,6 +21,7 @@ use async_trait::async_trait;
 use pgwire_replication::{PgWireError, ReplicationClient, ReplicationConfig, TlsConfig};
 use serde::{Deserialize, Serialize};
 use siphon_core::event::{SnapshotMarker, SourcePosition};
+use siphon_core::log::LogId;
 use siphon_core::source::{Source, SourceContext, TableInfo};
 use siphon_core::{Error, Result};
 use tokio_postgres::config::Host;
@@ -33,11 +34,15 @@ const SESSION_SETTINGS: &str = "-c DateStyle=ISO -c IntervalStyle=postgres -c Ti
 
 /// What the source keeps in the pipeline's checkpoint.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct Checkpoint {
     /// The slot it belongs to.
     slot: String,
     /// Whether the snapshot for that slot finished.
     snapshot_done: bool,
+    /// The change log the snapshot went into (absent in checkpoints of older siphons).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    log_id: Option<LogId>,
 }
 
 /// The PostgreSQL source of one pipeline.
@@ -312,11 +317,19 @@ impl Source for PostgresSource {
             );
         }
         catalog::ensure_publication(&client, &self.publication, &tables).await?;
-        let checkpoint: Checkpoint = ctx
+        // A checkpoint of another slot, or of another change log (the log was lost or
+        // replaced), says nothing about this one: the snapshot is taken again.
+        let checkpoint = ctx
             .offsets
-            .source_checkpoint()?
-            .and_then(|v| serde_json::from_value(v).ok())
-            .filter(|c: &Checkpoint| c.slot == self.slot)
+            .source_checkpoint::<Checkpoint>()?
+            .filter(|c| c.slot == self.slot)
+            .filter(|c| {
+                let same_log = c.log_id.as_ref().is_none_or(|id| id == ctx.log.id());
+                if !same_log {
+                    tracing::warn!(pipeline = %self.pipeline, "the source's checkpoint belongs to another change log: taking the snapshot again");
+                }
+                same_log
+            })
             .unwrap_or_default();
         let slot = catalog::slot(&client, &self.slot).await?;
         let lost = slot
@@ -338,6 +351,19 @@ impl Source for PostgresSource {
                     "missing"
                 }
             )));
+        }
+        let save = |snapshot_done: bool| {
+            ctx.offsets.save_source_checkpoint(&Checkpoint {
+                slot: self.slot.clone(),
+                snapshot_done,
+                log_id: Some(ctx.log.id().clone()),
+            })
+        };
+        if need_snapshot {
+            // Before the slot is made: a crash after making it must not leave a checkpoint
+            // that says the snapshot is done, or the next start would stream from the new slot
+            // without one.
+            save(false)?;
         }
         if need_snapshot && slot.is_some() {
             // Left from a snapshot that did not finish, or invalidated: start over.
@@ -364,13 +390,6 @@ impl Source for PostgresSource {
             let (consistent_point, snapshot_name) = self.create_slot(&mut repl, true).await?;
             let snapshot_name =
                 snapshot_name.ok_or_else(|| Error::permanent("the slot exported no snapshot"))?;
-            ctx.offsets.save_source_checkpoint(
-                &serde_json::to_value(Checkpoint {
-                    slot: self.slot.clone(),
-                    snapshot_done: false,
-                })
-                .expect("plain struct"),
-            )?;
             match (snapshot::Snapshot {
                 conn: conn.clone(),
                 snapshot_name,
@@ -390,14 +409,8 @@ impl Source for PostgresSource {
         } else if slot.is_none() {
             self.create_slot(&mut repl, false).await?;
         }
-        if !checkpoint.snapshot_done {
-            ctx.offsets.save_source_checkpoint(
-                &serde_json::to_value(Checkpoint {
-                    slot: self.slot.clone(),
-                    snapshot_done: true,
-                })
-                .expect("plain struct"),
-            )?;
+        if need_snapshot || !checkpoint.snapshot_done || checkpoint.log_id.is_none() {
+            save(true)?;
         }
         // Resume after the last streamed event the log holds.
         let resume_after = match ctx.last_event().await? {
@@ -430,9 +443,7 @@ impl Source for PostgresSource {
         let _ = repl.shutdown().await;
         if result.is_ok() && ctx.cancel.is_cancelled() && self.config.drop_slot_on_stop {
             self.drop_slot(&client).await?;
-            ctx.offsets.save_source_checkpoint(
-                &serde_json::to_value(Checkpoint::default()).expect("plain struct"),
-            )?;
+            ctx.offsets.save_source_checkpoint(&Checkpoint::default())?;
         }
         result
     }

@@ -594,3 +594,80 @@ async fn binary_stream_falls_back_to_text_when_a_text_only_column_appears() {
         })
     );
 }
+
+/// `snapshot = "when_needed"` after the slot was lost: the intent to snapshot is saved before
+/// the new slot is made, so a failure (or crash) right after making it cannot leave a
+/// checkpoint that says the snapshot is done while the new slot has none. The failure here is
+/// the checkpoint's temporary file being a directory, which makes every save fail.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_snapshot_is_not_skipped_when_saving_the_checkpoint_fails_after_a_lost_slot() {
+    let db = postgres().await.unwrap();
+    db.execute(SCHEMA).await.unwrap();
+    let mut h = Harness::new(db, &["public.orders"]).await;
+    h.config.snapshot = SnapshotMode::WhenNeeded;
+    let (run, stop) = h.start();
+    h.wait_for("the snapshot", |e| {
+        e.iter()
+            .any(|(_, _, e)| e.source.snapshot == SnapshotMarker::Last)
+    })
+    .await;
+    stop.cancel();
+    run.await.unwrap().unwrap();
+    // The slot is lost, and a row is written while there is none.
+    let client = h.db.client().await.unwrap();
+    let slot = h.config.slot.clone().unwrap();
+    client
+        .execute("select pg_drop_replication_slot($1)", &[&slot])
+        .await
+        .unwrap();
+    client
+        .batch_execute("insert into orders values (777777, 'while no slot', 1, null)")
+        .await
+        .unwrap();
+    let blocker = h._dir.path().join("offsets/source.json.tmp");
+    std::fs::create_dir_all(blocker.join("x")).unwrap();
+    let (run, stop) = h.start_once();
+    let failed = tokio::time::timeout(Duration::from_secs(30), run).await;
+    stop.cancel();
+    assert!(
+        failed.is_ok_and(|r| r.unwrap().is_err()),
+        "saving the checkpoint should have failed"
+    );
+    std::fs::remove_dir_all(&blocker).unwrap();
+    let (run, stop) = h.start();
+    h.wait_for("the row written while the slot was lost", |e| {
+        e.iter().any(|(_, _, e)| {
+            e.after.as_ref().and_then(|a| a.get("id")) == Some(&Value::Int(777777))
+        })
+    })
+    .await;
+    stop.cancel();
+    run.await.unwrap().unwrap();
+}
+
+/// A checkpoint that does not parse is an error naming the file, not a silent fresh start.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_damaged_checkpoint_stops_the_source_with_its_path() {
+    let db = postgres().await.unwrap();
+    db.execute(SCHEMA).await.unwrap();
+    let h = Harness::new(db, &["public.orders"]).await;
+    let path = h._dir.path().join("offsets/source.json");
+    let slot = h.config.slot.clone().unwrap();
+    std::fs::write(
+        &path,
+        format!("{{\"slot\": \"{slot}\", \"snapshot_done\": \"yes\"}}"),
+    )
+    .unwrap();
+    let (run, stop) = h.start_once();
+    let ended = tokio::time::timeout(Duration::from_secs(30), run).await;
+    stop.cancel();
+    let err = ended
+        .expect("the source went on with a checkpoint it could not read")
+        .unwrap()
+        .unwrap_err();
+    assert!(err.to_string().contains("source.json"), "{err}");
+    assert!(
+        h.events().is_empty(),
+        "the source went on with a checkpoint it could not read"
+    );
+}

@@ -16,6 +16,38 @@ pub use record::{LogRecord, NewRecord, RecordFlags};
 
 use crate::Result;
 
+/// The identity of a change log, made when the log is created. Every cursor a sink keeps
+/// carries it, so a store that followed another log (one that was lost, or made anew) is
+/// recognised, never read as a position in this one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct LogId(String);
+
+impl LogId {
+    /// A new identity (a random UUID).
+    pub fn random() -> Self {
+        LogId(uuid::Uuid::new_v4().to_string())
+    }
+
+    /// Reads an identity written by [`LogId::as_str`].
+    pub fn parse(text: &str) -> Option<Self> {
+        uuid::Uuid::parse_str(text.trim())
+            .ok()
+            .map(|u| LogId(u.to_string()))
+    }
+
+    /// The identity as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for LogId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// A consumer of the log, as retention and compaction must know it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Consumer {
@@ -78,6 +110,9 @@ pub trait ChangeLog: Send + Sync + std::fmt::Debug + 'static {
     /// latest. Saves an fsync per chunk of a transaction that nobody may
     /// confirm before its commit anyway.
     async fn append_unsynced(&self, records: Vec<NewRecord>) -> Result<Range<u64>>;
+
+    /// The log's identity.
+    fn id(&self) -> &LogId;
 
     /// First offset the log holds.
     fn start_offset(&self) -> u64;

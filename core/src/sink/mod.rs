@@ -10,7 +10,17 @@ use async_trait::async_trait;
 
 use crate::Result;
 use crate::event::Event;
+use crate::log::LogId;
 use crate::source::TableInfo;
+
+/// The cursor a store keeps for its sink.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreCursor {
+    /// The next offset to apply: everything below it is in the store.
+    pub next_offset: u64,
+    /// The log it is a position in; `None` for a cursor saved before logs had identities.
+    pub log: Option<LogId>,
+}
 
 /// One event as a sink receives it, with its log offset (the row's version).
 #[derive(Debug, Clone, PartialEq)]
@@ -65,6 +75,9 @@ impl SinkRecord {
 /// - a value [`Value::Unchanged`](crate::Value::Unchanged) leaves the stored column as it is;
 /// - where the store allows it, the cursor is written in the same transaction as the data and
 ///   [`Sink::open`] returns it; otherwise the runtime saves it after `apply` returns;
+/// - a cursor kept in the store carries the identity of the log it is a position in (given
+///   to [`Sink::open`]), so that a store that followed another log is rebuilt, never read
+///   as a position in this one;
 /// - errors say whether retrying helps ([`crate::Error::kind`]); a record the store refuses
 ///   for good is reported as [`crate::Error::Rejected`] with its offset, after the records
 ///   before it in the batch were applied;
@@ -84,9 +97,9 @@ pub trait Sink: Send {
     async fn check(&mut self) -> Result<()>;
 
     /// Connects and prepares the store. Refuses (permanent error) a table it cannot take,
-    /// such as a table without a primary key for a keyed store. Returns the next offset to
-    /// apply if the store keeps the cursor itself.
-    async fn open(&mut self, tables: &[TableInfo]) -> Result<Option<u64>>;
+    /// such as a table without a primary key for a keyed store. Returns the cursor the store
+    /// keeps, if it keeps one; every cursor it saves from now on carries `log`.
+    async fn open(&mut self, tables: &[TableInfo], log: &LogId) -> Result<Option<StoreCursor>>;
 
     /// Applies a batch, its records in log order. A batch ends on a transaction boundary
     /// whenever the log has one within the batch size.

@@ -5,10 +5,11 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use duckdb::Connection;
 use siphon_core::event::{Event, Row};
+use siphon_core::log::LogId;
 use siphon_core::sink::changes::{Change, by_table, by_written_columns, history_row, net_changes};
 use siphon_core::sink::routing::NameTemplate;
 use siphon_core::sink::table::{self, MetaTypes, TableMode, new_columns, quote};
-use siphon_core::sink::{Sink, SinkBatch, SinkRecord};
+use siphon_core::sink::{Sink, SinkBatch, SinkRecord, StoreCursor};
 use siphon_core::source::TableInfo;
 use siphon_core::{Error, Result};
 
@@ -40,6 +41,8 @@ pub struct DuckdbSink {
     targets: HashMap<(String, String), Target>,
     /// The committed cursor: the next offset to apply.
     cursor: Option<u64>,
+    /// The log the cursor is a position in (given at open).
+    log: Option<LogId>,
     /// Batches written in the open transaction (0: none open).
     uncommitted: usize,
 }
@@ -72,6 +75,7 @@ impl DuckdbSink {
             conn: None,
             targets: HashMap::new(),
             cursor: None,
+            log: None,
             uncommitted: 0,
         })
     }
@@ -124,41 +128,46 @@ impl DuckdbSink {
         self.batch(
             &format!(
                 "CREATE TABLE IF NOT EXISTS {CURSORS} (pipeline VARCHAR NOT NULL, sink VARCHAR NOT NULL, \
-                 next_offset BIGINT NOT NULL, PRIMARY KEY (pipeline, sink))"
+                 next_offset BIGINT NOT NULL, log_id VARCHAR, PRIMARY KEY (pipeline, sink)); \
+                 ALTER TABLE {CURSORS} ADD COLUMN IF NOT EXISTS log_id VARCHAR"
             ),
             "preparing the cursor table",
         )
     }
 
-    fn stored_cursor(&self) -> Result<Option<u64>> {
+    fn stored_cursor(&self) -> Result<Option<StoreCursor>> {
         let conn = self.conn()?;
+        let failed = |e: duckdb::Error| self.error(&e, "reading the cursor");
         let mut stmt = conn
             .prepare(&format!(
-                "SELECT next_offset FROM {CURSORS} WHERE pipeline = ? AND sink = ?"
+                "SELECT next_offset, log_id FROM {CURSORS} WHERE pipeline = ? AND sink = ?"
             ))
-            .map_err(|e| self.error(&e, "reading the cursor"))?;
+            .map_err(failed)?;
         let mut rows = stmt
             .query(duckdb::params![self.pipeline, self.sink])
-            .map_err(|e| self.error(&e, "reading the cursor"))?;
-        match rows
-            .next()
-            .map_err(|e| self.error(&e, "reading the cursor"))?
-        {
-            Some(row) => Ok(Some(
-                row.get::<_, i64>(0)
-                    .map_err(|e| self.error(&e, "reading the cursor"))? as u64,
-            )),
+            .map_err(failed)?;
+        match rows.next().map_err(failed)? {
+            Some(row) => Ok(Some(StoreCursor {
+                next_offset: row.get::<_, i64>(0).map_err(failed)? as u64,
+                log: row
+                    .get::<_, Option<String>>(1)
+                    .map_err(failed)?
+                    .as_deref()
+                    .and_then(LogId::parse),
+            })),
             None => Ok(None),
         }
     }
 
     fn save_cursor(&self, next: u64) -> Result<()> {
+        let log = self.log.as_ref().map(LogId::as_str);
         self.conn()?
             .execute(
                 &format!(
-                    "INSERT INTO {CURSORS} VALUES (?, ?, ?) ON CONFLICT (pipeline, sink) DO UPDATE SET next_offset = excluded.next_offset"
+                    "INSERT INTO {CURSORS} (pipeline, sink, next_offset, log_id) VALUES (?, ?, ?, ?) \
+                     ON CONFLICT (pipeline, sink) DO UPDATE SET next_offset = excluded.next_offset, log_id = excluded.log_id"
                 ),
-                duckdb::params![self.pipeline, self.sink, next as i64],
+                duckdb::params![self.pipeline, self.sink, next as i64, log],
             )
             .map(drop)
             .map_err(|e| self.error(&e, "saving the cursor"))
@@ -533,7 +542,7 @@ impl Sink for DuckdbSink {
         blocking(|| self.connect())
     }
 
-    async fn open(&mut self, tables: &[TableInfo]) -> Result<Option<u64>> {
+    async fn open(&mut self, tables: &[TableInfo], log: &LogId) -> Result<Option<StoreCursor>> {
         if self.config.mode == TableMode::Mirror
             && let Some(t) = tables.iter().find(|t| t.key_columns.is_empty())
         {
@@ -542,10 +551,12 @@ impl Sink for DuckdbSink {
                 t.name
             )));
         }
+        self.log = Some(log.clone());
         blocking(|| {
             self.connect()?;
-            self.cursor = self.stored_cursor()?;
-            Ok(self.cursor)
+            let stored = self.stored_cursor()?;
+            self.cursor = stored.as_ref().map(|c| c.next_offset);
+            Ok(stored)
         })
     }
 

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use serde_json::Value as Json;
 use siphon_core::sink::{Sink, SinkRecord};
 use siphon_core::testing::{
-    SinkHarness, StoreState, TABLE, apply, apply_open, compliance_table, event, record, row,
-    run_compliance_suite,
+    SinkHarness, StoreState, TABLE, apply, apply_open, compliance_table, cursor, event, log_id,
+    record, row, run_compliance_suite,
 };
 use siphon_core::{Error, Op, Row, Value};
 use siphon_sink_duckdb::{DuckdbSink, DuckdbSinkConfig};
@@ -95,7 +95,7 @@ fn create(offset: u64, id: i64, name: &str) -> SinkRecord {
 #[tokio::test]
 async fn a_source_transaction_over_several_batches_commits_once_with_the_cursor() {
     let mut h = harness_with(|c| c);
-    h.sink.open(&[compliance_table()]).await.unwrap();
+    h.sink.open(&[compliance_table()], &log_id()).await.unwrap();
     let first = create(0, 1, "a");
     apply_open(&mut h.sink, &[first]).await.unwrap();
     assert!(
@@ -105,12 +105,15 @@ async fn a_source_transaction_over_several_batches_commits_once_with_the_cursor(
     apply(&mut h.sink, &[create(1, 2, "b")]).await.unwrap();
     assert_eq!(rows(&h.sink, "public_compliance").len(), 2);
     // Reopening (what the runtime does after an error) finds the cursor past both.
-    assert_eq!(h.sink.open(&[compliance_table()]).await.unwrap(), Some(2));
+    assert_eq!(
+        h.sink.open(&[compliance_table()], &log_id()).await.unwrap(),
+        Some(cursor(2))
+    );
     let open = create(2, 3, "c");
     apply_open(&mut h.sink, &[open]).await.unwrap();
     assert_eq!(
-        h.sink.open(&[compliance_table()]).await.unwrap(),
-        Some(2),
+        h.sink.open(&[compliance_table()], &log_id()).await.unwrap(),
+        Some(cursor(2)),
         "the unfinished transaction was rolled back"
     );
     assert_eq!(rows(&h.sink, "public_compliance").len(), 2);
@@ -123,7 +126,7 @@ async fn history_holds_every_event_once() {
         ..c
     });
     assert!(h.sink.keeps_history());
-    h.sink.open(&[compliance_table()]).await.unwrap();
+    h.sink.open(&[compliance_table()], &log_id()).await.unwrap();
     let batch = vec![
         create(0, 1, "a"),
         record(
@@ -167,7 +170,7 @@ async fn history_holds_every_event_once() {
 #[tokio::test]
 async fn a_value_the_column_cannot_take_is_rejected_by_offset() {
     let mut h = harness_with(|c| c);
-    h.sink.open(&[compliance_table()]).await.unwrap();
+    h.sink.open(&[compliance_table()], &log_id()).await.unwrap();
     let numbered = |offset: u64, id: i64, note: Value| {
         record(
             offset,
@@ -196,7 +199,7 @@ async fn a_value_the_column_cannot_take_is_rejected_by_offset() {
 #[tokio::test]
 async fn every_value_class_lands_in_a_typed_column_and_reset_drops_it() {
     let mut h = harness_with(|c| c);
-    h.sink.open(&[compliance_table()]).await.unwrap();
+    h.sink.open(&[compliance_table()], &log_id()).await.unwrap();
     let values = vec![
         ("b", Value::Bool(true)),
         ("f", Value::Float64(1.5)),
@@ -244,5 +247,8 @@ async fn every_value_class_lands_in_a_typed_column_and_reset_drops_it() {
     );
     h.sink.reset(&[compliance_table()]).await.unwrap();
     assert!(rows(&h.sink, "public_compliance").is_empty());
-    assert_eq!(h.sink.open(&[compliance_table()]).await.unwrap(), None);
+    assert_eq!(
+        h.sink.open(&[compliance_table()], &log_id()).await.unwrap(),
+        None
+    );
 }

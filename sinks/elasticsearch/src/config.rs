@@ -33,6 +33,14 @@ pub struct ElasticsearchSinkConfig {
     /// How long to wait for the cluster before retrying.
     #[serde(default = "default_timeout")]
     pub timeout: HumanDuration,
+    /// Index of the documents holding each sink's cursor (`<pipeline>.<sink>`: the next
+    /// offset and the identity of the change log).
+    #[serde(default = "default_cursor_index")]
+    pub cursor_index: String,
+}
+
+fn default_cursor_index() -> String {
+    "siphon-cursors".into()
 }
 
 fn default_index() -> String {
@@ -58,6 +66,7 @@ impl ElasticsearchSinkConfig {
             index: default_index(),
             bulk_max_size: default_bulk_size(),
             timeout: default_timeout(),
+            cursor_index: default_cursor_index(),
         }
     }
 

@@ -8,10 +8,11 @@ use base64::Engine as _;
 use serde_json::{Value as Json, json};
 use siphon_core::event::{Event, Row};
 use siphon_core::json::value_json;
+use siphon_core::log::LogId;
 use siphon_core::secret::redact_url;
 use siphon_core::sink::changes::{Change, key_text, net_changes};
 use siphon_core::sink::routing::NameTemplate;
-use siphon_core::sink::{Sink, SinkBatch};
+use siphon_core::sink::{Sink, SinkBatch, StoreCursor};
 use siphon_core::source::TableInfo;
 use siphon_core::{Error, Result, Value};
 
@@ -24,6 +25,10 @@ pub struct ElasticsearchSink {
     index: NameTemplate,
     http: reqwest::Client,
     base: String,
+    /// Path of the document holding this sink's cursor.
+    cursor_doc: String,
+    /// The log the cursor is a position in (given at open).
+    log: Option<LogId>,
 }
 
 /// One bulk action and the change it comes from.
@@ -33,8 +38,9 @@ struct Action<'c, 'a> {
 }
 
 impl ElasticsearchSink {
-    /// A sink for the cluster at `config.url`.
-    pub fn new(config: ElasticsearchSinkConfig) -> Result<Self> {
+    /// A sink for sink `sink` of pipeline `pipeline` (they name its cursor document) writing
+    /// to the cluster at `config.url`.
+    pub fn new(config: ElasticsearchSinkConfig, pipeline: &str, sink: &str) -> Result<Self> {
         config.validate().map_err(Error::Config)?;
         let http = reqwest::Client::builder()
             .timeout(config.timeout.0)
@@ -43,9 +49,60 @@ impl ElasticsearchSink {
         Ok(ElasticsearchSink {
             index: NameTemplate::parse(&config.index, INDEX_PLACEHOLDERS).map_err(Error::Config)?,
             base: config.url.trim_end_matches('/').to_owned(),
+            cursor_doc: format!("/{}/_doc/{pipeline}.{sink}", config.cursor_index),
             config,
             http,
+            log: None,
         })
+    }
+
+    /// The cursor document, if there is one.
+    async fn stored_cursor(&self) -> Result<Option<StoreCursor>> {
+        let (status, reply) = self
+            .send(
+                self.request(reqwest::Method::GET, &self.cursor_doc),
+                "reading the cursor",
+            )
+            .await?;
+        match status {
+            404 => Ok(None),
+            200..=299 => {
+                let source = &reply["_source"];
+                let next_offset = source["next_offset"].as_u64().ok_or_else(|| {
+                    Error::permanent(format!(
+                        "elasticsearch: the cursor document {} holds no next_offset: {reply:.300}",
+                        self.cursor_doc
+                    ))
+                })?;
+                Ok(Some(StoreCursor {
+                    next_offset,
+                    log: source["log_id"].as_str().and_then(LogId::parse),
+                }))
+            }
+            _ => Err(Error::permanent(format!(
+                "elasticsearch reading the cursor {}: HTTP {status}: {reply:.300}",
+                self.cursor_doc
+            ))),
+        }
+    }
+
+    /// Writes the cursor document.
+    async fn save_cursor(&self, next: u64) -> Result<()> {
+        let body = json!({"next_offset": next, "log_id": self.log.as_ref().map(LogId::as_str)});
+        let (status, reply) = self
+            .send(
+                self.request(reqwest::Method::PUT, &self.cursor_doc)
+                    .json(&body),
+                "saving the cursor",
+            )
+            .await?;
+        if status >= 400 {
+            return Err(Error::permanent(format!(
+                "elasticsearch saving the cursor {}: HTTP {status}: {reply:.300}",
+                self.cursor_doc
+            )));
+        }
+        Ok(())
     }
 
     fn index_of(&self, schema: &str, table: &str) -> String {
@@ -218,6 +275,23 @@ impl ElasticsearchSink {
         Ok(())
     }
 
+    /// Applies a batch's net changes: bulk requests, each truncate in its place.
+    async fn apply_changes(&self, batch: &SinkBatch) -> Result<()> {
+        let changes = net_changes(&batch.records);
+        let stored = self.stored(&changes).await?;
+        let mut actions = Vec::with_capacity(changes.len());
+        for change in &changes {
+            if let Change::Truncate { event, .. } = change {
+                self.bulk(&actions).await?;
+                actions.clear();
+                self.truncate(event).await?;
+            } else {
+                actions.push(self.action(change, &stored)?);
+            }
+        }
+        self.bulk(&actions).await
+    }
+
     async fn truncate(&self, event: &Event) -> Result<()> {
         let index = self.event_index(event);
         let request = self
@@ -269,7 +343,7 @@ impl Sink for ElasticsearchSink {
         Ok(())
     }
 
-    async fn open(&mut self, tables: &[TableInfo]) -> Result<Option<u64>> {
+    async fn open(&mut self, tables: &[TableInfo], log: &LogId) -> Result<Option<StoreCursor>> {
         if let Some(t) = tables.iter().find(|t| t.key_columns.is_empty()) {
             return Err(Error::permanent(format!(
                 "table {} has no primary key, so its rows have no document id; give it one, or leave it out of this sink with `tables`",
@@ -277,24 +351,23 @@ impl Sink for ElasticsearchSink {
             )));
         }
         self.check().await?;
-        // The cluster keeps no cursor; the external versions make a replay harmless.
-        Ok(None)
+        self.log = Some(log.clone());
+        self.stored_cursor().await
+    }
+
+    async fn rewind(&mut self, next: u64) -> Result<()> {
+        self.save_cursor(next).await
+    }
+
+    fn keeps_cursor(&self) -> bool {
+        true
     }
 
     async fn apply(&mut self, batch: &SinkBatch) -> Result<()> {
-        let changes = net_changes(&batch.records);
-        let stored = self.stored(&changes).await?;
-        let mut actions = Vec::with_capacity(changes.len());
-        for change in &changes {
-            if let Change::Truncate { event, .. } = change {
-                self.bulk(&actions).await?;
-                actions.clear();
-                self.truncate(event).await?;
-            } else {
-                actions.push(self.action(change, &stored)?);
-            }
-        }
-        self.bulk(&actions).await
+        self.apply_changes(batch).await?;
+        // After the documents: a cursor behind them only makes a replay re-apply a little,
+        // which the external versions make harmless.
+        self.save_cursor(batch.end).await
     }
 
     async fn reset(&mut self, tables: &[TableInfo]) -> Result<()> {
@@ -313,6 +386,18 @@ impl Sink for ElasticsearchSink {
                 )));
             }
             tracing::info!(index, "reset: deleted the index");
+        }
+        let (status, reply) = self
+            .send(
+                self.request(reqwest::Method::DELETE, &self.cursor_doc),
+                "deleting the cursor",
+            )
+            .await?;
+        if status >= 400 && status != 404 {
+            return Err(Error::permanent(format!(
+                "elasticsearch deleting the cursor {}: HTTP {status}: {reply:.300}",
+                self.cursor_doc
+            )));
         }
         Ok(())
     }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use siphon_core::sink::Sink;
 use siphon_core::testing::{
-    SinkHarness, StoreState, TABLE, apply, compliance_table, event, record, row,
+    SinkHarness, StoreState, TABLE, apply, compliance_table, event, log_id, record, row,
     run_compliance_suite,
 };
 use siphon_core::{Error, Op, Row, Value};
@@ -19,7 +19,8 @@ struct Harness {
 
 async fn harness() -> Harness {
     let cluster = SearchStandIn::start().await.unwrap();
-    let sink = ElasticsearchSink::new(ElasticsearchSinkConfig::new(cluster.url.clone())).unwrap();
+    let sink = ElasticsearchSink::new(ElasticsearchSinkConfig::new(cluster.url.clone()), "p", "s")
+        .unwrap();
     Harness { cluster, sink }
 }
 
@@ -64,7 +65,7 @@ async fn passes_the_compliance_suite() {
 #[tokio::test]
 async fn an_unchanged_column_is_filled_from_the_stored_document() {
     let mut h = harness().await;
-    h.sink.open(&[compliance_table()]).await.unwrap();
+    h.sink.open(&[compliance_table()], &log_id()).await.unwrap();
     let big = "y".repeat(3000);
     apply(
         &mut h.sink,
@@ -104,7 +105,7 @@ async fn an_unchanged_column_is_filled_from_the_stored_document() {
 #[tokio::test]
 async fn an_overloaded_or_stopped_cluster_is_transient_and_a_refused_document_is_rejected() {
     let mut h = harness().await;
-    h.sink.open(&[compliance_table()]).await.unwrap();
+    h.sink.open(&[compliance_table()], &log_id()).await.unwrap();
     let create = |offset: u64, id: i64| {
         record(
             offset,
@@ -136,7 +137,7 @@ async fn an_overloaded_or_stopped_cluster_is_transient_and_a_refused_document_is
 #[tokio::test]
 async fn truncate_empties_the_index_and_reset_deletes_it() {
     let mut h = harness().await;
-    h.sink.open(&[compliance_table()]).await.unwrap();
+    h.sink.open(&[compliance_table()], &log_id()).await.unwrap();
     apply(
         &mut h.sink,
         &[

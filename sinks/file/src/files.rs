@@ -5,14 +5,19 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use siphon_core::log::LogId;
+use siphon_core::sink::StoreCursor;
 use siphon_core::{Error, Result, write_atomic};
 
 use crate::FileSinkConfig;
 
 /// What the files hold for sure: everything up to `file_len` bytes of file `file_seq`.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Cursor {
+    /// The change log the offset belongs to (absent before logs had identities).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    log_id: Option<LogId>,
     next_offset: u64,
     file_seq: u64,
     file_len: u64,
@@ -34,19 +39,21 @@ fn io(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Error {
 
 impl RotatingFiles {
     /// Opens the files, cutting anything written after the last saved cursor. Returns the
-    /// next offset to write, if a cursor was saved.
-    pub fn open(config: FileSinkConfig) -> Result<(Self, Option<u64>)> {
+    /// saved cursor, if there is one.
+    pub fn open(config: FileSinkConfig) -> Result<(Self, Option<StoreCursor>)> {
         fs::create_dir_all(&config.path).map_err(io("create", &config.path))?;
-        let cursor: Option<Cursor> = match fs::read(cursor_path(&config)) {
+        let path = cursor_path(&config);
+        let cursor: Option<Cursor> = match fs::read(&path) {
             Ok(bytes) => Some(serde_json::from_slice(&bytes).map_err(|e| Error::Corrupt {
-                path: cursor_path(&config),
+                path: path.clone(),
                 position: 0,
                 reason: e.to_string(),
             })?),
-            Err(_) => None,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(io("read", &path)(e)),
         };
         let seqs = list(&config)?;
-        let (seq, len) = match cursor {
+        let (seq, len) = match &cursor {
             Some(c) => (c.file_seq, c.file_len),
             None => (seqs.last().copied().unwrap_or(1), 0),
         };
@@ -74,7 +81,10 @@ impl RotatingFiles {
                 file,
                 len,
             },
-            cursor.map(|c| c.next_offset),
+            cursor.map(|c| StoreCursor {
+                next_offset: c.next_offset,
+                log: c.log_id,
+            }),
         ))
     }
 
@@ -124,10 +134,11 @@ impl RotatingFiles {
     }
 
     /// Fsyncs the current file and saves the cursor: everything written is now committed.
-    pub fn commit(&mut self, next_offset: u64) -> Result<()> {
+    pub fn commit(&mut self, next_offset: u64, log: Option<&LogId>) -> Result<()> {
         let path = file_path(&self.config, self.seq);
         self.file.sync_data().map_err(io("fsync", &path))?;
         let cursor = Cursor {
+            log_id: log.cloned(),
             next_offset,
             file_seq: self.seq,
             file_len: self.len,

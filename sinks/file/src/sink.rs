@@ -4,7 +4,8 @@ use std::io::Write;
 
 use async_trait::async_trait;
 use siphon_core::json::JsonFormat;
-use siphon_core::sink::{Sink, SinkBatch};
+use siphon_core::log::LogId;
+use siphon_core::sink::{Sink, SinkBatch, StoreCursor};
 use siphon_core::source::TableInfo;
 use siphon_core::{Error, Result};
 
@@ -23,6 +24,10 @@ pub struct JsonLinesSink {
     format: JsonFormat,
     /// The next offset to write: records below it were written already.
     next_offset: u64,
+    /// The cursor saved beside the files (files only).
+    saved: Option<StoreCursor>,
+    /// The log the cursor is a position in (given at open).
+    log: Option<LogId>,
 }
 
 impl std::fmt::Debug for JsonLinesSink {
@@ -50,6 +55,8 @@ impl JsonLinesSink {
             target: Target::Writer(writer),
             format: JsonFormat { schemas },
             next_offset: 0,
+            saved: None,
+            log: None,
         }
     }
 
@@ -57,11 +64,13 @@ impl JsonLinesSink {
     /// last saved cursor.
     pub fn files(config: FileSinkConfig) -> Result<Self> {
         let schemas = config.schemas;
-        let (files, next) = RotatingFiles::open(config)?;
+        let (files, saved) = RotatingFiles::open(config)?;
         Ok(JsonLinesSink {
             target: Target::Files(files),
             format: JsonFormat { schemas },
-            next_offset: next.unwrap_or(0),
+            next_offset: saved.as_ref().map_or(0, |c| c.next_offset),
+            saved,
+            log: None,
         })
     }
 
@@ -80,11 +89,9 @@ impl Sink for JsonLinesSink {
         }
     }
 
-    async fn open(&mut self, _tables: &[TableInfo]) -> Result<Option<u64>> {
-        Ok(match self.target {
-            Target::Files(_) => Some(self.next_offset),
-            Target::Writer(_) => None,
-        })
+    async fn open(&mut self, _tables: &[TableInfo], log: &LogId) -> Result<Option<StoreCursor>> {
+        self.log = Some(log.clone());
+        Ok(self.saved.clone())
     }
 
     async fn apply(&mut self, batch: &SinkBatch) -> Result<()> {
@@ -114,11 +121,19 @@ impl Sink for JsonLinesSink {
             }
             Target::Files(files) => {
                 files.write_lines(&lines)?;
-                files.commit(next)?;
+                files.commit(next, self.log.as_ref())?;
+                self.saved = Some(StoreCursor {
+                    next_offset: next,
+                    log: self.log.clone(),
+                });
             }
         }
         self.next_offset = next;
         Ok(())
+    }
+
+    fn keeps_cursor(&self) -> bool {
+        matches!(self.target, Target::Files(_))
     }
 
     async fn reset(&mut self, _tables: &[TableInfo]) -> Result<()> {
@@ -126,6 +141,7 @@ impl Sink for JsonLinesSink {
             files.reset()?;
         }
         self.next_offset = 0;
+        self.saved = None;
         Ok(())
     }
 }
@@ -134,7 +150,9 @@ impl Sink for JsonLinesSink {
 mod tests {
     use std::sync::{Arc, Mutex};
 
-    use siphon_core::testing::{SinkHarness, StoreState, apply, run_compliance_suite};
+    use siphon_core::testing::{
+        SinkHarness, StoreState, apply, cursor, log_id, run_compliance_suite,
+    };
 
     use super::*;
 
@@ -256,7 +274,7 @@ mod tests {
             ..file_config(dir.path())
         };
         let mut sink = JsonLinesSink::files(config.clone()).unwrap();
-        assert_eq!(sink.open(&[]).await.unwrap(), Some(0));
+        assert_eq!(sink.open(&[], &log_id()).await.unwrap(), None);
         apply(&mut sink, &records(0..40)).await.unwrap();
         let paths = JsonLinesSink::file_paths(&config).unwrap();
         assert_eq!(paths.len(), 3, "rotation keeps max_files: {paths:?}");
@@ -272,7 +290,7 @@ mod tests {
         drop(sink);
         let mut sink = JsonLinesSink::files(config.clone()).unwrap();
         assert_eq!(std::fs::read(last).unwrap(), committed);
-        assert_eq!(sink.open(&[]).await.unwrap(), Some(40));
+        assert_eq!(sink.open(&[], &log_id()).await.unwrap(), Some(cursor(40)));
         apply(&mut sink, &records(30..45)).await.unwrap();
         let mut ids = Vec::new();
         for p in JsonLinesSink::file_paths(&config).unwrap() {
@@ -288,6 +306,6 @@ mod tests {
         assert_eq!(sorted, ids, "a line was written twice");
         sink.reset(&[]).await.unwrap();
         assert_eq!(JsonLinesSink::file_paths(&config).unwrap().len(), 1);
-        assert_eq!(sink.open(&[]).await.unwrap(), Some(0));
+        assert_eq!(sink.open(&[], &log_id()).await.unwrap(), None);
     }
 }

@@ -4,11 +4,12 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use siphon_core::event::{Event, Row};
+use siphon_core::log::LogId;
 use siphon_core::secret::redact_url;
 use siphon_core::sink::changes::{Change, by_table, by_written_columns, history_row, net_changes};
 use siphon_core::sink::routing::NameTemplate;
 use siphon_core::sink::table::{self, MetaTypes, TableMode, new_columns, quote};
-use siphon_core::sink::{Sink, SinkBatch, SinkRecord};
+use siphon_core::sink::{Sink, SinkBatch, SinkRecord, StoreCursor};
 use siphon_core::source::TableInfo;
 use siphon_core::{Error, Result};
 use tokio_postgres::types::ToSql;
@@ -41,6 +42,8 @@ pub struct PostgresSink {
     targets: HashMap<(String, String), Target>,
     /// The committed cursor: the next offset to apply.
     cursor: Option<u64>,
+    /// The log the cursor is a position in (given at open).
+    log: Option<LogId>,
     /// A target transaction is open (the source transaction has not ended yet).
     in_transaction: bool,
 }
@@ -70,6 +73,7 @@ impl PostgresSink {
             client: None,
             targets: HashMap::new(),
             cursor: None,
+            log: None,
             in_transaction: false,
         })
     }
@@ -504,12 +508,14 @@ impl PostgresSink {
     }
 
     async fn save_cursor(&self, next: u64) -> Result<()> {
+        let log = self.log.as_ref().map(LogId::as_str);
         self.execute(
             &format!(
-                "INSERT INTO {CURSORS} (pipeline, sink, next_offset) VALUES ($1, $2, $3) \
-                 ON CONFLICT (pipeline, sink) DO UPDATE SET next_offset = EXCLUDED.next_offset, updated_at = now()"
+                "INSERT INTO {CURSORS} (pipeline, sink, next_offset, log_id) VALUES ($1, $2, $3, $4) \
+                 ON CONFLICT (pipeline, sink) DO UPDATE SET next_offset = EXCLUDED.next_offset, \
+                 log_id = EXCLUDED.log_id, updated_at = now()"
             ),
-            &[&self.pipeline, &self.sink, &(next as i64)],
+            &[&self.pipeline, &self.sink, &(next as i64), &log],
             "saving the cursor",
         )
         .await
@@ -521,7 +527,9 @@ impl PostgresSink {
             &format!(
                 "CREATE SCHEMA IF NOT EXISTS siphon; CREATE TABLE IF NOT EXISTS {CURSORS} (\
                  pipeline text NOT NULL, sink text NOT NULL, next_offset bigint NOT NULL, \
-                 updated_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (pipeline, sink))"
+                 log_id text, updated_at timestamptz NOT NULL DEFAULT now(), \
+                 PRIMARY KEY (pipeline, sink)); \
+                 ALTER TABLE {CURSORS} ADD COLUMN IF NOT EXISTS log_id text"
             ),
             "preparing the target",
         )
@@ -623,7 +631,7 @@ impl Sink for PostgresSink {
         }
     }
 
-    async fn open(&mut self, tables: &[TableInfo]) -> Result<Option<u64>> {
+    async fn open(&mut self, tables: &[TableInfo], log: &LogId) -> Result<Option<StoreCursor>> {
         if self.config.mode == TableMode::Mirror
             && let Some(t) = tables.iter().find(|t| t.key_columns.is_empty())
         {
@@ -634,16 +642,23 @@ impl Sink for PostgresSink {
         }
         self.connect().await?;
         self.prepare_metadata().await?;
+        self.log = Some(log.clone());
         let row = self
             .client()?
             .query_opt(
-                &format!("SELECT next_offset FROM {CURSORS} WHERE pipeline = $1 AND sink = $2"),
+                &format!(
+                    "SELECT next_offset, log_id FROM {CURSORS} WHERE pipeline = $1 AND sink = $2"
+                ),
                 &[&self.pipeline, &self.sink],
             )
             .await
             .map_err(|e| self.error(&e, "reading the cursor"))?;
-        self.cursor = row.map(|r| r.get::<_, i64>(0) as u64);
-        Ok(self.cursor)
+        let stored = row.map(|r| StoreCursor {
+            next_offset: r.get::<_, i64>(0) as u64,
+            log: r.get::<_, Option<&str>>(1).and_then(LogId::parse),
+        });
+        self.cursor = stored.as_ref().map(|c| c.next_offset);
+        Ok(stored)
     }
 
     async fn apply(&mut self, batch: &SinkBatch) -> Result<()> {
@@ -678,14 +693,7 @@ impl Sink for PostgresSink {
 
     async fn rewind(&mut self, next: u64) -> Result<()> {
         if self.cursor.is_some_and(|c| c > next) {
-            self.execute(
-                &format!(
-                    "UPDATE {CURSORS} SET next_offset = $3, updated_at = now() WHERE pipeline = $1 AND sink = $2"
-                ),
-                &[&self.pipeline, &self.sink, &(next as i64)],
-                "rewinding the cursor",
-            )
-            .await?;
+            self.save_cursor(next).await?;
             self.cursor = Some(next);
         }
         Ok(())

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use siphon_core::sink::{Sink, SinkRecord};
 use siphon_core::testing::{
-    SinkHarness, StoreState, TABLE, apply, apply_open, compliance_table, event, record, row,
-    run_compliance_suite,
+    SinkHarness, StoreState, TABLE, apply, apply_open, compliance_table, cursor, event, log_id,
+    record, row, run_compliance_suite,
 };
 use siphon_core::{Error, Op, Row, Value};
 use siphon_sink_postgres::{PostgresSink, PostgresSinkConfig, TableMode};
@@ -94,7 +94,7 @@ fn create(offset: u64, id: i64, name: &str) -> SinkRecord {
 #[tokio::test]
 async fn a_source_transaction_over_several_batches_commits_once_with_the_cursor() {
     let mut h = harness(TableMode::Mirror).await;
-    h.sink.open(&[compliance_table()]).await.unwrap();
+    h.sink.open(&[compliance_table()], &log_id()).await.unwrap();
     let first = create(0, 1, "a");
     apply_open(&mut h.sink, &[first]).await.unwrap();
     assert!(
@@ -105,18 +105,27 @@ async fn a_source_transaction_over_several_batches_commits_once_with_the_cursor(
     assert_eq!(mirror_rows(&h.db).await.len(), 2);
     let mut reopened =
         PostgresSink::new(PostgresSinkConfig::new(h.db.url.clone()), "p", "s").unwrap();
-    assert_eq!(reopened.open(&[compliance_table()]).await.unwrap(), Some(2));
+    assert_eq!(
+        reopened
+            .open(&[compliance_table()], &log_id())
+            .await
+            .unwrap(),
+        Some(cursor(2))
+    );
 }
 
 #[tokio::test]
 async fn an_unfinished_transaction_is_rolled_back_and_the_cursor_rewinds_on_reopen() {
     let mut h = harness(TableMode::Mirror).await;
-    h.sink.open(&[compliance_table()]).await.unwrap();
+    h.sink.open(&[compliance_table()], &log_id()).await.unwrap();
     apply(&mut h.sink, &[create(0, 1, "a")]).await.unwrap();
     let open = create(1, 2, "b");
     apply_open(&mut h.sink, &[open]).await.unwrap();
     // What the runtime does after a transient error: open again.
-    assert_eq!(h.sink.open(&[compliance_table()]).await.unwrap(), Some(1));
+    assert_eq!(
+        h.sink.open(&[compliance_table()], &log_id()).await.unwrap(),
+        Some(cursor(1))
+    );
     assert_eq!(
         mirror_rows(&h.db).await.keys().copied().collect::<Vec<_>>(),
         [1]
@@ -130,7 +139,7 @@ type HistoryRow = (i64, String, Option<i64>, Option<String>, Option<String>);
 async fn history_holds_every_event_once_and_replays_add_nothing() {
     let mut h = harness(TableMode::History).await;
     assert!(h.sink.keeps_history());
-    h.sink.open(&[compliance_table()]).await.unwrap();
+    h.sink.open(&[compliance_table()], &log_id()).await.unwrap();
     let batch = vec![
         create(0, 1, "a"),
         record(
@@ -178,7 +187,7 @@ async fn history_holds_every_event_once_and_replays_add_nothing() {
 #[tokio::test]
 async fn a_value_the_column_cannot_take_is_rejected_by_offset_and_the_rest_applies() {
     let mut h = harness(TableMode::Mirror).await;
-    h.sink.open(&[compliance_table()]).await.unwrap();
+    h.sink.open(&[compliance_table()], &log_id()).await.unwrap();
     let numbered = |offset: u64, id: i64, note: Value| {
         record(
             offset,
@@ -222,10 +231,13 @@ async fn a_value_the_column_cannot_take_is_rejected_by_offset_and_the_rest_appli
 #[tokio::test]
 async fn reset_drops_the_tables_and_the_cursor() {
     let mut h = harness(TableMode::Mirror).await;
-    h.sink.open(&[compliance_table()]).await.unwrap();
+    h.sink.open(&[compliance_table()], &log_id()).await.unwrap();
     apply(&mut h.sink, &[create(0, 1, "a")]).await.unwrap();
     h.sink.reset(&[compliance_table()]).await.unwrap();
-    assert_eq!(h.sink.open(&[compliance_table()]).await.unwrap(), None);
+    assert_eq!(
+        h.sink.open(&[compliance_table()], &log_id()).await.unwrap(),
+        None
+    );
     assert!(mirror_rows(&h.db).await.is_empty());
     apply(&mut h.sink, &[create(0, 1, "a")]).await.unwrap();
     assert_eq!(mirror_rows(&h.db).await.len(), 1);
@@ -238,7 +250,7 @@ async fn a_table_without_a_key_is_refused_by_a_mirror() {
         name: "public.log".into(),
         key_columns: vec![],
     };
-    let e = h.sink.open(&[keyless]).await.unwrap_err();
+    let e = h.sink.open(&[keyless], &log_id()).await.unwrap_err();
     assert!(!e.is_transient());
     assert!(e.to_string().contains("public.log"), "{e}");
 }
@@ -261,7 +273,7 @@ async fn tls_require_encrypts_the_connection_and_verify_full_checks_the_host() {
         "s",
     )
     .unwrap();
-    sink.open(&[compliance_table()]).await.unwrap();
+    sink.open(&[compliance_table()], &log_id()).await.unwrap();
     apply(&mut sink, &[create(0, 1, "over tls")]).await.unwrap();
     let encrypted: bool = client
         .query_one(
@@ -286,6 +298,9 @@ async fn tls_require_encrypts_the_connection_and_verify_full_checks_the_host() {
         "s2",
     )
     .unwrap();
-    let e = strict.open(&[compliance_table()]).await.unwrap_err();
+    let e = strict
+        .open(&[compliance_table()], &log_id())
+        .await
+        .unwrap_err();
     assert!(e.to_string().to_lowercase().contains("certificate"), "{e}");
 }

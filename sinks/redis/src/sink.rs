@@ -5,10 +5,11 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, IntoConnectionInfo, RedisError};
+use siphon_core::log::LogId;
 use siphon_core::secret::redact_url;
 use siphon_core::sink::changes::{Change, net_changes};
 use siphon_core::sink::routing::NameTemplate;
-use siphon_core::sink::{Sink, SinkBatch};
+use siphon_core::sink::{Sink, SinkBatch, StoreCursor};
 use siphon_core::source::TableInfo;
 use siphon_core::{Error, Result, Value};
 
@@ -23,6 +24,8 @@ pub struct RedisSink {
     cursor_key: String,
     /// The stored cursor as of the last open or write (this sink is its only writer).
     cursor: Option<u64>,
+    /// The log its cursor is a position in (given at open).
+    log: Option<LogId>,
     conn: Option<MultiplexedConnection>,
 }
 
@@ -47,6 +50,7 @@ impl RedisSink {
             config,
             encoder,
             cursor: None,
+            log: None,
             conn: None,
         })
     }
@@ -167,8 +171,9 @@ impl RedisSink {
     /// error makes the runtime open the sink again, find no cursor, and rebuild the keys.
     async fn set_cursor(&mut self, next: u64) -> Result<()> {
         let mut conn = self.conn().await?;
+        let log = self.log.as_ref().map_or("", LogId::as_str);
         let mut set = redis::cmd("SET");
-        set.arg(&self.cursor_key).arg(next);
+        set.arg(&self.cursor_key).arg(format!("{next} {log}"));
         if self.cursor.is_some() {
             set.arg("XX");
         }
@@ -194,13 +199,28 @@ impl RedisSink {
             .map_or(0, |t| u64::try_from(t.0.as_millis()).unwrap_or(u64::MAX))
     }
 
-    async fn stored_cursor(&mut self) -> Result<Option<u64>> {
+    /// The cursor key holds `"<next offset> <log id>"` (only the offset before logs had
+    /// identities).
+    async fn stored_cursor(&mut self) -> Result<Option<StoreCursor>> {
         let mut conn = self.conn().await?;
-        let cursor: redis::RedisResult<Option<u64>> = redis::cmd("GET")
+        let value: redis::RedisResult<Option<String>> = redis::cmd("GET")
             .arg(&self.cursor_key)
             .query_async(&mut conn)
             .await;
-        cursor.map_err(|e| self.error(&e, "reading the cursor"))
+        let Some(value) = value.map_err(|e| self.error(&e, "reading the cursor"))? else {
+            return Ok(None);
+        };
+        let (offset, log) = value.split_once(' ').unwrap_or((&value, ""));
+        let next_offset = offset.parse().map_err(|_| {
+            Error::permanent(format!(
+                "redis: the cursor key {} holds {value:?}, not a cursor; delete it to rebuild the keys",
+                self.cursor_key
+            ))
+        })?;
+        Ok(Some(StoreCursor {
+            next_offset,
+            log: LogId::parse(log),
+        }))
     }
 
     /// Deletes every key matching `pattern`; returns how many.
@@ -284,15 +304,17 @@ impl Sink for RedisSink {
         pong.map(drop).map_err(|e| self.error(&e, "PING"))
     }
 
-    async fn open(&mut self, tables: &[TableInfo]) -> Result<Option<u64>> {
+    async fn open(&mut self, tables: &[TableInfo], log: &LogId) -> Result<Option<StoreCursor>> {
         if let Some(t) = tables.iter().find(|t| t.key_columns.is_empty()) {
             return Err(Error::permanent(format!(
                 "table {} has no primary key, so its rows have no Redis key; give it one, or leave it out of this sink with `tables`",
                 t.name
             )));
         }
-        self.cursor = self.stored_cursor().await?;
-        Ok(self.cursor)
+        self.log = Some(log.clone());
+        let stored = self.stored_cursor().await?;
+        self.cursor = stored.as_ref().map(|c| c.next_offset);
+        Ok(stored)
     }
 
     async fn apply(&mut self, batch: &SinkBatch) -> Result<()> {

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use redis::AsyncCommands;
 use siphon_core::sink::Sink;
 use siphon_core::testing::{
-    SinkHarness, StoreState, TABLE, apply, compliance_table, event, record, row,
+    SinkHarness, StoreState, TABLE, apply, compliance_table, cursor, event, log_id, record, row,
     run_compliance_suite,
 };
 use siphon_core::{Error, Op, Row, Value};
@@ -101,7 +101,7 @@ async fn json_format_passes_the_compliance_suite() {
 #[tokio::test]
 async fn json_format_fills_an_unchanged_column_from_the_stored_document() {
     let mut h = harness(RedisFormat::Json).await;
-    h.sink.open(&[compliance_table()]).await.unwrap();
+    h.sink.open(&[compliance_table()], &log_id()).await.unwrap();
     let big = "x".repeat(5000);
     let create = event(
         TABLE,
@@ -130,7 +130,10 @@ async fn json_format_fills_an_unchanged_column_from_the_stored_document() {
 #[tokio::test]
 async fn the_cursor_is_stored_with_the_data_and_reset_clears_both() {
     let mut h = harness(RedisFormat::Hash).await;
-    assert_eq!(h.sink.open(&[compliance_table()]).await.unwrap(), None);
+    assert_eq!(
+        h.sink.open(&[compliance_table()], &log_id()).await.unwrap(),
+        None
+    );
     apply(
         &mut h.sink,
         &[record(
@@ -142,18 +145,27 @@ async fn the_cursor_is_stored_with_the_data_and_reset_clears_both() {
     .unwrap();
     let mut reopened = RedisSink::new(config(&h.keyspace, RedisFormat::Hash), "p", "s").unwrap();
     assert_eq!(
-        reopened.open(&[compliance_table()]).await.unwrap(),
-        Some(42)
+        reopened
+            .open(&[compliance_table()], &log_id())
+            .await
+            .unwrap(),
+        Some(cursor(42))
     );
     reopened.reset(&[compliance_table()]).await.unwrap();
-    assert_eq!(reopened.open(&[compliance_table()]).await.unwrap(), None);
+    assert_eq!(
+        reopened
+            .open(&[compliance_table()], &log_id())
+            .await
+            .unwrap(),
+        None
+    );
     assert_eq!(h.state().await, StoreState::Rows(BTreeMap::new()));
 }
 
 #[tokio::test]
 async fn truncate_removes_only_its_tables_keys_and_later_writes_stay() {
     let mut h = harness(RedisFormat::Hash).await;
-    h.sink.open(&[compliance_table()]).await.unwrap();
+    h.sink.open(&[compliance_table()], &log_id()).await.unwrap();
     let other = event(
         "other",
         Op::Create,
@@ -209,7 +221,7 @@ async fn invalidate_mode_deletes_the_key_on_every_change() {
         "s",
     )
     .unwrap();
-    sink.open(&[compliance_table()]).await.unwrap();
+    sink.open(&[compliance_table()], &log_id()).await.unwrap();
     apply(
         &mut sink,
         &[record(
@@ -237,7 +249,7 @@ async fn ttl_expires_written_keys() {
         "s",
     )
     .unwrap();
-    sink.open(&[compliance_table()]).await.unwrap();
+    sink.open(&[compliance_table()], &log_id()).await.unwrap();
     apply(
         &mut sink,
         &[record(
@@ -265,7 +277,7 @@ async fn a_key_redis_refuses_is_rejected_by_offset_after_the_records_before_it_l
         .set(format!("{}{TABLE}:2", h.keyspace.prefix), "not a hash")
         .await
         .unwrap();
-    h.sink.open(&[compliance_table()]).await.unwrap();
+    h.sink.open(&[compliance_table()], &log_id()).await.unwrap();
     let batch = [
         record(
             0,

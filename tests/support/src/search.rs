@@ -1,7 +1,7 @@
 //! An in-process stand-in for Elasticsearch/OpenSearch, because neither server can run on
 //! this machine. It implements the documented parts siphon uses: `_bulk` (NDJSON `index` and
 //! `delete` with `version_type=external`, per-item status, 409 on a stale version),
-//! `_mget`, `GET /{index}/_doc/{id}`, `_delete_by_query` with `match_all`, `DELETE /{index}`
+//! `_mget`, `GET`, `PUT` and `DELETE /{index}/_doc/{id}`, `_delete_by_query` with `match_all`, `DELETE /{index}`
 //! and `GET /`. Deletes leave a versioned tombstone (Elasticsearch keeps them for
 //! `index.gc_deletes`, 60 s by default; here for ever). Faults can be switched on: every
 //! request answered 429 or 503, as an overloaded or stopped cluster would.
@@ -51,7 +51,10 @@ impl SearchStandIn {
             .route("/_bulk", post(bulk))
             .route("/_mget", post(mget))
             .route("/{index}", axum::routing::delete(delete_index))
-            .route("/{index}/_doc/{id}", get(get_doc))
+            .route(
+                "/{index}/_doc/{id}",
+                get(get_doc).put(put_doc).delete(delete_doc),
+            )
             .route("/{index}/_delete_by_query", post(delete_by_query))
             .with_state(inner.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -260,6 +263,55 @@ async fn delete_index(State(inner): Shared, Path(index): Path<String>) -> Respon
         None => (
             StatusCode::NOT_FOUND,
             axum::Json(json!({"error": {"type": "index_not_found_exception"}})),
+        )
+            .into_response(),
+    }
+}
+
+/// Indexes a document with internal versioning (the cursor document).
+async fn put_doc(
+    State(inner): Shared,
+    Path((index, id)): Path<(String, String)>,
+    axum::Json(doc): axum::Json<Json>,
+) -> Response {
+    if let Some(r) = fault(&inner) {
+        return r;
+    }
+    let mut state = inner.lock().unwrap();
+    let docs = state.indices.entry(index.clone()).or_default();
+    let (version, created) = match docs.get(&id) {
+        Some((v, d)) => (v + 1, d.is_none()),
+        None => (1, true),
+    };
+    docs.insert(id.clone(), (version, Some(doc)));
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    (
+        status,
+        axum::Json(json!({"_index": index, "_id": id, "_version": version, "result": if created { "created" } else { "updated" }})),
+    )
+        .into_response()
+}
+
+/// Deletes a document with internal versioning, leaving a tombstone.
+async fn delete_doc(State(inner): Shared, Path((index, id)): Path<(String, String)>) -> Response {
+    if let Some(r) = fault(&inner) {
+        return r;
+    }
+    let mut state = inner.lock().unwrap();
+    let docs = state.indices.entry(index.clone()).or_default();
+    match docs.get(&id).cloned() {
+        Some((v, Some(_))) => {
+            docs.insert(id.clone(), (v + 1, None));
+            axum::Json(json!({"_index": index, "_id": id, "_version": v + 1, "result": "deleted"}))
+                .into_response()
+        }
+        _ => (
+            StatusCode::NOT_FOUND,
+            axum::Json(json!({"_index": index, "_id": id, "result": "not_found"})),
         )
             .into_response(),
     }

@@ -5,6 +5,8 @@
 //! <dir>/00000000000000000000.log      records, each framed (see `record`)
 //! <dir>/00000000000000000000.idx      sparse index, written when the segment is closed
 //! <dir>/00000000000000052113.log      the next segment starts at its first offset
+//!
+//! <dir>/ID                            the log's identity, made with the log
 //! ```
 //!
 //! On open the last segment is scanned and cut at the first torn or damaged record, which can
@@ -32,7 +34,7 @@ pub use reader::FileLogReader;
 use self::segment::{ScanEnd, Segment, SegmentCursor, SegmentWriter, log_path};
 use crate::log::record::{FRAME_FIXED, check_size, encode_frame, frame_header};
 use crate::log::{
-    ChangeLog, Consumer, LogReader, LogRecord, LogStats, MaintenanceReport, NewRecord,
+    ChangeLog, Consumer, LogId, LogReader, LogRecord, LogStats, MaintenanceReport, NewRecord,
 };
 use crate::{Error, Result, fsutil};
 
@@ -45,6 +47,7 @@ pub struct FileLog {
 #[derive(Debug)]
 struct Inner {
     dir: PathBuf,
+    id: LogId,
     config: FileLogConfig,
     /// Closed segments and, last, the active one.
     segments: RwLock<Vec<Segment>>,
@@ -99,6 +102,17 @@ impl FileLog {
             ))
         })?;
         let mut segments = load_segments(&dir, &config, true)?;
+        let id = match read_id(&dir)? {
+            Some(id) => id,
+            None => {
+                let id = LogId::random();
+                fsutil::write_atomic(&dir.join(ID_FILE), format!("{id}\n").as_bytes())?;
+                if !segments.is_empty() {
+                    tracing::warn!(log = %dir.display(), %id, "the change log had no identity (an older siphon made it): it has one now");
+                }
+                id
+            }
+        };
         if segments.is_empty() {
             segments.push(Segment::empty(0));
         }
@@ -126,6 +140,7 @@ impl FileLog {
         let log = FileLog {
             inner: Arc::new(Inner {
                 dir,
+                id,
                 config,
                 segments: RwLock::new(segments),
                 writer: Some(Mutex::new(writer)),
@@ -152,9 +167,16 @@ impl FileLog {
         }
         let segments = load_segments(&dir, &config, false)?;
         let end = segments.last().map_or(0, Segment::end);
+        let id = read_id(&dir)?.ok_or_else(|| {
+            Error::Config(format!(
+                "the change log in {} has no identity yet (an older siphon made it); start the daemon once",
+                dir.display()
+            ))
+        })?;
         Ok(FileLog {
             inner: Arc::new(Inner {
                 dir,
+                id,
                 config,
                 segments: RwLock::new(segments),
                 writer: None,
@@ -286,6 +308,30 @@ impl FileLog {
     /// Retention and compaction, blocking the calling thread (see [`ChangeLog::maintain`]).
     pub fn maintain_blocking(&self, consumers: &[Consumer]) -> Result<MaintenanceReport> {
         maintain::run(self, consumers)
+    }
+}
+
+/// The file holding the log's identity.
+const ID_FILE: &str = "ID";
+
+/// The log's identity, if it has one yet. A damaged identity is an error: taking a new one
+/// would make every store rebuild itself.
+fn read_id(dir: &Path) -> Result<Option<LogId>> {
+    let path = dir.join(ID_FILE);
+    match fs::read_to_string(&path) {
+        Ok(text) => LogId::parse(&text).map(Some).ok_or_else(|| Error::Corrupt {
+            path,
+            position: 0,
+            reason: "not a log identity; delete the file to give the log a new one (every \
+                     sink's store is then rebuilt)"
+                .into(),
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::Io {
+            op: "read",
+            path,
+            source: e,
+        }),
     }
 }
 
@@ -527,6 +573,10 @@ impl ChangeLog for FileLog {
     async fn append_unsynced(&self, records: Vec<NewRecord>) -> Result<Range<u64>> {
         let log = self.clone();
         blocking(move || log.append_unsynced_blocking(&records)).await
+    }
+
+    fn id(&self) -> &LogId {
+        &self.inner.id
     }
 
     fn start_offset(&self) -> u64 {
