@@ -28,7 +28,8 @@ const SCHEMA: &str = "
            case when g % 3 = 0 then (select string_agg(md5(random()::text || s), '') from generate_series(1, 300) s) end,
            timestamp '2024-01-01 00:00:00' + g * interval '1 second', g % 2 = 0, g / 4.0,
            '\\x00ff'::bytea, gen_random_uuid()
-    from generate_series(1, 100) g;";
+    from generate_series(1, 100) g;
+    alter table shop.items alter column big set storage external;";
 
 struct Stores {
     source: PgDatabase,
@@ -419,6 +420,17 @@ async fn sinks_follow_the_source_through_kill_9_and_dropped_target_connections()
         written > 130,
         "the writer wrote only {written} transactions (the truncate is the 121st)"
     );
+    // A 100 kB value stored out of line, then the row's key changes: PostgreSQL sends the
+    // old key only, never the untouched value, which every store carries over to the new key.
+    s.source
+        .execute(
+            "insert into shop.items (id, name, big) values (800001, 'toasted',
+                 (select string_agg(md5(random()::text || g), '') from generate_series(1, 3200) g));
+             update shop.items set id = 800002 where id = 800001;
+             update shop.items set name = 'toasted, then renamed' where id = 800002;",
+        )
+        .await
+        .unwrap();
     converge(&s, &d).await;
     let log = d.log();
     assert!(

@@ -60,6 +60,7 @@ fn events(rows: u64) -> anyhow::Result<Vec<Vec<u8>>> {
                 },
                 ts_ms: 1_700_000_000_000,
                 transaction: None,
+                key_change: None,
             };
             Ok(event.encode()?)
         })

@@ -237,6 +237,18 @@ pub struct TransactionInfo {
     pub data_collection_order: u64,
 }
 
+/// The two events an update that changes the primary key becomes (a delete of the old key,
+/// then a create of the new one) know each other's key: the row moved.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum KeyChange {
+    /// On the delete: the key the row now has.
+    To(Row),
+    /// On the create: the key the row had. Its stored row holds the values of the columns
+    /// the source left unchanged (PostgreSQL sends the old key only, never a TOASTed value
+    /// the update did not touch).
+    From(Row),
+}
+
 /// One change.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
@@ -254,10 +266,39 @@ pub struct Event {
     pub ts_ms: i64,
     /// The source transaction, if any.
     pub transaction: Option<TransactionInfo>,
+    /// Set on the two halves of an update that changed the primary key.
+    pub key_change: Option<KeyChange>,
 }
 
 /// Format version of an encoded event in the log; bumped when [`Event`]'s layout changes.
-const EVENT_FORMAT: u8 = 1;
+const EVENT_FORMAT: u8 = 2;
+
+/// An event as format 1 wrote it (before `key_change`), still read.
+#[derive(Deserialize)]
+struct EventV1 {
+    op: Op,
+    before: Option<Row>,
+    after: Option<Row>,
+    key: Option<Row>,
+    source: SourceInfo,
+    ts_ms: i64,
+    transaction: Option<TransactionInfo>,
+}
+
+impl From<EventV1> for Event {
+    fn from(v: EventV1) -> Self {
+        Event {
+            op: v.op,
+            before: v.before,
+            after: v.after,
+            key: v.key,
+            source: v.source,
+            ts_ms: v.ts_ms,
+            transaction: v.transaction,
+            key_change: None,
+        }
+    }
+}
 
 impl Event {
     /// Encodes for the change log (compact binary, exact).
@@ -271,10 +312,12 @@ impl Event {
 
     /// Decodes what [`Event::encode`] wrote.
     pub fn decode(bytes: &[u8]) -> crate::Result<Self> {
+        let codec = |e: postcard::Error| crate::Error::Codec(e.to_string());
         match bytes.split_first() {
-            Some((&EVENT_FORMAT, rest)) => {
-                postcard::from_bytes(rest).map_err(|e| crate::Error::Codec(e.to_string()))
-            }
+            Some((&EVENT_FORMAT, rest)) => postcard::from_bytes(rest).map_err(codec),
+            Some((1, rest)) => postcard::from_bytes::<EventV1>(rest)
+                .map(Event::from)
+                .map_err(codec),
             Some((v, _)) => Err(crate::Error::Codec(format!(
                 "event format {v} is not known to this siphon (it knows {EVENT_FORMAT})"
             ))),
@@ -285,9 +328,15 @@ impl Event {
     /// The key the change log compacts and sinks address rows by: `schema.table` and the
     /// primary-key values. Empty for keyless tables (never compacted).
     pub fn log_key(&self) -> Vec<u8> {
-        let Some(key) = &self.key else {
-            return Vec::new();
-        };
+        match &self.key {
+            Some(key) => self.log_key_of(key),
+            None => Vec::new(),
+        }
+    }
+
+    /// The log key of another row of this event's table, by its key (the old key of a row
+    /// whose key changed).
+    pub fn log_key_of(&self, key: &Row) -> Vec<u8> {
         let mut out = Vec::with_capacity(64);
         out.extend_from_slice(self.source.namespace().as_bytes());
         out.push(b'.');

@@ -26,7 +26,7 @@ pub mod units;
 
 pub use error::{Error, ErrorKind, Result};
 pub use event::{
-    Event, Op, Row, SnapshotMarker, SourceInfo, SourcePosition, TransactionInfo, Value,
+    Event, KeyChange, Op, Row, SnapshotMarker, SourceInfo, SourcePosition, TransactionInfo, Value,
 };
 pub use fsutil::write_atomic;
 pub use secret::Secret;

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
 use crate::Result;
-use crate::event::{Event, Op, Value};
+use crate::event::{Event, KeyChange, Op, Value};
 use crate::log::{ChangeLog, NewRecord, RecordFlags};
 use crate::offsets::OffsetStore;
 
@@ -143,7 +143,10 @@ pub fn encode_events(events: &[Event], transaction_ends: &[usize]) -> Result<Vec
     let mut records = Vec::with_capacity(events.len());
     for event in events {
         let flags = if event.op == Op::Delete {
-            RecordFlags::TOMBSTONE
+            match event.key_change {
+                Some(KeyChange::To(_)) => RecordFlags::TOMBSTONE.with(RecordFlags::WITH_NEXT),
+                _ => RecordFlags::TOMBSTONE,
+            }
         } else if event
             .row()
             .is_some_and(|r| r.iter().any(|(_, v)| *v == Value::Unchanged))

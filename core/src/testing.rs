@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::event::{Event, Op, Row, SnapshotMarker, SourceInfo, SourcePosition, Value};
+use crate::event::{Event, KeyChange, Op, Row, SnapshotMarker, SourceInfo, SourcePosition, Value};
 use crate::log::LogId;
 use crate::sink::{Sink, SinkBatch, SinkRecord, StoreCursor};
 use crate::source::TableInfo;
@@ -62,6 +62,7 @@ pub fn event(table: &str, op: Op, id: i64, before: Option<Row>, after: Option<Ro
         },
         ts_ms: 1_700_000_000_001,
         transaction: None,
+        key_change: None,
     }
 }
 
@@ -133,6 +134,134 @@ pub async fn run_compliance_suite<H: SinkHarness>(mut make: impl AsyncFnMut() ->
         .await
         .expect("open");
     unchanged_column_keeps_stored_value(&mut h).await;
+    let mut h = make().await;
+    h.sink()
+        .open(&[compliance_table()], &log_id())
+        .await
+        .expect("open");
+    a_row_whose_key_changed_keeps_its_unchanged_columns(&mut h).await;
+    let mut h = make().await;
+    h.sink()
+        .open(&[compliance_table()], &log_id())
+        .await
+        .expect("open");
+    a_partial_row_never_reaches_a_store_without_the_rest(&mut h).await;
+}
+
+/// The two events an update that changes the key from `from` to `to` becomes, leaving the
+/// `note` column unchanged.
+pub fn key_change(from: i64, to: i64, name: &str) -> (Event, Event) {
+    let mut delete = event(
+        TABLE,
+        Op::Delete,
+        from,
+        Some(Row(vec![("id".into(), Value::Int(from))])),
+        None,
+    );
+    delete.key_change = Some(KeyChange::To(Row(vec![("id".into(), Value::Int(to))])));
+    let mut create = event(
+        TABLE,
+        Op::Create,
+        to,
+        None,
+        Some(row(to, name, Value::Unchanged)),
+    );
+    create.key_change = Some(KeyChange::From(Row(vec![("id".into(), Value::Int(from))])));
+    (delete, create)
+}
+
+async fn a_row_whose_key_changed_keeps_its_unchanged_columns(h: &mut impl SinkHarness) {
+    let big = "toasted ".repeat(2000);
+    // The old row in an earlier batch: the sink takes the column from the store.
+    apply(
+        h.sink(),
+        &[record(
+            0,
+            event(
+                TABLE,
+                Op::Create,
+                5,
+                None,
+                Some(row(5, "old", Value::Text(big.clone()))),
+            ),
+        )],
+    )
+    .await
+    .expect("apply the old row");
+    if let StoreState::Rows(rows) = h.state().await {
+        assert!(rows.contains_key(&5), "row 5 was not stored: {rows:?}");
+    }
+    let (delete, create) = key_change(5, 6, "moved");
+    apply(h.sink(), &[record(1, delete), record(2, create)])
+        .await
+        .expect("apply the key change");
+    // The old row in the same batch.
+    let (delete, create) = key_change(7, 8, "moved too");
+    apply(
+        h.sink(),
+        &[
+            record(
+                3,
+                event(
+                    TABLE,
+                    Op::Create,
+                    7,
+                    None,
+                    Some(row(7, "old", Value::Text(big.clone()))),
+                ),
+            ),
+            record(4, delete),
+            record(5, create),
+        ],
+    )
+    .await
+    .expect("apply the row and its key change");
+    if let StoreState::Rows(rows) = h.state().await {
+        assert_eq!(
+            rows.keys().copied().collect::<Vec<_>>(),
+            [6, 8],
+            "the old keys must be gone, the new ones there"
+        );
+        for (id, name) in [(6, "moved"), (8, "moved too")] {
+            assert_eq!(rows[&id].get("name"), Some(&Value::Text(name.into())));
+            assert_eq!(
+                rows[&id].get("note"),
+                Some(&Value::Text(big.clone())),
+                "row {id} lost the column its key change left unchanged"
+            );
+        }
+    }
+}
+
+async fn a_partial_row_never_reaches_a_store_without_the_rest(h: &mut impl SinkHarness) {
+    // An update that leaves a column unchanged, of a row the store does not hold (expired
+    // from a cache, say), and a key change whose old row the store does not hold.
+    let (delete, create) = key_change(10, 11, "moved");
+    apply(
+        h.sink(),
+        &[
+            record(
+                0,
+                event(
+                    TABLE,
+                    Op::Update,
+                    9,
+                    None,
+                    Some(row(9, "partial", Value::Unchanged)),
+                ),
+            ),
+            record(1, delete),
+            record(2, create),
+        ],
+    )
+    .await
+    .expect("apply");
+    if let StoreState::Rows(rows) = h.state().await {
+        assert!(
+            rows.is_empty(),
+            "a store holds part of a row as if it were the whole: {rows:?}"
+        );
+    }
 }
 
 async fn applying_twice_changes_nothing(h: &mut impl SinkHarness) {

@@ -8,7 +8,9 @@ use siphon_core::log::{LogReader, LogRecord, RecordFlags};
 
 /// Reads a log for one sink and hands out batches of at most `max` records that end with
 /// the last record of a source transaction whenever one is within reach. Only a transaction
-/// larger than `max` is split. Every method is cancel-safe.
+/// larger than `max` is split, and never between the two halves of a key change (a record
+/// flagged `WITH_NEXT` and the next), which may make such a batch one longer. Every method is
+/// cancel-safe.
 #[derive(Debug)]
 pub struct Batcher {
     reader: Box<dyn LogReader>,
@@ -28,11 +30,30 @@ impl Batcher {
     }
 
     fn fill(&mut self) -> Result<()> {
-        let room = self.max.saturating_sub(self.pending.len());
+        // One more than a batch when the record at its end goes with the next one.
+        let limit = self.max
+            + usize::from(
+                self.pending
+                    .get(self.max.saturating_sub(1))
+                    .is_some_and(|r| r.flags.contains(RecordFlags::WITH_NEXT)),
+            );
+        let room = limit.saturating_sub(self.pending.len());
         if room > 0 {
             self.pending.extend(self.reader.read_available(room)?);
         }
         Ok(())
+    }
+
+    /// Where to cut a full batch inside a transaction larger than a batch: after `max`
+    /// records, or one earlier or later so as not to part a key change; `None` until the
+    /// record that completes it is read.
+    fn split_point(&self) -> Option<usize> {
+        let joined = |i: usize| self.pending[i].flags.contains(RecordFlags::WITH_NEXT);
+        match self.max {
+            n if !joined(n - 1) => Some(n),
+            n if n > 1 => Some(n - 1),
+            n => (self.pending.len() > n).then_some(n + 1),
+        }
     }
 
     /// Length of the longest prefix of `pending` that ends a transaction, within `max`.
@@ -50,10 +71,12 @@ impl Batcher {
             self.fill()?;
             if self.pending.len() >= self.max {
                 let n = match self.complete_prefix() {
-                    0 => self.max, // one transaction larger than a batch
-                    n => n,
+                    0 => self.split_point(), // one transaction larger than a batch
+                    n => Some(n),
                 };
-                return Ok(self.pending.drain(..n).collect());
+                if let Some(n) = n {
+                    return Ok(self.pending.drain(..n).collect());
+                }
             }
             if self.complete_prefix() > 0 {
                 // Give the source a moment to fill the batch further.
@@ -92,6 +115,13 @@ mod tests {
         }
     }
 
+    fn joined() -> NewRecord {
+        NewRecord {
+            flags: RecordFlags::WITH_NEXT,
+            ..rec(false)
+        }
+    }
+
     #[tokio::test]
     async fn batches_end_on_transaction_boundaries() {
         let dir = tempfile::tempdir().unwrap();
@@ -124,5 +154,34 @@ mod tests {
         assert_eq!(offsets(b.next().await.unwrap()), [8, 9, 10, 11]);
         assert_eq!(offsets(b.next().await.unwrap()), [12, 13, 14, 15]);
         assert_eq!(offsets(b.next().await.unwrap()), [16]);
+    }
+
+    #[tokio::test]
+    async fn a_key_change_is_never_split_between_batches() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = FileLog::open(dir.path(), Default::default()).unwrap();
+        let offsets = |v: Vec<LogRecord>| v.iter().map(|r| r.offset).collect::<Vec<_>>();
+        // A big transaction whose 4th record is the first half of a key change.
+        log.append(vec![
+            rec(false),
+            rec(false),
+            rec(false),
+            joined(),
+            rec(false),
+            rec(false),
+            rec(true),
+        ])
+        .await
+        .unwrap();
+        let mut b = Batcher::new(log.reader(0).unwrap(), 4, Duration::ZERO);
+        assert_eq!(offsets(b.next().await.unwrap()), [0, 1, 2]);
+        assert_eq!(offsets(b.next().await.unwrap()), [3, 4, 5, 6]);
+        // With batches of one record, the pair goes together.
+        log.append(vec![joined(), rec(false), rec(true)])
+            .await
+            .unwrap();
+        let mut b = Batcher::new(log.reader(7).unwrap(), 1, Duration::ZERO);
+        assert_eq!(offsets(b.next().await.unwrap()), [7, 8]);
+        assert_eq!(offsets(b.next().await.unwrap()), [9]);
     }
 }

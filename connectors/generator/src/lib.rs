@@ -87,6 +87,7 @@ impl GeneratorSource {
                 total_order: n % c.transaction_size + 1,
                 data_collection_order: n % c.transaction_size / tables + 1,
             }),
+            key_change: None,
         }
     }
 

@@ -187,6 +187,7 @@ impl EventFactory {
                 total_order: at.index + 1,
                 data_collection_order: at.table_order,
             }),
+            key_change: None,
         }
     }
 }

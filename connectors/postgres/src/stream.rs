@@ -8,7 +8,7 @@ use futures_util::FutureExt;
 use pgwire_replication::{ReplicationClient, ReplicationEvent};
 use siphon_core::event::{Op, SnapshotMarker};
 use siphon_core::source::SourceContext;
-use siphon_core::{Error, Event, Result, Row, Value};
+use siphon_core::{Error, Event, KeyChange, Result, Row, Value};
 use tokio_postgres::Client;
 
 use crate::catalog::{self, TypeCache, pg_error};
@@ -130,7 +130,8 @@ impl Stream<'_> {
                             let t = tx.as_mut().ok_or_else(|| {
                                 Error::permanent("a change arrived outside a transaction")
                             })?;
-                            for (relation, op, before, after) in split(&shapes, change)? {
+                            for (relation, op, before, after, key_change) in split(&shapes, change)?
+                            {
                                 let shape = &shapes[&relation];
                                 let index = t.next_index;
                                 t.next_index += 1;
@@ -156,9 +157,10 @@ impl Stream<'_> {
                                     snapshot: SnapshotMarker::False,
                                     table_order: *table_order,
                                 };
-                                pending
-                                    .events
-                                    .push(self.factory.event(shape, op, before, after, key, at));
+                                let mut event =
+                                    self.factory.event(shape, op, before, after, key, at);
+                                event.key_change = key_change;
+                                pending.events.push(event);
                                 if pending.events.len() > CHUNK {
                                     self.flush(&mut pending, true).await?;
                                 }
@@ -269,11 +271,12 @@ impl Stream<'_> {
     }
 }
 
-type Change = (u32, Op, Option<Row>, Option<Row>);
+type Change = (u32, Op, Option<Row>, Option<Row>, Option<KeyChange>);
 
 /// The events one change message makes. An update that changes the primary key becomes a
-/// delete of the old key and an insert of the new row, as Debezium does, so keyed stores
-/// drop the old row.
+/// delete of the old key and an insert of the new row, as Debezium does, each naming the
+/// other's key: the stores move the row, taking the columns the update left unchanged
+/// (TOASTed values, which PostgreSQL does not send) from the old key's row.
 fn split(shapes: &HashMap<u32, Shape>, message: Message) -> Result<Vec<Change>> {
     let shape = |id: u32| {
         shapes.get(&id).ok_or_else(|| {
@@ -288,6 +291,7 @@ fn split(shapes: &HashMap<u32, Shape>, message: Message) -> Result<Vec<Change>> 
             Op::Create,
             None,
             Some(row(shape(relation)?, &new)),
+            None,
         )],
         Message::Update {
             relation, old, new, ..
@@ -295,14 +299,25 @@ fn split(shapes: &HashMap<u32, Shape>, message: Message) -> Result<Vec<Change>> 
             let s = shape(relation)?;
             let after = row(s, &new);
             let before = old.map(|o| row(s, &o));
-            match &before {
-                Some(b) if s.key_of(b) != s.key_of(&after) && !s.key.is_empty() => {
-                    vec![
-                        (relation, Op::Delete, before.clone(), None),
-                        (relation, Op::Create, None, Some(after)),
-                    ]
-                }
-                _ => vec![(relation, Op::Update, before, Some(after))],
+            let keys = before.as_ref().map(|b| (s.key_of(b), s.key_of(&after)));
+            match keys {
+                Some((Some(old_key), Some(new_key))) if old_key != new_key => vec![
+                    (
+                        relation,
+                        Op::Delete,
+                        before,
+                        None,
+                        Some(KeyChange::To(new_key)),
+                    ),
+                    (
+                        relation,
+                        Op::Create,
+                        None,
+                        Some(after),
+                        Some(KeyChange::From(old_key)),
+                    ),
+                ],
+                _ => vec![(relation, Op::Update, before, Some(after), None)],
             }
         }
         Message::Delete { relation, old, .. } => vec![(
@@ -310,11 +325,12 @@ fn split(shapes: &HashMap<u32, Shape>, message: Message) -> Result<Vec<Change>> 
             Op::Delete,
             Some(row(shape(relation)?, &old)),
             None,
+            None,
         )],
         Message::Truncate { relations, .. } => relations
             .into_iter()
             .filter(|r| shapes.contains_key(r))
-            .map(|r| (r, Op::Truncate, None, None))
+            .map(|r| (r, Op::Truncate, None, None, None))
             .collect(),
         _ => Vec::new(),
     })

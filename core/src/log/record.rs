@@ -26,6 +26,10 @@ impl RecordFlags {
     /// The row leaves some columns unchanged (PostgreSQL TOAST): their values are in the
     /// key's earlier records, which compaction therefore keeps back to a whole row.
     pub const PARTIAL: RecordFlags = RecordFlags(4);
+    /// This record and the next one are the two halves of a key change (the delete of the
+    /// old key, the create of the new): a batch never ends between them, and compaction
+    /// keeps the old key's records back to a whole row while the new key's row needs them.
+    pub const WITH_NEXT: RecordFlags = RecordFlags(8);
 
     /// Whether every flag of `other` is set.
     pub fn contains(self, other: RecordFlags) -> bool {

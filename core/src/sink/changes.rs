@@ -3,20 +3,24 @@
 //!
 //! Within one batch only the last change of a key matters, except that a column the source
 //! left [`Value::Unchanged`] takes its value from an earlier upsert of the same key in the
-//! batch. The reduced changes keep log order, so a sink may apply them one after another; a
-//! truncate drops the changes of its table before it.
+//! batch — or, for the row an update that changed its key created, of the old key. What is
+//! still unchanged then comes from the stored row [`Change::unchanged_from`] names, which a
+//! sink reads before it applies the batch (the old key's delete is in the same batch). The
+//! reduced changes keep log order, so a sink may apply them one after another; a truncate
+//! drops the changes of its table before it.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
 
 use super::SinkRecord;
-use crate::event::{Event, Op, Row, SourceInfo, Value};
+use crate::event::{Event, KeyChange, Op, Row, SourceInfo, Value};
 use crate::json::value_json;
 
 /// The net effect of a batch on one key, or a truncate.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Change<'a> {
-    /// The key now holds `row` (columns still [`Value::Unchanged`] keep their stored value).
+    /// The key now holds `row` (columns still [`Value::Unchanged`] take the value of the
+    /// stored row [`Change::unchanged_from`] names).
     Upsert {
         /// Offset of the last record of this key in the batch: the row's version.
         offset: u64,
@@ -60,6 +64,25 @@ impl<'a> Change<'a> {
         }
     }
 
+    /// For an upsert whose row still has [`Value::Unchanged`] columns: the key of the stored
+    /// row that holds their values — its own key, or the old key when an update changed the
+    /// key. A sink reads that row before applying the batch, takes those columns from it, and
+    /// writes nothing for this change when the row is not there: a store may lack a row,
+    /// never hold part of one.
+    pub fn unchanged_from(&self) -> Option<&'a Row> {
+        match self {
+            Change::Upsert { event, row, .. }
+                if row.iter().any(|(_, v)| *v == Value::Unchanged) =>
+            {
+                match &event.key_change {
+                    Some(KeyChange::From(old_key)) => Some(old_key),
+                    _ => event.key.as_ref(),
+                }
+            }
+            _ => None,
+        }
+    }
+
     /// The event the change comes from.
     pub fn event(&self) -> &'a Event {
         match self {
@@ -75,18 +98,22 @@ impl<'a> Change<'a> {
 pub fn net_changes(records: &[SinkRecord]) -> Vec<Change<'_>> {
     let mut out: Vec<Option<Change<'_>>> = Vec::with_capacity(records.len());
     let mut latest: HashMap<Vec<u8>, usize> = HashMap::with_capacity(records.len());
+    // The last row each key held in the batch, even once deleted: a row moved to a new key
+    // takes its unchanged columns from it.
+    let mut last_rows: HashMap<Vec<u8>, Cow<'_, Row>> = HashMap::new();
     for r in records {
         let event = &r.event;
         if event.op == Op::Truncate {
+            let of_table = |s: &SourceInfo| {
+                s.table == event.source.table && s.namespace() == event.source.namespace()
+            };
             for slot in &mut out {
-                if slot.as_ref().is_some_and(|c| {
-                    let s = &c.event().source;
-                    s.table == event.source.table && s.namespace() == event.source.namespace()
-                }) {
+                if slot.as_ref().is_some_and(|c| of_table(&c.event().source)) {
                     *slot = None;
                 }
             }
             latest.retain(|_, i| out[*i].is_some());
+            last_rows.retain(|key, _| !key.starts_with(&table_prefix(&event.source)));
             out.push(Some(Change::Truncate {
                 offset: r.offset,
                 event,
@@ -109,23 +136,41 @@ pub fn net_changes(records: &[SinkRecord]) -> Vec<Change<'_>> {
             continue;
         }
         let key = event.log_key();
-        if let Some(earlier) = latest.get(&key).copied() {
-            if let (
-                Change::Upsert { row, .. },
-                Some(Change::Upsert {
-                    row: earlier_row, ..
-                }),
-            ) = (&mut change, &out[earlier])
-                && row.iter().any(|(_, v)| *v == Value::Unchanged)
-            {
-                *row = Cow::Owned(row.fill_unchanged(earlier_row));
+        if let Change::Upsert { row, .. } = &mut change
+            && row.iter().any(|(_, v)| *v == Value::Unchanged)
+        {
+            let earlier = match &event.key_change {
+                Some(KeyChange::From(old_key)) => last_rows.get(&event.log_key_of(old_key)),
+                // Not from before a delete of the key in the batch.
+                _ => latest
+                    .get(&key)
+                    .filter(|&&i| matches!(out[i], Some(Change::Upsert { .. })))
+                    .and_then(|_| last_rows.get(&key)),
+            };
+            if let Some(earlier) = earlier {
+                *row = Cow::Owned(row.fill_unchanged(earlier));
             }
+        }
+        if let Change::Upsert { row, .. } = &change {
+            last_rows.insert(key.clone(), row.clone());
+        }
+        if let Some(earlier) = latest.get(&key).copied() {
             out[earlier] = None;
         }
         latest.insert(key, out.len());
         out.push(Some(change));
     }
     out.into_iter().flatten().collect()
+}
+
+/// The start of the log keys of a table's rows.
+fn table_prefix(source: &SourceInfo) -> Vec<u8> {
+    let mut prefix = Vec::with_capacity(64);
+    prefix.extend_from_slice(source.namespace().as_bytes());
+    prefix.push(b'.');
+    prefix.extend_from_slice(source.table.as_bytes());
+    prefix.push(0);
+    prefix
 }
 
 /// Groups items by the source table of each (`namespace`, `table`), keeping their order
@@ -191,6 +236,55 @@ pub fn by_written_columns<'r, T>(
         match groups.iter_mut().find(|(n, _)| *n == names) {
             Some((_, list)) => list.push(item),
             None => groups.push((names, vec![item])),
+        }
+    }
+    groups
+}
+
+/// Upserts that take the columns they leave unchanged from a stored row, for one statement:
+/// the columns each writes, the columns it takes, and per row the row, the key of the
+/// stored row to take them from ([`Change::unchanged_from`]) and the offset.
+#[derive(Debug)]
+pub struct FromStored<'r> {
+    /// Columns written from the rows.
+    pub written: Vec<&'r str>,
+    /// Columns taken from the stored rows.
+    pub taken: Vec<&'r str>,
+    /// Row, key of the stored row, offset.
+    pub rows: Vec<(&'r Row, &'r Row, u64)>,
+}
+
+/// Groups the upserts among `changes` that take unchanged columns from a stored row
+/// ([`Change::unchanged_from`]) by the columns they write and take, in order of first
+/// appearance. A column the store does not have (never yet non-null) is neither written
+/// as NULL nor taken.
+pub fn from_stored<'r>(
+    changes: impl IntoIterator<Item = &'r Change<'r>>,
+    store_has: impl Fn(&str) -> bool,
+) -> Vec<FromStored<'r>> {
+    let mut groups: Vec<FromStored<'r>> = Vec::new();
+    for change in changes {
+        let (Change::Upsert { row, offset, .. }, Some(from)) = (change, change.unchanged_from())
+        else {
+            continue;
+        };
+        let written = written_columns(row, &store_has);
+        let taken: Vec<&str> = row
+            .iter()
+            .filter(|(c, v)| **v == Value::Unchanged && store_has(c))
+            .map(|(c, _)| c)
+            .collect();
+        let item = (&**row, from, *offset);
+        match groups
+            .iter_mut()
+            .find(|g| g.written == written && g.taken == taken)
+        {
+            Some(group) => group.rows.push(item),
+            None => groups.push(FromStored {
+                written,
+                taken,
+                rows: vec![item],
+            }),
         }
     }
     groups
@@ -350,6 +444,49 @@ mod tests {
             second.get("note"),
             Some(&Value::Unchanged),
             "nothing to fill it from"
+        );
+    }
+
+    #[test]
+    fn a_row_whose_key_changed_takes_unchanged_columns_from_the_old_key() {
+        let mut delete = event(TABLE, Op::Delete, 1, Some(row(1, "a", Value::Null)), None);
+        delete.key_change = Some(KeyChange::To(row(2, "", Value::Null)));
+        let mut create = event(
+            TABLE,
+            Op::Create,
+            2,
+            None,
+            Some(row(2, "moved", Value::Unchanged)),
+        );
+        create.key_change = Some(KeyChange::From(Row(vec![("id".into(), Value::Int(1))])));
+        // The old key's whole row is in the batch: the moved row is whole.
+        let with_old = vec![
+            record(
+                0,
+                event(
+                    TABLE,
+                    Op::Create,
+                    1,
+                    None,
+                    Some(row(1, "a", Value::Text("big".into()))),
+                ),
+            ),
+            record(1, delete.clone()),
+            record(2, create.clone()),
+        ];
+        let changes = net_changes(&with_old);
+        assert_eq!(offsets(&changes), [(1, "delete"), (2, "upsert")]);
+        let Change::Upsert { row: moved, .. } = &changes[1] else {
+            panic!("{changes:?}")
+        };
+        assert_eq!(moved.get("note"), Some(&Value::Text("big".into())));
+        assert_eq!(changes[1].unchanged_from(), None);
+        // Not in the batch: the sink reads it from the old key's stored row.
+        let alone = vec![record(1, delete), record(2, create)];
+        let changes = net_changes(&alone);
+        assert_eq!(
+            changes[1].unchanged_from(),
+            Some(&Row(vec![("id".into(), Value::Int(1))]))
         );
     }
 

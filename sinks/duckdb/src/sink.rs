@@ -6,12 +6,14 @@ use async_trait::async_trait;
 use duckdb::Connection;
 use siphon_core::event::{Event, Row};
 use siphon_core::log::LogId;
-use siphon_core::sink::changes::{Change, by_table, by_written_columns, history_row, net_changes};
+use siphon_core::sink::changes::{
+    Change, FromStored, by_table, by_written_columns, from_stored, history_row, net_changes,
+};
 use siphon_core::sink::routing::NameTemplate;
 use siphon_core::sink::table::{self, MetaTypes, TableMode, new_columns, quote};
 use siphon_core::sink::{Sink, SinkBatch, SinkRecord, StoreCursor};
 use siphon_core::source::TableInfo;
-use siphon_core::{Error, Result};
+use siphon_core::{Error, Result, Value};
 
 use crate::config::{DuckdbSinkConfig, NAME_PLACEHOLDERS};
 use crate::types::{column_type, staged, staging_type};
@@ -265,6 +267,20 @@ impl DuckdbSink {
 
     /// Fills the staging table with `rows` (one staging column per name, then the offset).
     fn stage(&self, target: &Target, names: &[&str], rows: &[(&Row, u64)]) -> Result<()> {
+        let values = rows
+            .iter()
+            .map(|(row, offset)| (names.iter().map(|c| row.get(c)).collect(), *offset));
+        self.stage_values(target, names, values)
+    }
+
+    /// Fills the staging table: a column per name (`c1`, `c2`, …, staged for the target's
+    /// column of that name), then the offset `o`; each row gives its values in that order.
+    fn stage_values<'v>(
+        &self,
+        target: &Target,
+        names: &[&str],
+        rows: impl IntoIterator<Item = (Vec<Option<&'v Value>>, u64)>,
+    ) -> Result<()> {
         let types: Vec<&str> = names
             .iter()
             .map(|c| staging_type(target.columns.get(*c).map_or("VARCHAR", String::as_str)))
@@ -284,12 +300,10 @@ impl DuckdbSink {
             .appender(STAGE)
             .map_err(|e| self.error(&e, "staging rows"))?;
         for (row, offset) in rows {
-            let values = names
-                .iter()
-                .map(|c| staged(row.get(c)))
-                .chain(std::iter::once(duckdb::types::Value::BigInt(
-                    *offset as i64,
-                )));
+            let values = row
+                .into_iter()
+                .map(staged)
+                .chain(std::iter::once(duckdb::types::Value::BigInt(offset as i64)));
             appender
                 .append_row(duckdb::appender_params_from_iter(values))
                 .map_err(|e| self.error(&e, "staging rows"))?;
@@ -348,6 +362,11 @@ impl DuckdbSink {
                 .collect();
             let target = self.target(event, &rows)?;
             let key: Vec<&str> = key.iter().map(|(c, _)| c).collect();
+            // Rows that leave columns unchanged (TOAST) take them from their stored row first:
+            // the old key of a row whose key changed is deleted below.
+            for group in from_stored(list.iter().copied(), |c| target.columns.contains_key(c)) {
+                self.upsert_from_stored(&target, &key, &group)?;
+            }
             let deletes: Vec<(&Row, u64)> = list
                 .iter()
                 .filter(|c| matches!(c, Change::Delete { .. }))
@@ -372,11 +391,13 @@ impl DuckdbSink {
                     "deleting",
                 )?;
             }
-            let upserts = list.iter().filter_map(|c| match c {
-                Change::Upsert { row, offset, .. } => Some((Some(&**row), (&**row, *offset))),
+            let whole = list.iter().filter_map(|c| match c {
+                Change::Upsert { row, offset, .. } if c.unchanged_from().is_none() => {
+                    Some((Some(&**row), (&**row, *offset)))
+                }
                 _ => None,
             });
-            let groups = by_written_columns(upserts, |c| target.columns.contains_key(c));
+            let groups = by_written_columns(whole, |c| target.columns.contains_key(c));
             for (names, rows) in groups {
                 self.stage(&target, &names, &rows)?;
                 let updates: Vec<String> = names
@@ -402,6 +423,70 @@ impl DuckdbSink {
             }
         }
         Ok(())
+    }
+
+    /// Writes rows whole, taking the columns they leave unchanged from the stored rows their
+    /// group names: a row whose stored row is gone is not written (never half of it).
+    fn upsert_from_stored(
+        &self,
+        target: &Target,
+        key: &[&str],
+        group: &FromStored<'_>,
+    ) -> Result<()> {
+        let FromStored {
+            written,
+            taken,
+            rows,
+        } = group;
+        // Staged: the written columns, then the stored row's key.
+        let names: Vec<&str> = written.iter().chain(key).copied().collect();
+        let values = rows.iter().map(|(row, from, offset)| {
+            let values = written
+                .iter()
+                .map(|c| row.get(c))
+                .chain(key.iter().map(|c| from.get(c)))
+                .collect();
+            (values, *offset)
+        });
+        self.stage_values(target, &names, values)?;
+        let n = written.len();
+        let join: Vec<String> = key
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let ty = target.columns.get(*c).map_or("VARCHAR", String::as_str);
+                format!("b.{} = CAST(s.c{} AS {ty})", quote(c), n + i + 1)
+            })
+            .collect();
+        let updates: Vec<String> = written
+            .iter()
+            .chain(taken.iter())
+            .filter(|c| !key.contains(c))
+            .map(|c| format!("{0} = excluded.{0}", quote(c)))
+            .chain(std::iter::once(
+                "_siphon_offset = excluded._siphon_offset".to_owned(),
+            ))
+            .collect();
+        let table = &target.name;
+        let taken_values: String = taken.iter().map(|c| format!(", b.{}", quote(c))).collect();
+        self.batch(
+            &format!(
+                "INSERT INTO {table} ({cols}, _siphon_offset) SELECT {casts}{taken_values}, s.o \
+                 FROM {STAGE} AS s JOIN {table} AS b ON {join} \
+                 ON CONFLICT ({key}) DO UPDATE SET {updates} WHERE {table}._siphon_offset < excluded._siphon_offset",
+                cols = written
+                    .iter()
+                    .chain(taken.iter())
+                    .map(|c| quote(c))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                casts = Self::casts(written, target),
+                join = join.join(" AND "),
+                key = key.iter().map(|c| quote(c)).collect::<Vec<_>>().join(", "),
+                updates = updates.join(", "),
+            ),
+            "upserting rows with unchanged columns",
+        )
     }
 
     fn write_history(&mut self, records: &[SinkRecord]) -> Result<()> {

@@ -155,12 +155,12 @@ impl ElasticsearchSink {
         ))
     }
 
-    /// The stored documents of rows that have unchanged columns, by (index, id).
+    /// The stored documents the batch's upserts take unchanged columns from (their own, or the
+    /// old key's for a row whose key changed), by (index, id), read before anything is written.
     async fn stored(&self, changes: &[Change<'_>]) -> Result<HashMap<(String, String), Json>> {
         let wanted: Vec<(String, String)> = changes
             .iter()
-            .filter(|c| matches!(c, Change::Upsert { row, .. } if row.iter().any(|(_, v)| *v == Value::Unchanged)))
-            .filter_map(|c| Some((self.event_index(c.event()), key_text(c.event().key.as_ref()?))))
+            .filter_map(|c| Some((self.event_index(c.event()), key_text(c.unchanged_from()?))))
             .collect();
         if wanted.is_empty() {
             return Ok(HashMap::new());
@@ -193,12 +193,13 @@ impl ElasticsearchSink {
             .collect())
     }
 
-    /// The bulk lines of one change.
+    /// The bulk lines of one change; `None` for an upsert whose unchanged columns have no
+    /// stored document to come from (a document is written whole or not at all).
     fn action<'c, 'a>(
         &self,
         change: &'c Change<'a>,
         stored: &HashMap<(String, String), Json>,
-    ) -> Result<Action<'c, 'a>> {
+    ) -> Result<Option<Action<'c, 'a>>> {
         let event = change.event();
         let key = event.key.as_ref().ok_or_else(|| {
             change.rejected("the table has no primary key, so its rows have no document id")
@@ -208,7 +209,22 @@ impl ElasticsearchSink {
         let mut lines = String::new();
         match change {
             Change::Upsert { row, .. } => {
-                let doc = document(row, stored.get(&(index, id)));
+                let base = match change.unchanged_from() {
+                    Some(from) => match stored.get(&(index.clone(), key_text(from))) {
+                        Some(doc) => Some(doc),
+                        None => {
+                            tracing::warn!(
+                                index,
+                                id,
+                                offset = change.offset(),
+                                "a row that leaves columns unchanged has no stored document to take them from: not written"
+                            );
+                            return Ok(None);
+                        }
+                    },
+                    None => None,
+                };
+                let doc = document(row, base);
                 let _ = writeln!(lines, "{}", json!({"index": meta}));
                 let _ = writeln!(lines, "{doc}");
             }
@@ -216,7 +232,7 @@ impl ElasticsearchSink {
                 let _ = writeln!(lines, "{}", json!({"delete": meta}));
             }
         }
-        Ok(Action { change, lines })
+        Ok(Some(Action { change, lines }))
     }
 
     /// Sends actions in `_bulk` requests of at most `bulk_max_size`; handles each item.
@@ -286,7 +302,7 @@ impl ElasticsearchSink {
                 actions.clear();
                 self.truncate(event).await?;
             } else {
-                actions.push(self.action(change, &stored)?);
+                actions.extend(self.action(change, &stored)?);
             }
         }
         self.bulk(&actions).await

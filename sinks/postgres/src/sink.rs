@@ -6,7 +6,9 @@ use async_trait::async_trait;
 use siphon_core::event::{Event, Row};
 use siphon_core::log::LogId;
 use siphon_core::secret::redact_url;
-use siphon_core::sink::changes::{Change, by_table, by_written_columns, history_row, net_changes};
+use siphon_core::sink::changes::{
+    Change, FromStored, by_table, by_written_columns, from_stored, history_row, net_changes,
+};
 use siphon_core::sink::routing::NameTemplate;
 use siphon_core::sink::table::{self, MetaTypes, TableMode, new_columns, quote};
 use siphon_core::sink::{Sink, SinkBatch, SinkRecord, StoreCursor};
@@ -290,6 +292,17 @@ impl PostgresSink {
                 ));
             }
             let target = self.target(event, &rows).await?;
+            let key: Vec<&str> = event
+                .key
+                .as_ref()
+                .map(|k| k.iter().map(|(c, _)| c).collect())
+                .unwrap_or_default();
+            // Rows that leave columns unchanged (TOAST) take them from their stored row first:
+            // the old key of a row whose key changed is deleted below.
+            let has = |c: &str| target.columns.contains_key(c);
+            for group in from_stored(list.iter().copied(), has) {
+                self.upsert_from_stored(&target, &key, &group).await?;
+            }
             let deletes: Vec<&Change<'_>> = list
                 .iter()
                 .copied()
@@ -298,18 +311,13 @@ impl PostgresSink {
             if !deletes.is_empty() {
                 self.delete(&target, &deletes).await?;
             }
-            // Rows that leave different columns unchanged (TOAST) are written apart.
-            let upserts = list.iter().filter_map(|c| match c {
-                Change::Upsert { row, offset, .. } => Some((Some(&**row), (&**row, *offset))),
+            let whole = list.iter().filter_map(|c| match c {
+                Change::Upsert { row, offset, .. } if c.unchanged_from().is_none() => {
+                    Some((Some(&**row), (&**row, *offset)))
+                }
                 _ => None,
             });
-            let groups = by_written_columns(upserts, |c| target.columns.contains_key(c));
-            let key: Vec<&str> = event
-                .key
-                .as_ref()
-                .map(|k| k.iter().map(|(c, _)| c).collect())
-                .unwrap_or_default();
-            for (names, rows) in groups {
+            for (names, rows) in by_written_columns(whole, has) {
                 self.upsert(&target, &key, &names, &rows).await?;
             }
         }
@@ -354,6 +362,84 @@ impl PostgresSink {
             columns.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
         params.push(&offsets);
         self.execute(&sql, &params, "upserting").await.map(drop)
+    }
+
+    /// Writes rows whole, taking the columns they leave unchanged from the stored rows their
+    /// group names: a row whose stored row is gone is not written (never half of it).
+    async fn upsert_from_stored(
+        &self,
+        target: &Target,
+        key: &[&str],
+        group: &FromStored<'_>,
+    ) -> Result<()> {
+        let FromStored {
+            written,
+            taken,
+            rows,
+        } = group;
+        let mut columns = column_texts(written, &rows.iter().map(|(r, ..)| *r).collect::<Vec<_>>());
+        columns.extend(column_texts(
+            key,
+            &rows.iter().map(|(_, from, _)| *from).collect::<Vec<_>>(),
+        ));
+        let offsets: Vec<i64> = rows.iter().map(|(.., o)| *o as i64).collect();
+        let (n, k) = (written.len(), key.len());
+        let quoted = |names: &[&str]| names.iter().map(|c| quote(c)).collect::<Vec<_>>();
+        let updates: Vec<String> = written
+            .iter()
+            .chain(taken.iter())
+            .filter(|c| !key.contains(c))
+            .map(|c| format!("{0} = EXCLUDED.{0}", quote(c)))
+            .chain(std::iter::once(
+                "_siphon_offset = EXCLUDED._siphon_offset".to_owned(),
+            ))
+            .collect();
+        let sql = format!(
+            "INSERT INTO {table} AS t ({cols}, _siphon_offset) \
+             SELECT {casts}{sep}{taken_values}, s.o \
+             FROM unnest({arrays}, ${last}::bigint[]) AS s({aliases}, {base_aliases}, o) \
+             JOIN {table} AS b ON {join} \
+             ON CONFLICT ({key}) DO UPDATE SET {updates} WHERE t._siphon_offset < EXCLUDED._siphon_offset",
+            table = target.name,
+            cols = quoted(written)
+                .into_iter()
+                .chain(quoted(taken))
+                .collect::<Vec<_>>()
+                .join(", "),
+            casts = casts(written, target),
+            sep = if taken.is_empty() { "" } else { ", " },
+            taken_values = taken
+                .iter()
+                .map(|c| format!("b.{}", quote(c)))
+                .collect::<Vec<_>>()
+                .join(", "),
+            arrays = text_arrays(1, n + k),
+            last = n + k + 1,
+            aliases = alias_list(n),
+            base_aliases = (1..=k)
+                .map(|i| format!("b{i}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            join = key
+                .iter()
+                .enumerate()
+                .map(|(i, c)| format!(
+                    "b.{} = s.b{}::{}",
+                    quote(c),
+                    i + 1,
+                    target.columns.get(*c).map_or("text", String::as_str)
+                ))
+                .collect::<Vec<_>>()
+                .join(" AND "),
+            key = quoted(key).join(", "),
+            updates = updates.join(", "),
+        );
+        let mut params: Vec<&(dyn ToSql + Sync)> =
+            columns.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
+        params.push(&offsets);
+        self.execute(&sql, &params, "upserting rows with unchanged columns")
+            .await
+            .map(drop)
     }
 
     async fn delete(&self, target: &Target, deletes: &[&Change<'_>]) -> Result<()> {

@@ -1,5 +1,8 @@
 //! From net changes to Redis commands.
 
+use std::borrow::Cow;
+use std::collections::HashMap;
+
 use siphon_core::event::{Row, Value};
 use siphon_core::json::value_json;
 use siphon_core::sink::changes::{Change, key_text, value_text};
@@ -17,11 +20,24 @@ pub(crate) struct Encoder {
     pub format: RedisFormat,
 }
 
+/// A row as stored, read back to fill the columns a change left unchanged.
+#[derive(Debug)]
+pub(crate) enum StoredRow {
+    /// A hash's fields.
+    Hash(HashMap<String, String>),
+    /// A JSON document's fields.
+    Json(serde_json::Map<String, serde_json::Value>),
+}
+
 impl Encoder {
     /// The Redis key of an event's row.
     pub fn row_key(&self, event: &Event) -> Option<String> {
-        let key = event.key.as_ref()?;
-        Some(self.render(&event.source, &key_text(key)))
+        Some(self.key_of(event, event.key.as_ref()?))
+    }
+
+    /// The Redis key of the row of the event's table with primary key `key`.
+    pub fn key_of(&self, event: &Event, key: &Row) -> String {
+        self.render(&event.source, &key_text(key))
     }
 
     fn render(&self, source: &SourceInfo, key: &str) -> String {
@@ -49,15 +65,16 @@ impl Encoder {
         out
     }
 
-    /// Adds the commands of one change (not a truncate) to the row `key` to `pipe`; returns how many.
-    /// `stored` is the key's stored JSON document when the row has unchanged columns and the
-    /// format is JSON.
+    /// Adds the commands of one change (not a truncate) to the row `key` to `pipe`; returns how
+    /// many. A row is always written whole: the columns the change left unchanged come from
+    /// `stored`, the row [`Change::unchanged_from`] names, and without it the key is deleted
+    /// (a cache may lack a row, never serve part of one as the whole).
     pub fn push(
         &self,
         pipe: &mut redis::Pipeline,
         key: &str,
         change: &Change<'_>,
-        stored: Option<&serde_json::Map<String, serde_json::Value>>,
+        stored: Option<&StoredRow>,
         ttl_ms: u64,
     ) -> usize {
         let row = match change {
@@ -67,24 +84,20 @@ impl Encoder {
                 return 1;
             }
         };
-        let mut commands = 0;
+        if change.unchanged_from().is_some() && stored.is_none() {
+            pipe.del(key);
+            return 1;
+        }
+        let mut commands = 1;
         match self.format {
             RedisFormat::Json => {
                 pipe.set(key, json_document(row, stored));
-                commands += 1;
             }
             RedisFormat::Hash => {
-                let KeyWrite { replace, set, del } = hash_fields(row);
-                if replace {
-                    pipe.del(key);
-                    commands += 1;
-                }
+                pipe.del(key);
+                let set = hash_fields(row, stored);
                 if !set.is_empty() {
                     pipe.hset_multiple(key, &set);
-                    commands += 1;
-                }
-                if !del.is_empty() {
-                    pipe.hdel(key, del);
                     commands += 1;
                 }
             }
@@ -97,48 +110,36 @@ impl Encoder {
     }
 }
 
-/// A hash write: whether it replaces the hash, fields to set and fields to remove.
-struct KeyWrite<'r> {
-    replace: bool,
-    set: Vec<(&'r str, std::borrow::Cow<'r, str>)>,
-    del: Vec<&'r str>,
-}
-
-/// The whole hash (every non-null column), or when some columns are unchanged, an update:
-/// those keep their stored field and null ones are removed.
-fn hash_fields(row: &Row) -> KeyWrite<'_> {
-    let partial = row.iter().any(|(_, v)| *v == Value::Unchanged);
+/// The hash's fields: every non-null column, an unchanged one from the stored hash.
+fn hash_fields<'r>(row: &'r Row, stored: Option<&'r StoredRow>) -> Vec<(&'r str, Cow<'r, str>)> {
     let mut set = Vec::with_capacity(row.len());
-    let mut del = Vec::new();
     for (column, value) in row.iter() {
         match value {
-            Value::Unchanged => {}
-            Value::Null => {
-                if partial {
-                    del.push(column);
+            Value::Null => {}
+            Value::Unchanged => {
+                if let Some(StoredRow::Hash(fields)) = stored
+                    && let Some(text) = fields.get(column)
+                {
+                    set.push((column, Cow::Borrowed(text.as_str())));
                 }
             }
             v => set.push((column, value_text(v))),
         }
     }
-    KeyWrite {
-        replace: !partial,
-        set,
-        del,
-    }
+    set
 }
 
 /// The row as a JSON object; an unchanged column takes its value from `stored`.
-pub(crate) fn json_document(
-    row: &Row,
-    stored: Option<&serde_json::Map<String, serde_json::Value>>,
-) -> String {
+pub(crate) fn json_document(row: &Row, stored: Option<&StoredRow>) -> String {
     let mut doc = serde_json::Map::with_capacity(row.len());
     for (column, value) in row.iter() {
         let json = match value {
-            Value::Unchanged => match stored.and_then(|s| s.get(column)) {
-                Some(v) => v.clone(),
-                None => continue,
+            Value::Unchanged => match stored {
+                Some(StoredRow::Json(fields)) => match fields.get(column) {
+                    Some(v) => v.clone(),
+                    None => continue,
+                },
+                _ => continue,
             },
             v => value_json(v),
         };

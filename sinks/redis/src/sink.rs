@@ -11,10 +11,17 @@ use siphon_core::sink::changes::{Change, net_changes};
 use siphon_core::sink::routing::NameTemplate;
 use siphon_core::sink::{Sink, SinkBatch, StoreCursor};
 use siphon_core::source::TableInfo;
-use siphon_core::{Error, Result, Value};
+use siphon_core::{Error, Result};
 
 use crate::config::{KEY_PLACEHOLDERS, RedisFormat, RedisMode, RedisSinkConfig};
-use crate::encode::Encoder;
+use crate::encode::{Encoder, StoredRow};
+
+/// Stored rows read back for a batch, by Redis key, and the keys Redis refused to read.
+#[derive(Debug, Default)]
+struct StoredRows {
+    rows: HashMap<String, StoredRow>,
+    refused: HashMap<String, String>,
+}
 
 /// Keeps rows (or their absence) in Redis; see the crate documentation.
 #[derive(Debug)]
@@ -31,9 +38,6 @@ pub struct RedisSink {
 
 /// Changes per MULTI/EXEC transaction.
 const CHUNK: usize = 500;
-
-/// A stored JSON document.
-type Document = serde_json::Map<String, serde_json::Value>;
 
 impl RedisSink {
     /// A sink for sink `sink` of pipeline `pipeline` (they name its cursor key).
@@ -118,7 +122,7 @@ impl RedisSink {
     async fn write(
         &mut self,
         changes: &[Change<'_>],
-        stored: &HashMap<String, Document>,
+        stored: &HashMap<String, StoredRow>,
         next_cursor: u64,
     ) -> Result<()> {
         let conn = self.conn().await?;
@@ -131,9 +135,12 @@ impl RedisSink {
                 let key = self.encoder.row_key(change.event()).ok_or_else(|| {
                     change.rejected("the table has no primary key, so its rows have no Redis key")
                 })?;
-                let commands =
-                    self.encoder
-                        .push(&mut pipe, &key, change, stored.get(&key), self.ttl_ms());
+                let base = change
+                    .unchanged_from()
+                    .and_then(|from| stored.get(&self.encoder.key_of(change.event(), from)));
+                let commands = self
+                    .encoder
+                    .push(&mut pipe, &key, change, base, self.ttl_ms());
                 owner.extend(std::iter::repeat_n(n * CHUNK + i, commands));
             }
             let mut conn = conn.clone();
@@ -262,37 +269,62 @@ impl RedisSink {
         self.set_cursor(offset + 1).await
     }
 
-    /// In JSON format, the stored documents of rows that have unchanged columns.
-    async fn stored_documents(
-        &mut self,
-        changes: &[Change<'_>],
-    ) -> Result<HashMap<String, Document>> {
-        if self.config.format != RedisFormat::Json || self.config.mode != RedisMode::Upsert {
-            return Ok(HashMap::new());
+    /// The stored rows the batch's upserts take unchanged columns from (their own, or the
+    /// old key's for a row whose key changed), by Redis key, read before anything is written.
+    async fn stored_rows(&mut self, changes: &[Change<'_>]) -> Result<StoredRows> {
+        let mut stored = StoredRows::default();
+        if self.config.mode != RedisMode::Upsert {
+            return Ok(stored);
         }
-        let keys: Vec<String> = changes
+        let mut keys: Vec<String> = changes
             .iter()
-            .filter(|c| matches!(c, Change::Upsert { row, .. } if row.iter().any(|(_, v)| *v == Value::Unchanged)))
-            .filter_map(|c| self.encoder.row_key(c.event()))
+            .filter_map(|c| Some(self.encoder.key_of(c.event(), c.unchanged_from()?)))
             .collect();
+        keys.sort_unstable();
+        keys.dedup();
         if keys.is_empty() {
-            return Ok(HashMap::new());
+            return Ok(stored);
+        }
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for key in &keys {
+            match self.config.format {
+                RedisFormat::Json => pipe.get(key),
+                RedisFormat::Hash => pipe.hgetall(key),
+            };
         }
         let mut conn = self.conn().await?;
-        let docs: redis::RedisResult<Vec<Option<String>>> =
-            redis::cmd("MGET").arg(&keys).query_async(&mut conn).await;
-        let docs = docs.map_err(|e| self.error(&e, "reading stored rows"))?;
-        Ok(keys
-            .into_iter()
-            .zip(docs)
-            .filter_map(|(key, doc)| {
-                let doc = serde_json::from_str::<serde_json::Value>(&doc?).ok()?;
-                match doc {
-                    serde_json::Value::Object(map) => Some((key, map)),
-                    _ => None,
+        let replies: redis::RedisResult<Vec<redis::RedisResult<redis::Value>>> =
+            pipe.query_async(&mut conn).await;
+        let replies = replies.map_err(|e| self.error(&e, "reading stored rows"))?;
+        for (key, reply) in keys.into_iter().zip(replies) {
+            let row = reply.and_then(|value| match self.config.format {
+                RedisFormat::Json => {
+                    let doc: Option<String> = redis::from_redis_value(value)?;
+                    Ok(match doc.map(|d| serde_json::from_str(&d)) {
+                        Some(Ok(serde_json::Value::Object(fields))) => {
+                            Some(StoredRow::Json(fields))
+                        }
+                        // Not a row this sink wrote: as good as none.
+                        _ => None,
+                    })
                 }
-            })
-            .collect())
+                RedisFormat::Hash => {
+                    let fields: HashMap<String, String> = redis::from_redis_value(value)?;
+                    Ok((!fields.is_empty()).then_some(StoredRow::Hash(fields)))
+                }
+            });
+            match row {
+                Ok(Some(row)) => {
+                    stored.rows.insert(key, row);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    stored.refused.insert(key, e.to_string());
+                }
+            }
+        }
+        Ok(stored)
     }
 }
 
@@ -324,17 +356,32 @@ impl Sink for RedisSink {
             return Ok(());
         }
         let records = &batch.records[batch.records.partition_point(|r| r.offset < applied)..];
-        let changes = net_changes(records);
-        let stored = self.stored_documents(&changes).await?;
+        let all = net_changes(records);
+        let stored = self.stored_rows(&all).await?;
+        // A change whose stored row Redis refuses to read (a key of another type) is
+        // rejected once the changes before it are applied.
+        let refused = all.iter().enumerate().find_map(|(i, c)| {
+            let key = self.encoder.key_of(c.event(), c.unchanged_from()?);
+            Some((i, stored.refused.get(&key)?))
+        });
+        let (changes, end) = match refused {
+            Some((i, _)) => (&all[..i], all[i].offset()),
+            None => (&all[..], batch.end),
+        };
         let mut segment = 0;
         for (i, change) in changes.iter().enumerate() {
             if let Change::Truncate { offset, .. } = change {
-                self.write(&changes[segment..i], &stored, *offset).await?;
+                self.write(&changes[segment..i], &stored.rows, *offset)
+                    .await?;
                 self.truncate(change).await?;
                 segment = i + 1;
             }
         }
-        self.write(&changes[segment..], &stored, batch.end).await
+        self.write(&changes[segment..], &stored.rows, end).await?;
+        match refused {
+            Some((i, reason)) => Err(all[i].rejected(reason.clone())),
+            None => Ok(()),
+        }
     }
 
     async fn rewind(&mut self, next: u64) -> Result<()> {

@@ -131,19 +131,39 @@ fn compact(
         return Ok(());
     }
     // Per key, the records a replay needs: the newest one, and while that one leaves columns
-    // unchanged (PARTIAL), the ones before it back to a whole row.
-    let mut needed: HashMap<Vec<u8>, Vec<u64>> = HashMap::new();
+    // unchanged (PARTIAL), the ones before it back to a whole row. A row whose key an update
+    // changed takes those columns from the old key's row: its chain goes on with the old
+    // key's, through the delete that ends the old key (flagged WITH_NEXT: the next record is
+    // the new key's create).
+    let mut chains: HashMap<Vec<u8>, Vec<u64>> = HashMap::new();
+    let mut moving: Option<Vec<u64>> = None;
     for seg in &segments {
         for_each_record(log, seg, limit, |rec| {
-            if !rec.key.is_empty() {
-                let chain = needed.entry(rec.key).or_default();
-                if !rec.flags.contains(RecordFlags::PARTIAL) {
-                    chain.clear();
-                }
-                chain.push(rec.offset);
+            let moved_from = moving.take();
+            if rec.key.is_empty() {
+                return Ok(());
             }
+            let chain = chains.entry(rec.key).or_default();
+            if rec.flags.contains(RecordFlags::WITH_NEXT) {
+                let mut old = std::mem::take(chain);
+                old.push(rec.offset);
+                moving = Some(old);
+            } else if rec.flags.contains(RecordFlags::PARTIAL) {
+                if let Some(old) = moved_from {
+                    *chain = old;
+                }
+            } else {
+                chain.clear();
+            }
+            chain.push(rec.offset);
             Ok(())
         })?;
+    }
+    // How many chains need each record: a delete only its own key's needs can expire, one
+    // that a moved row's chain goes through cannot (the old key's row would come back).
+    let mut needed: HashMap<u64, u32> = HashMap::new();
+    for offset in chains.into_values().flatten() {
+        *needed.entry(offset).or_default() += 1;
     }
     let delete_horizon = now_ms() - inner.config.delete_retention.0.as_millis() as i64;
     let interval = inner.config.index_interval.0;
@@ -156,13 +176,12 @@ fn compact(
             // (No other record is kept for its position: a superseded upsert kept that way
             // would outlive the delete after it and bring the row back in a replay.)
             let is_last = rec.offset + 1 == limit;
-            let superseded = !rec.key.is_empty()
-                && !needed
-                    .get(&rec.key)
-                    .is_some_and(|chain| chain.contains(&rec.offset));
+            let needed_by = needed.get(&rec.offset).copied().unwrap_or(0);
+            let superseded = !rec.key.is_empty() && needed_by == 0;
             // A keyless record is never compacted, a delete of a keyless table included.
             let expired_delete = !rec.key.is_empty()
                 && rec.flags.contains(RecordFlags::TOMBSTONE)
+                && needed_by <= 1
                 && rec.offset < min_all
                 && rec.timestamp_ms < delete_horizon;
             if !is_last && (superseded || expired_delete) {

@@ -294,6 +294,78 @@ fn compaction_keeps_the_records_a_partial_row_needs() {
 }
 
 #[test]
+fn compaction_keeps_the_old_keys_records_a_moved_partial_row_needs() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = FileLogConfig {
+        delete_retention: HumanDuration(Duration::ZERO),
+        ..small_config()
+    };
+    let log = FileLog::open(dir.path(), config).unwrap();
+    let with = |flags: RecordFlags, key: &str, value: &str| NewRecord {
+        flags,
+        ..rec(key, value)
+    };
+    let fill = |log: &FileLog, round: usize| {
+        let records: Vec<_> = (0..10)
+            .map(|k| rec(&format!("other{k}"), &format!("{round}:{k:>80}")))
+            .collect();
+        log.append_blocking(&records).unwrap();
+    };
+    let everyone_read = |log: &FileLog| {
+        [Consumer {
+            name: "sink".into(),
+            next_offset: log.durable_end(),
+            keeps_history: false,
+        }]
+    };
+    // k1: a whole row and a partial update; then its key changes to k2, which leaves a
+    // column unchanged (the delete of k1 goes with the next record, the create of k2).
+    log.append_blocking(&[
+        rec("k1", "whole"),
+        with(RecordFlags::PARTIAL, "k1", "update"),
+        with(
+            RecordFlags::TOMBSTONE.with(RecordFlags::WITH_NEXT),
+            "k1",
+            "",
+        ),
+        with(RecordFlags::PARTIAL, "k2", "moved"),
+    ])
+    .unwrap();
+    for round in 0..20 {
+        fill(&log, round);
+    }
+    log.maintain_blocking(&everyone_read(&log)).unwrap();
+    let moved: Vec<(Vec<u8>, Vec<u8>)> = read_all(&log, 0)
+        .into_iter()
+        .filter(|r| r.key.starts_with(b"k"))
+        .map(|r| (r.key, r.value))
+        .collect();
+    let pair = |k: &str, v: &str| (k.as_bytes().to_vec(), v.as_bytes().to_vec());
+    assert_eq!(
+        moved,
+        [
+            pair("k1", "whole"),
+            pair("k1", "update"),
+            pair("k1", ""),
+            pair("k2", "moved")
+        ],
+        "the moved row lost the records it takes its unchanged column from"
+    );
+    // Once k2 has a whole row of its own, none of it is needed.
+    log.append_blocking(&[rec("k2", "whole again")]).unwrap();
+    for round in 20..40 {
+        fill(&log, round);
+    }
+    log.maintain_blocking(&everyone_read(&log)).unwrap();
+    let kept: Vec<(Vec<u8>, Vec<u8>)> = read_all(&log, 0)
+        .into_iter()
+        .filter(|r| r.key.starts_with(b"k"))
+        .map(|r| (r.key, r.value))
+        .collect();
+    assert_eq!(kept, [pair("k2", "whole again")]);
+}
+
+#[test]
 fn torn_tail_is_cut_on_reopen_and_appends_continue() {
     let dir = tempfile::tempdir().unwrap();
     let log = FileLog::open(dir.path(), small_config()).unwrap();
