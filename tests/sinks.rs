@@ -29,7 +29,13 @@ const SCHEMA: &str = "
            timestamp '2024-01-01 00:00:00' + g * interval '1 second', g % 2 = 0, g / 4.0,
            '\\x00ff'::bytea, gen_random_uuid()
     from generate_series(1, 100) g;
-    alter table shop.items alter column big set storage external;";
+    alter table shop.items alter column big set storage external;
+    create table shop.events (id bigint, region text, payload text, primary key (id, region))
+        partition by list (region);
+    create table shop.events_eu partition of shop.events for values in ('eu');
+    create table shop.events_us partition of shop.events for values in ('us');
+    insert into shop.events select g, case when g % 2 = 0 then 'eu' else 'us' end, 'p' || g
+    from generate_series(1, 20) g;";
 
 struct Stores {
     source: PgDatabase,
@@ -51,7 +57,7 @@ async fn stores() -> Stores {
     let config = format!(
         r#"kind = "postgres"
 url = "{url}"
-tables = ["shop.items"]
+tables = ["shop.*"]
 slot = "{name}_slot"
 status_interval = "200ms""#,
         url = source.url,
@@ -136,7 +142,11 @@ fn writer(db: &PgDatabase, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<u64
                      update shop.items set price = price + 1 where id = {a};
                      update shop.items set name = 'renamed {n}', flag = null, tags = null where id = {b};
                      delete from shop.items where id = {gone} and big is null;
+                     update shop.events set region = case region when 'eu' then 'us' else 'eu' end,
+                         payload = 'moved {n}' where id = {moved};
+                     insert into shop.events values ({new}, 'eu', 'new {n}');
                      commit;",
+                    moved = n % 20 + 1,
                     a = (n * 7) % 100 + 1,
                     b = 1000 + n.saturating_sub(2),
                     gone = 1000 + n.saturating_sub(5),
@@ -166,6 +176,18 @@ async fn source_rows(s: &Stores) -> BTreeMap<i64, Json> {
     json_rows(
         &s.source,
         "select id::bigint, jsonb_strip_nulls(to_jsonb(t)) from shop.items t",
+    )
+    .await
+}
+
+/// The partitioned table's rows, keyed by `id * 10` plus 1 for `eu`, 2 for `us`.
+async fn events_rows(db: &PgDatabase, schema: &str) -> BTreeMap<i64, Json> {
+    json_rows(
+        db,
+        &format!(
+            "select id * 10 + case region when 'eu' then 1 else 2 end, \
+             jsonb_build_object('id', id, 'region', region, 'payload', payload) from {schema}.events"
+        ),
     )
     .await
 }
@@ -326,6 +348,30 @@ async fn converge(s: &Stores, d: &siphon_test_support::Daemon) {
             &without_data(&want),
             &cache_rows(s, &want).await,
         ));
+        // The partitioned table, under its own name only.
+        diffs.extend(differences(
+            "mirror of the partitioned table",
+            &events_rows(&s.source, "shop").await,
+            &events_rows(&s.target, "shop").await,
+        ));
+        let partition_rows = s.target.client().await.unwrap().query_one(
+            "select count(*) from pg_tables where schemaname = 'shop' and tablename like 'events\\_%'",
+            &[],
+        ).await.unwrap().get::<_, i64>(0);
+        if partition_rows > 0 {
+            diffs.push("the mirror has a table for a partition".into());
+        }
+        let mut conn = s.cache.conn().await.unwrap();
+        let partition_keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{}events_*", s.cache.prefix))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if !partition_keys.is_empty() {
+            diffs.push(format!(
+                "the cache has keys of a partition: {partition_keys:?}"
+            ));
+        }
         if diffs.is_empty() {
             return;
         }
@@ -365,6 +411,7 @@ async fn check_history(s: &Stores) {
         .setup
         .output()
         .iter()
+        .filter(|e| e["source"]["table"] == "items")
         .map(|e| {
             let op = e["op"].as_str().unwrap().to_owned();
             let row = if op == "d" { &e["before"] } else { &e["after"] };

@@ -24,7 +24,17 @@ pub struct Table {
     pub replica_identity: char,
     /// The planner's row estimate, for snapshot progress.
     pub estimated_rows: i64,
-    /// Pages of the table's heap, to split a big table's snapshot between readers.
+    /// Where its rows are: the table itself, or for a partitioned table each leaf partition
+    /// (its changes come under the partitioned table's name, `publish_via_partition_root`).
+    pub leaves: Vec<Leaf>,
+}
+
+/// A table that holds rows: a plain table, or a leaf partition of a partitioned one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leaf {
+    /// `"schema"."table"`, quoted for SQL.
+    pub quoted: String,
+    /// Pages of its heap, to split a big table's snapshot between readers.
     pub pages: i64,
 }
 
@@ -102,9 +112,12 @@ pub async fn preflight(client: &Client) -> Result<()> {
     Ok(())
 }
 
-/// Resolves the configured patterns ("schema.table", "schema.*") into tables.
+/// Resolves the configured patterns ("schema.table", "schema.*") into tables. A partition
+/// whose partitioned table is captured too is left to it: its rows and changes come under the
+/// partitioned table's name.
 pub async fn tables(client: &Client, patterns: &[String]) -> Result<Vec<Table>> {
-    let mut out: Vec<Table> = Vec::new();
+    // (oid, schema, name, identity, partition root when a partition)
+    let mut matched: Vec<(u32, String, String, String, Option<u32>)> = Vec::new();
     for pattern in patterns {
         let (schema, name) = pattern.split_once('.').expect("validated");
         let like = if name == "*" {
@@ -114,8 +127,8 @@ pub async fn tables(client: &Client, patterns: &[String]) -> Result<Vec<Table>> 
         };
         let rows = client
             .query(
-                "select c.oid, n.nspname::text, c.relname::text, c.relreplident::text, c.reltuples::int8, \
-                 (pg_relation_size(c.oid) / current_setting('block_size')::int)::int8 \
+                "select c.oid, n.nspname::text, c.relname::text, c.relreplident::text, \
+                 case when c.relispartition then pg_partition_root(c.oid)::oid end \
                  from pg_class c join pg_namespace n on n.oid = c.relnamespace \
                  where n.nspname = $1 and c.relname like $2 and c.relkind in ('r', 'p') order by c.relname",
                 &[&schema, &like],
@@ -129,35 +142,107 @@ pub async fn tables(client: &Client, patterns: &[String]) -> Result<Vec<Table>> 
         }
         for row in rows {
             let oid: u32 = row.get(0);
-            if out.iter().any(|t| t.oid == oid) {
-                continue;
+            if !matched.iter().any(|m| m.0 == oid) {
+                matched.push((oid, row.get(1), row.get(2), row.get(3), row.get(4)));
             }
-            let key = primary_key(client, oid).await?;
-            let columns = client
-                .query(
-                    "select attname::text, atttypid from pg_attribute \
-                     where attrelid = $1 and attnum > 0 and not attisdropped order by attnum",
-                    &[&oid],
-                )
-                .await
-                .map_err(|e| pg_error("reading columns", &e))?
-                .iter()
-                .map(|r| (r.get(0), r.get(1)))
-                .collect();
-            let identity: String = row.get(3);
-            out.push(Table {
-                oid,
-                schema: row.get(1),
-                name: row.get(2),
-                key,
-                columns,
-                replica_identity: identity.chars().next().unwrap_or('d'),
-                estimated_rows: row.get::<_, i64>(4).max(0),
-                pages: row.get(5),
-            });
         }
     }
+    let captured: Vec<u32> = matched.iter().map(|m| m.0).collect();
+    let mut out = Vec::new();
+    for (oid, schema, name, identity, root) in matched {
+        if root.is_some_and(|r| captured.contains(&r)) {
+            continue;
+        }
+        let key = primary_key(client, oid).await?;
+        let columns = client
+            .query(
+                "select attname::text, atttypid from pg_attribute \
+                 where attrelid = $1 and attnum > 0 and not attisdropped order by attnum",
+                &[&oid],
+            )
+            .await
+            .map_err(|e| pg_error("reading columns", &e))?
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        // The tables holding its rows: itself, or the leaves of its partition tree.
+        let leaves = client
+            .query(
+                "select quote_ident(n.nspname) || '.' || quote_ident(c.relname), c.reltuples::int8, \
+                 (pg_relation_size(c.oid) / current_setting('block_size')::int)::int8 \
+                 from pg_class c join pg_namespace n on n.oid = c.relnamespace \
+                 where c.oid = $1 and c.relkind = 'r' \
+                 or c.oid in (select relid from pg_partition_tree($1::oid::regclass) where isleaf) \
+                 order by c.oid",
+                &[&oid],
+            )
+            .await
+            .map_err(|e| pg_error("reading partitions", &e))?;
+        let table = Table {
+            oid,
+            schema,
+            name,
+            key,
+            columns,
+            replica_identity: identity.chars().next().unwrap_or('d'),
+            estimated_rows: leaves.iter().map(|r| r.get::<_, i64>(1).max(0)).sum(),
+            leaves: leaves
+                .iter()
+                .map(|r| Leaf {
+                    quoted: r.get(0),
+                    pages: r.get(2),
+                })
+                .collect(),
+        };
+        check_identity(client, &table).await?;
+        out.push(table);
+    }
     Ok(out)
+}
+
+/// Refuses a table whose replica identity is an index other than its primary key: its
+/// deletes would arrive without the primary key, and no store could apply them.
+async fn check_identity(client: &Client, table: &Table) -> Result<()> {
+    if table.replica_identity != 'i' {
+        return Ok(());
+    }
+    let identity: Vec<String> = client
+        .query(
+            "select a.attname::text from pg_index i join pg_attribute a \
+             on a.attrelid = i.indrelid and a.attnum = any(i.indkey) \
+             where i.indrelid = $1 and i.indisreplident order by array_position(i.indkey, a.attnum)",
+            &[&table.oid],
+        )
+        .await
+        .map_err(|e| pg_error("reading the replica identity", &e))?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    if identity == table.key {
+        return Ok(());
+    }
+    Err(identity_error(
+        &table.qualified(),
+        &table.quoted(),
+        &identity,
+        &table.key,
+    ))
+}
+
+/// The error for a replica identity that is not the primary key, with the fix.
+pub fn identity_error(name: &str, quoted: &str, identity: &[String], key: &[String]) -> Error {
+    let key = if key.is_empty() {
+        "it has no primary key".to_owned()
+    } else {
+        format!("its primary key is ({})", key.join(", "))
+    };
+    Error::permanent(format!(
+        "table {name} has REPLICA IDENTITY USING INDEX on ({}), but {key}: its updates and \
+         deletes would arrive without the key the stores address rows by, and deletes would be \
+         lost. Run `ALTER TABLE {quoted} REPLICA IDENTITY DEFAULT` (with a primary key) or \
+         `ALTER TABLE {quoted} REPLICA IDENTITY FULL`",
+        identity.join(", ")
+    ))
 }
 
 /// The primary-key columns of table `oid`, in key order; empty without a primary key.
@@ -176,25 +261,25 @@ pub async fn primary_key(client: &Client, oid: u32) -> Result<Vec<String>> {
         .collect())
 }
 
-/// Makes sure the publication exists and covers every table.
+/// Makes sure the publication exists, covers every table, and publishes a partitioned
+/// table's changes under its own name (`publish_via_partition_root`).
 pub async fn ensure_publication(
     client: &Client,
     publication: &str,
     tables: &[Table],
 ) -> Result<()> {
-    let exists = client
+    let existing = client
         .query_opt(
-            "select 1 from pg_publication where pubname = $1",
+            "select puballtables, pubviaroot from pg_publication where pubname = $1",
             &[&publication],
         )
         .await
-        .map_err(|e| pg_error("reading publications", &e))?
-        .is_some();
+        .map_err(|e| pg_error("reading publications", &e))?;
     let list = |ts: &[&Table]| ts.iter().map(|t| t.quoted()).collect::<Vec<_>>().join(", ");
-    if !exists {
+    let Some(existing) = existing else {
         let all: Vec<&Table> = tables.iter().collect();
         let sql = format!(
-            "create publication {} for table {}",
+            "create publication {} for table {} with (publish_via_partition_root = true)",
             quote_ident(publication),
             list(&all)
         );
@@ -204,17 +289,40 @@ pub async fn ensure_publication(
             .map_err(|e| pg_error("creating the publication", &e))?;
         tracing::info!(publication, tables = all.len(), "created the publication");
         return Ok(());
+    };
+    let (all_tables, via_root): (bool, bool) = (existing.get(0), existing.get(1));
+    if !via_root {
+        client
+            .batch_execute(&format!(
+                "alter publication {} set (publish_via_partition_root = true)",
+                quote_ident(publication)
+            ))
+            .await
+            .map_err(|e| pg_error("setting publish_via_partition_root", &e))?;
+        tracing::info!(
+            publication,
+            "the publication now publishes partitioned tables under their own names"
+        );
     }
-    let covered: Vec<(String, String)> = client
-        .query("select schemaname::text, tablename::text from pg_publication_tables where pubname = $1", &[&publication])
+    if all_tables {
+        return Ok(());
+    }
+    // Membership by OID: pg_publication_tables lists a partitioned table's partitions, not
+    // the table (or the other way round), depending on publish_via_partition_root.
+    let covered: Vec<u32> = client
+        .query(
+            "select r.prrelid from pg_publication_rel r join pg_publication p on p.oid = r.prpubid \
+             where p.pubname = $1",
+            &[&publication],
+        )
         .await
         .map_err(|e| pg_error("reading the publication", &e))?
         .iter()
-        .map(|r| (r.get(0), r.get(1)))
+        .map(|r| r.get(0))
         .collect();
     let missing: Vec<&Table> = tables
         .iter()
-        .filter(|t| !covered.iter().any(|(s, n)| *s == t.schema && *n == t.name))
+        .filter(|t| !covered.contains(&t.oid))
         .collect();
     if !missing.is_empty() {
         let sql = format!(

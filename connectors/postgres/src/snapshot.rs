@@ -182,11 +182,12 @@ struct Encoded {
     last_event: Event,
 }
 
-/// A part of a table for one reader: pages `[first, end)` (to the table's end when `end` is
-/// `None`), or the whole table.
+/// A part of a table for one reader: one of its leaves (itself, or a partition), pages
+/// `[first, end)` of it (to its end when `end` is `None`) or the whole leaf.
 #[derive(Debug, Clone)]
 struct Chunk {
     table: usize,
+    leaf: usize,
     pages: Option<(i64, Option<i64>)>,
 }
 
@@ -197,22 +198,26 @@ const MIN_CHUNK_PAGES: i64 = 1000;
 /// several readers share it (TID range scans, PostgreSQL 14+).
 fn chunks(tables: &[(Table, Shape)], parallelism: usize) -> VecDeque<Chunk> {
     let mut out = VecDeque::new();
-    for (i, (t, _)) in tables.iter().enumerate() {
-        let n = (t.pages / MIN_CHUNK_PAGES).clamp(1, parallelism.max(1) as i64);
-        if n == 1 {
-            out.push_back(Chunk {
-                table: i,
-                pages: None,
-            });
-            continue;
-        }
-        let per = t.pages / n;
-        for k in 0..n {
-            let end = (k + 1 < n).then(|| (k + 1) * per);
-            out.push_back(Chunk {
-                table: i,
-                pages: Some((k * per, end)),
-            });
+    for (table, (t, _)) in tables.iter().enumerate() {
+        for (leaf, l) in t.leaves.iter().enumerate() {
+            let n = (l.pages / MIN_CHUNK_PAGES).clamp(1, parallelism.max(1) as i64);
+            if n == 1 {
+                out.push_back(Chunk {
+                    table,
+                    leaf,
+                    pages: None,
+                });
+                continue;
+            }
+            let per = l.pages / n;
+            for k in 0..n {
+                let end = (k + 1 < n).then(|| (k + 1) * per);
+                out.push_back(Chunk {
+                    table,
+                    leaf,
+                    pages: Some((k * per, end)),
+                });
+            }
         }
     }
     out
@@ -299,10 +304,11 @@ impl Reader {
                     format!(" where ctid >= '({first},0)'::tid and ctid < '({end},0)'::tid")
                 }
             };
+            let leaf = &table.leaves[chunk.leaf];
             let sql = format!(
                 "copy (select {} from {}{range}) to stdout (format binary)",
                 columns.join(", "),
-                table.quoted()
+                leaf.quoted
             );
             let stream = client
                 .copy_out(sql.as_str())
@@ -356,7 +362,7 @@ impl Reader {
                 .batch_execute("commit")
                 .await
                 .map_err(|e| pg_error("ending the snapshot transaction", &e))?;
-            tracing::info!(table = %table.qualified(), pages = ?chunk.pages, rows, "table snapshot done");
+            tracing::info!(table = %table.qualified(), leaf = %leaf.quoted, pages = ?chunk.pages, rows, "table snapshot done");
         }
     }
 }
@@ -365,7 +371,7 @@ impl Reader {
 mod tests {
     use super::*;
 
-    fn table(pages: i64) -> (Table, Shape) {
+    fn table(pages: &[i64]) -> (Table, Shape) {
         let t = Table {
             oid: 1,
             schema: "s".into(),
@@ -374,7 +380,13 @@ mod tests {
             columns: vec![],
             replica_identity: 'd',
             estimated_rows: 0,
-            pages,
+            leaves: pages
+                .iter()
+                .map(|&pages| crate::catalog::Leaf {
+                    quoted: "s.t".into(),
+                    pages,
+                })
+                .collect(),
         };
         (
             t,
@@ -389,23 +401,31 @@ mod tests {
 
     #[test]
     fn big_tables_are_split_between_readers_and_the_last_chunk_is_open_ended() {
-        let got: Vec<_> = chunks(&[table(10), table(9000)], 3)
+        let got: Vec<_> = chunks(&[table(&[10]), table(&[9000]), table(&[5, 2000])], 3)
             .into_iter()
-            .map(|c| (c.table, c.pages))
+            .map(|c| (c.table, c.leaf, c.pages))
             .collect();
         assert_eq!(
             got,
             [
-                (0, None),
-                (1, Some((0, Some(3000)))),
-                (1, Some((3000, Some(6000)))),
-                (1, Some((6000, None)))
+                (0, 0, None),
+                (1, 0, Some((0, Some(3000)))),
+                (1, 0, Some((3000, Some(6000)))),
+                (1, 0, Some((6000, None))),
+                // A partitioned table: each partition, and a big one split.
+                (2, 0, None),
+                (2, 1, Some((0, Some(1000)))),
+                (2, 1, Some((1000, None))),
             ]
         );
         // Too small to split, or one reader only.
-        assert!(chunks(&[table(1500)], 4).iter().all(|c| c.pages.is_none()));
         assert!(
-            chunks(&[table(90_000)], 1)
+            chunks(&[table(&[1500])], 4)
+                .iter()
+                .all(|c| c.pages.is_none())
+        );
+        assert!(
+            chunks(&[table(&[90_000])], 1)
                 .iter()
                 .all(|c| c.pages.is_none())
         );

@@ -259,9 +259,31 @@ impl Stream<'_> {
         }
     }
 
-    /// The shape of a table from its Relation message; the key is its primary key now.
+    /// The shape of a table from its Relation message; the key is its primary key now. A
+    /// replica identity changed to an index other than the primary key while streaming is
+    /// refused, as at start.
     async fn shape(&self, r: &Relation, types: &mut TypeCache) -> Result<Shape> {
         let key = catalog::primary_key(self.client, r.id).await?;
+        if r.replica_identity == b'i' {
+            let identity: Vec<String> = r
+                .columns
+                .iter()
+                .filter(|c| c.key)
+                .map(|c| c.name.clone())
+                .collect();
+            let mut sorted = (identity.clone(), key.clone());
+            sorted.0.sort();
+            sorted.1.sort();
+            if sorted.0 != sorted.1 {
+                let name = format!("{}.{}", r.namespace, r.name);
+                let quoted = format!(
+                    "{}.{}",
+                    catalog::quote_ident(&r.namespace),
+                    catalog::quote_ident(&r.name)
+                );
+                return Err(catalog::identity_error(&name, &quoted, &identity, &key));
+            }
+        }
         let columns: Vec<(String, u32)> = r
             .columns
             .iter()

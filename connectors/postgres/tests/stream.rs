@@ -671,3 +671,128 @@ async fn a_damaged_checkpoint_stops_the_source_with_its_path() {
         "the source went on with a checkpoint it could not read"
     );
 }
+
+/// List and range partitioned tables are captured under their own names, snapshot and
+/// stream alike: rows moving between partitions, a partition attached while streaming, and
+/// a restart (the publication already holds the tables).
+#[tokio::test(flavor = "multi_thread")]
+async fn partitioned_tables_are_captured_under_their_own_names() {
+    let db = postgres().await.unwrap();
+    db.execute(
+        "create table plist (id bigint, name text, amount numeric(12,2), note text, primary key (id, name))
+             partition by list (name);
+         create table plist_eu partition of plist for values in ('eu');
+         create table plist_us partition of plist for values in ('us');
+         create table prange (id bigint primary key, name text, amount numeric(12,2), note text)
+             partition by range (id);
+         create table prange_low partition of prange for values from (0) to (1000);
+         create table prange_high partition of prange for values from (1000) to (100000);
+         insert into plist select g, case when g % 2 = 0 then 'eu' else 'us' end, g, null
+             from generate_series(1, 40) g;
+         insert into prange select g * 50, 'r', g, null from generate_series(1, 30) g;",
+    )
+    .await
+    .unwrap();
+    let h = Harness::new(db, &["public.*"]).await;
+    let client = h.db.client().await.unwrap();
+    let (run, stop) = h.start();
+    h.wait_for("the snapshot", |e| {
+        e.iter()
+            .any(|(_, _, e)| e.source.snapshot == SnapshotMarker::Last)
+    })
+    .await;
+    client
+        .batch_execute(
+            "insert into plist values (7001, 'eu', 1, null);
+             update plist set amount = amount + 1 where id = 2;
+             update plist set name = 'us' where id = 4;
+             update prange set id = id + 5000 where id = 100;
+             delete from prange where id = 1500;
+             create table plist_ap (like plist including defaults);
+             alter table plist attach partition plist_ap for values in ('ap');
+             insert into plist values (7002, 'ap', 1, null);",
+        )
+        .await
+        .unwrap();
+    let has_id = |id: i64| {
+        move |e: &[(u64, RecordFlags, Event)]| {
+            e.iter().any(|(_, _, e)| {
+                e.after.as_ref().and_then(|a| a.get("id")) == Some(&Value::Int(id))
+            })
+        }
+    };
+    h.wait_for("the row of the attached partition", has_id(7002))
+        .await;
+    stop.cancel();
+    run.await.unwrap().unwrap();
+    // Started again: the publication holds the tables already.
+    let (run, stop) = h.start_once();
+    client
+        .batch_execute("insert into plist values (7003, 'us', 1, null)")
+        .await
+        .unwrap();
+    h.wait_for("a change after the restart", has_id(7003)).await;
+    stop.cancel();
+    run.await.unwrap().unwrap();
+    let events = h.events();
+    let names: std::collections::BTreeSet<String> = events
+        .iter()
+        .map(|(_, _, e)| e.source.table.to_string())
+        .collect();
+    assert_eq!(
+        names.into_iter().collect::<Vec<_>>(),
+        ["plist", "prange"],
+        "events came under a partition's name"
+    );
+    let folded = fold(&events);
+    assert_eq!(folded["plist"], table(&h.db, "plist").await);
+    assert_eq!(folded["prange"], table(&h.db, "prange").await);
+}
+
+/// A replica identity that is an index other than the primary key is refused at start and
+/// when it appears while streaming: deletes would arrive without the key.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replica_identity_index_other_than_the_primary_key_is_refused() {
+    let db = postgres().await.unwrap();
+    db.execute(
+        "create table people (id bigint primary key, email text not null unique, note text);
+         insert into people values (1, 'a@x', null), (2, 'b@x', null);",
+    )
+    .await
+    .unwrap();
+    let h = Harness::new(db, &["public.people"]).await;
+    let client = h.db.client().await.unwrap();
+    // Changed while streaming: the next change to the table stops the source.
+    let (run, stop) = h.start_once();
+    h.wait_for("the snapshot", |e| {
+        e.iter()
+            .any(|(_, _, e)| e.source.snapshot == SnapshotMarker::Last)
+    })
+    .await;
+    client
+        .batch_execute(
+            "alter table people replica identity using index people_email_key;
+             delete from people where id = 1;",
+        )
+        .await
+        .unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(30), run).await;
+    stop.cancel();
+    let err = ended
+        .expect("the source went on with deletes it cannot key")
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("REPLICA IDENTITY DEFAULT"),
+        "{err}"
+    );
+    // At start.
+    let (run, stop) = h.start_once();
+    let ended = tokio::time::timeout(Duration::from_secs(30), run).await;
+    stop.cancel();
+    let err = ended.expect("the source started").unwrap().unwrap_err();
+    assert!(
+        err.to_string().contains("people_email_key") || err.to_string().contains("(email)"),
+        "{err}"
+    );
+}
