@@ -73,6 +73,12 @@ impl ElasticsearchSinkConfig {
     /// Checks what serde cannot; the message names the key.
     pub fn validate(&self) -> Result<(), String> {
         NameTemplate::parse(&self.index, INDEX_PLACEHOLDERS).map_err(|e| format!("index: {e}"))?;
+        crate::sink::check_index_name(&self.cursor_index).map_err(|why| {
+            format!(
+                "cursor_index: {:?} is not an index name ({why})",
+                self.cursor_index
+            )
+        })?;
         if !(self.url.starts_with("http://") || self.url.starts_with("https://")) {
             return Err(format!(
                 "url: {:?} must start with http:// or https://",

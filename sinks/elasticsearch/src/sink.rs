@@ -105,14 +105,42 @@ impl ElasticsearchSink {
         Ok(())
     }
 
-    fn index_of(&self, schema: &str, table: &str) -> String {
-        self.index
+    /// The index of a source table, refused if Elasticsearch would not take the name as one
+    /// index (a table named `a,b` or `*` would otherwise make `reset` delete others).
+    fn index_of(&self, schema: &str, table: &str) -> Result<String> {
+        let index = self
+            .index
             .render(&[("schema", schema), ("table", table)])
-            .to_lowercase()
+            .to_lowercase();
+        check_index_name(&index).map_err(|why| {
+            Error::permanent(format!(
+                "elasticsearch: the index name {index:?} of table {schema}.{table} is not one \
+                 Elasticsearch takes ({why}); map the table to another name with `index`"
+            ))
+        })?;
+        Ok(index)
     }
 
-    fn event_index(&self, event: &Event) -> String {
+    fn event_index(&self, event: &Event) -> Result<String> {
         self.index_of(event.source.namespace(), &event.source.table)
+    }
+
+    /// Creates the index of the cursor documents, unless it exists.
+    async fn create_cursor_index(&self) -> Result<()> {
+        let index = &self.config.cursor_index;
+        let (status, reply) = self
+            .send(
+                self.request(reqwest::Method::PUT, &format!("/{index}")),
+                "creating the cursor index",
+            )
+            .await?;
+        let exists = reply["error"]["type"] == "resource_already_exists_exception";
+        if status >= 400 && !exists {
+            return Err(Error::permanent(format!(
+                "elasticsearch creating the index {index}: HTTP {status}: {reply:.300}"
+            )));
+        }
+        Ok(())
     }
 
     fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
@@ -160,8 +188,14 @@ impl ElasticsearchSink {
     async fn stored(&self, changes: &[Change<'_>]) -> Result<HashMap<(String, String), Json>> {
         let wanted: Vec<(String, String)> = changes
             .iter()
-            .filter_map(|c| Some((self.event_index(c.event()), key_text(c.unchanged_from()?))))
-            .collect();
+            .filter_map(|c| {
+                let from = c.unchanged_from()?;
+                Some(
+                    self.event_index(c.event())
+                        .map(|index| (index, key_text(from))),
+                )
+            })
+            .collect::<Result<_>>()?;
         if wanted.is_empty() {
             return Ok(HashMap::new());
         }
@@ -204,7 +238,7 @@ impl ElasticsearchSink {
         let key = event.key.as_ref().ok_or_else(|| {
             change.rejected("the table has no primary key, so its rows have no document id")
         })?;
-        let (index, id) = (self.event_index(event), key_text(key));
+        let (index, id) = (self.event_index(event)?, key_text(key));
         let meta = json!({"_index": index, "_id": id, "version": change.offset(), "version_type": "external"});
         let mut lines = String::new();
         match change {
@@ -248,47 +282,49 @@ impl ElasticsearchSink {
                 body.push_str(&actions[end].lines);
                 end += 1;
             }
-            let request = self
-                .request(reqwest::Method::POST, "/_bulk")
-                .header("Content-Type", "application/x-ndjson")
-                .body(body);
-            let (status, reply) = self.send(request, "bulk").await?;
-            if status >= 400 {
-                return Err(Error::permanent(format!(
-                    "elasticsearch _bulk: HTTP {status}: {reply:.300}"
-                )));
-            }
-            let items = reply["items"]
-                .as_array()
-                .map(Vec::as_slice)
-                .unwrap_or_default();
-            if items.len() != end - start {
-                return Err(Error::transient(format!(
-                    "elasticsearch _bulk answered {} items for {} actions",
-                    items.len(),
-                    end - start
-                )));
-            }
-            for (item, action) in items.iter().zip(&actions[start..end]) {
-                let result = item
-                    .as_object()
-                    .and_then(|o| o.values().next())
-                    .cloned()
-                    .unwrap_or_default();
-                match result["status"].as_u64().unwrap_or(0) {
-                    // 409: a write with this version or a newer one is there already.
-                    200..=299 | 404 | 409 => {}
-                    429 | 500..=599 => {
-                        return Err(Error::transient(format!(
-                            "elasticsearch _bulk item: {result}"
-                        )));
-                    }
-                    _ => return Err(action.change.rejected(result["error"].to_string())),
+            let items = self.bulk_request(body, end - start).await?;
+            for (result, action) in items.iter().zip(&actions[start..end]) {
+                let delete = matches!(action.change, Change::Delete { .. });
+                if let Some(reason) = refusal(result, delete)? {
+                    return Err(action.change.rejected(reason));
                 }
             }
             start = end;
         }
         Ok(())
+    }
+
+    /// Sends one `_bulk` request of `actions` actions; returns each action's result.
+    async fn bulk_request(&self, body: String, actions: usize) -> Result<Vec<Json>> {
+        let request = self
+            .request(reqwest::Method::POST, "/_bulk")
+            .header("Content-Type", "application/x-ndjson")
+            .body(body);
+        let (status, reply) = self.send(request, "bulk").await?;
+        if status >= 400 {
+            return Err(Error::permanent(format!(
+                "elasticsearch _bulk: HTTP {status}: {reply:.300}"
+            )));
+        }
+        let items = reply["items"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        if items.len() != actions {
+            return Err(Error::transient(format!(
+                "elasticsearch _bulk answered {} items for {actions} actions",
+                items.len(),
+            )));
+        }
+        Ok(items
+            .iter()
+            .map(|item| {
+                item.as_object()
+                    .and_then(|o| o.values().next())
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .collect())
     }
 
     /// Applies a batch's net changes: bulk requests, each truncate in its place.
@@ -297,10 +333,10 @@ impl ElasticsearchSink {
         let stored = self.stored(&changes).await?;
         let mut actions = Vec::with_capacity(changes.len());
         for change in &changes {
-            if let Change::Truncate { event, .. } = change {
+            if let Change::Truncate { .. } = change {
                 self.bulk(&actions).await?;
                 actions.clear();
-                self.truncate(event).await?;
+                self.truncate(change).await?;
             } else {
                 actions.extend(self.action(change, &stored)?);
             }
@@ -308,21 +344,107 @@ impl ElasticsearchSink {
         self.bulk(&actions).await
     }
 
-    async fn truncate(&self, event: &Event) -> Result<()> {
-        let index = self.event_index(event);
-        let request = self
-            .request(
-                reqwest::Method::POST,
-                &format!("/{index}/_delete_by_query?conflicts=proceed&refresh=true"),
+    /// A truncate at offset `T` deletes every document of the index older than `T`: each id
+    /// (read with a scroll, a page at a time) is deleted with version `T`, which the cluster
+    /// refuses (409) for a document written after the truncate. So a replay across the
+    /// truncate, or a batch applied again after an error, never deletes what came after it
+    /// (`_delete_by_query` did, leaving tombstones at those documents' versions that refused
+    /// their replay).
+    async fn truncate(&self, change: &Change<'_>) -> Result<()> {
+        let index = self.event_index(change.event())?;
+        let version = change.offset();
+        let mut page = self
+            .send(
+                self.request(
+                    reqwest::Method::POST,
+                    &format!("/{index}/_search?scroll=1m"),
+                )
+                .json(&json!({"size": 1000, "_source": false, "sort": ["_doc"]})),
+                "listing the documents to truncate",
             )
-            .json(&json!({"query": {"match_all": {}}}));
-        match self.send(request, "truncate").await? {
-            (status, _) if status < 400 || status == 404 => Ok(()),
-            (status, reply) => Err(Error::permanent(format!(
-                "elasticsearch delete_by_query on {index}: HTTP {status}: {reply}"
-            ))),
+            .await?;
+        let mut scroll_ids = Vec::new();
+        loop {
+            let (status, reply) = page;
+            match status {
+                404 => break, // no index: nothing to truncate
+                s if s >= 400 => {
+                    return Err(Error::permanent(format!(
+                        "elasticsearch listing {index} to truncate it: HTTP {s}: {reply:.300}"
+                    )));
+                }
+                _ => {}
+            }
+            let hits = reply["hits"]["hits"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            let scroll_id = reply["_scroll_id"].as_str().map(str::to_owned);
+            if hits.is_empty() || scroll_id.is_none() {
+                break;
+            }
+            let mut body = String::new();
+            for hit in hits {
+                let meta = json!({"_index": index, "_id": hit["_id"], "version": version, "version_type": "external"});
+                let _ = writeln!(body, "{}", json!({ "delete": meta }));
+            }
+            for result in self.bulk_request(body, hits.len()).await? {
+                if let Some(reason) = refusal(&result, true)? {
+                    return Err(change.rejected(reason));
+                }
+            }
+            let scroll_id = scroll_id.expect("checked above");
+            page = self
+                .send(
+                    self.request(reqwest::Method::POST, "/_search/scroll")
+                        .json(&json!({"scroll": "1m", "scroll_id": scroll_id})),
+                    "listing the documents to truncate",
+                )
+                .await?;
+            scroll_ids.push(scroll_id);
         }
+        if !scroll_ids.is_empty() {
+            // Frees the scroll early; the cluster lets it expire anyway.
+            self.send(
+                self.request(reqwest::Method::DELETE, "/_search/scroll")
+                    .json(&json!({"scroll_id": scroll_ids})),
+                "clearing a scroll",
+            )
+            .await?;
+        }
+        Ok(())
     }
+}
+
+/// What a bulk item's result means: done (`None`; a 409 says a newer version is there, and
+/// for a delete a 404 says the document or index is not), retry (a transient error), or a
+/// refusal with the cluster's reason.
+fn refusal(result: &Json, delete: bool) -> Result<Option<String>> {
+    match result["status"].as_u64().unwrap_or(0) {
+        200..=299 | 409 => Ok(None),
+        404 if delete => Ok(None),
+        429 | 500..=599 => Err(Error::transient(format!(
+            "elasticsearch _bulk item: {result}"
+        ))),
+        _ => Ok(Some(result["error"].to_string())),
+    }
+}
+
+/// Whether Elasticsearch takes `name` as the name of one index.
+pub(crate) fn check_index_name(name: &str) -> std::result::Result<(), String> {
+    if name.is_empty() || name == "." || name == ".." {
+        return Err("empty, \".\" or \"..\"".into());
+    }
+    if name.len() > 255 {
+        return Err("longer than 255 bytes".into());
+    }
+    if let Some(c) = name.chars().find(|c| "\\/*?\"<>| ,#:".contains(*c)) {
+        return Err(format!("it holds {c:?}"));
+    }
+    if name.starts_with(['-', '_', '+']) {
+        return Err("it starts with '-', '_' or '+'".into());
+    }
+    Ok(())
 }
 
 /// The row as a document; an unchanged column takes its stored value.
@@ -366,7 +488,12 @@ impl Sink for ElasticsearchSink {
                 t.name
             )));
         }
+        for table in tables {
+            let (schema, name) = table.name.split_once('.').unwrap_or(("", &table.name));
+            self.index_of(schema, name)?;
+        }
         self.check().await?;
+        self.create_cursor_index().await?;
         self.log = Some(log.clone());
         self.stored_cursor().await
     }
@@ -389,7 +516,7 @@ impl Sink for ElasticsearchSink {
     async fn reset(&mut self, tables: &[TableInfo]) -> Result<()> {
         for table in tables {
             let (schema, name) = table.name.split_once('.').unwrap_or(("", &table.name));
-            let index = self.index_of(schema, name);
+            let index = self.index_of(schema, name)?;
             let (status, reply) = self
                 .send(
                     self.request(reqwest::Method::DELETE, &format!("/{index}")),

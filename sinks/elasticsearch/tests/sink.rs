@@ -159,3 +159,96 @@ async fn truncate_empties_the_index_and_reset_deletes_it() {
     h.sink.reset(&[compliance_table()]).await.unwrap();
     assert!(h.cluster.documents(TABLE).is_empty());
 }
+
+fn created(offset: u64, id: i64) -> siphon_core::sink::SinkRecord {
+    record(
+        offset,
+        event(TABLE, Op::Create, id, None, Some(row(id, "x", Value::Null))),
+    )
+}
+
+/// A replay across a truncate: `_delete_by_query` runs again and deletes what came after the
+/// truncate too, leaving tombstones at those documents' versions; re-applying them must put
+/// them back, not be taken for "already applied".
+#[tokio::test]
+async fn a_replay_across_a_truncate_keeps_what_came_after_it() {
+    let mut h = harness().await;
+    h.sink.open(&[compliance_table()], &log_id()).await.unwrap();
+    // Row 2 then leaves a column unchanged: its replay needs the stored document.
+    let log = [
+        created(0, 1),
+        record(1, event(TABLE, Op::Truncate, 0, None, None)),
+        created(2, 2),
+        record(
+            3,
+            event(
+                TABLE,
+                Op::Update,
+                2,
+                None,
+                Some(row(2, "renamed", Value::Unchanged)),
+            ),
+        ),
+    ];
+    for r in &log {
+        apply(&mut h.sink, std::slice::from_ref(r)).await.unwrap();
+    }
+    assert_eq!(
+        h.cluster.documents(TABLE).into_keys().collect::<Vec<_>>(),
+        ["2"]
+    );
+    // The replay, as one batch and record by record.
+    apply(&mut h.sink, &log).await.unwrap();
+    for r in &log {
+        apply(&mut h.sink, std::slice::from_ref(r)).await.unwrap();
+    }
+    let documents = h.cluster.documents(TABLE);
+    assert_eq!(
+        documents.keys().collect::<Vec<_>>(),
+        ["2"],
+        "a document written after the truncate vanished in the replay"
+    );
+    assert_eq!(documents["2"]["name"], "renamed");
+}
+
+/// With automatic index creation off, a write to a missing index is a rejected record, not a
+/// success.
+#[tokio::test]
+async fn a_write_to_a_missing_index_is_rejected() {
+    let mut h = harness().await;
+    h.cluster.set_auto_create(false);
+    h.sink.open(&[compliance_table()], &log_id()).await.unwrap();
+    match apply(&mut h.sink, &[created(0, 1)]).await {
+        Err(Error::Rejected {
+            offset: 0, reason, ..
+        }) => {
+            assert!(reason.contains("index_not_found"), "{reason}")
+        }
+        other => panic!("expected the record to be rejected, got {other:?}"),
+    }
+}
+
+/// An index name Elasticsearch would read as several indices (a table named `a,b` or `*`)
+/// is refused: reset must never delete other indices.
+#[tokio::test]
+async fn index_names_elasticsearch_reads_as_several_indices_are_refused() {
+    let mut h = harness().await;
+    for index in ["a", "b", "keep"] {
+        h.cluster.create_index(index);
+    }
+    for name in ["public.a,b", "public.*"] {
+        let table = siphon_core::source::TableInfo {
+            name: name.into(),
+            key_columns: vec!["id".into()],
+        };
+        let err = h
+            .sink
+            .reset(std::slice::from_ref(&table))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("index"), "{err}");
+        let err = h.sink.open(&[table], &log_id()).await.unwrap_err();
+        assert!(err.to_string().contains("index"), "{err}");
+    }
+    assert_eq!(h.cluster.indices(), ["a", "b", "keep"]);
+}

@@ -1,10 +1,13 @@
 //! An in-process stand-in for Elasticsearch/OpenSearch, because neither server can run on
-//! this machine. It implements the documented parts siphon uses: `_bulk` (NDJSON `index` and
-//! `delete` with `version_type=external`, per-item status, 409 on a stale version),
-//! `_mget`, `GET`, `PUT` and `DELETE /{index}/_doc/{id}`, `_delete_by_query` with `match_all`, `DELETE /{index}`
-//! and `GET /`. Deletes leave a versioned tombstone (Elasticsearch keeps them for
-//! `index.gc_deletes`, 60 s by default; here for ever). Faults can be switched on: every
-//! request answered 429 or 503, as an overloaded or stopped cluster would.
+//! this machine. It implements the documented parts siphon uses, as Elasticsearch behaves:
+//! `_bulk` (NDJSON `index` and `delete` with `version_type=external`, per-item status, 409
+//! on a stale version, 404 `index_not_found_exception` for a write to a missing index when
+//! automatic index creation is off), `_mget`, `GET`, `PUT` and `DELETE /{index}/_doc/{id}`,
+//! `_search` with a scroll (ids only) and `/_search/scroll`, `PUT /{index}`, `DELETE
+//! /{index}` (a comma-separated list, `*` wildcards, as Elasticsearch reads it) and `GET /`. Deletes leave a versioned
+//! tombstone (Elasticsearch keeps them for `index.gc_deletes`, 60 s by default; here for
+//! ever). Faults can be switched on: every request answered 429 or 503, as an overloaded or
+//! stopped cluster would.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -25,6 +28,11 @@ struct Inner {
     fault: Option<u16>,
     reject_id: Option<String>,
     requests: u64,
+    /// `action.auto_create_index = false`: a write to a missing index fails.
+    no_auto_create: bool,
+    /// Open scrolls: the ids still to return, and the page size.
+    scrolls: BTreeMap<String, (Vec<String>, usize)>,
+    next_scroll: u64,
 }
 
 /// The running stand-in; it stops when dropped.
@@ -50,12 +58,16 @@ impl SearchStandIn {
             .route("/", get(root))
             .route("/_bulk", post(bulk))
             .route("/_mget", post(mget))
-            .route("/{index}", axum::routing::delete(delete_index))
+            .route(
+                "/{index}",
+                axum::routing::delete(delete_index).put(create_index),
+            )
             .route(
                 "/{index}/_doc/{id}",
                 get(get_doc).put(put_doc).delete(delete_doc),
             )
-            .route("/{index}/_delete_by_query", post(delete_by_query))
+            .route("/{index}/_search", post(search))
+            .route("/_search/scroll", post(scroll).delete(clear_scroll))
             .with_state(inner.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let url = format!("http://{}", listener.local_addr()?);
@@ -73,6 +85,27 @@ impl SearchStandIn {
     /// Refuses to index the document with this id (400, as a mapping error would).
     pub fn reject_id(&self, id: Option<&str>) {
         self.inner.lock().unwrap().reject_id = id.map(str::to_owned);
+    }
+
+    /// Turns automatic index creation off (or on again): a write to a missing index then
+    /// fails with 404, as with `action.auto_create_index = false`.
+    pub fn set_auto_create(&self, on: bool) {
+        self.inner.lock().unwrap().no_auto_create = !on;
+    }
+
+    /// Creates an empty index.
+    pub fn create_index(&self, index: &str) {
+        self.inner
+            .lock()
+            .unwrap()
+            .indices
+            .entry(index.to_owned())
+            .or_default();
+    }
+
+    /// The names of the indices.
+    pub fn indices(&self) -> Vec<String> {
+        self.inner.lock().unwrap().indices.keys().cloned().collect()
     }
 
     /// The live documents of `index` by id.
@@ -159,6 +192,17 @@ async fn bulk(State(inner): Shared, body: String) -> Response {
             items.push(json!({op: {"_index": index, "_id": id, "status": 400, "error": {"type": "mapper_parsing_exception", "reason": "failed to parse field [note]"}}}));
             continue;
         }
+        if !state.indices.contains_key(&index) && (op != "index" || state.no_auto_create) {
+            if op == "delete" {
+                items.push(
+                    json!({op: {"_index": index, "_id": id, "status": 404, "result": "not_found"}}),
+                );
+            } else {
+                errors = true;
+                items.push(json!({op: {"_index": index, "_id": id, "status": 404, "error": {"type": "index_not_found_exception", "reason": format!("no such index [{index}]")}}}));
+            }
+            continue;
+        }
         let docs = state.indices.entry(index.clone()).or_default();
         let current = docs.get(&id).map(|(v, _)| *v);
         let (status, result) = match (external, version) {
@@ -226,7 +270,8 @@ async fn get_doc(State(inner): Shared, Path((index, id)): Path<(String, String)>
     }
 }
 
-async fn delete_by_query(
+/// Opens a scroll over an index's live documents (ids only).
+async fn search(
     State(inner): Shared,
     Path(index): Path<String>,
     axum::Json(body): axum::Json<Json>,
@@ -234,38 +279,122 @@ async fn delete_by_query(
     if let Some(r) = fault(&inner) {
         return r;
     }
-    if body["query"].get("match_all").is_none() {
-        return (
-            StatusCode::BAD_REQUEST,
-            "the stand-in supports match_all only",
-        )
-            .into_response();
-    }
     let mut state = inner.lock().unwrap();
-    let Some(docs) = state.indices.get_mut(&index) else {
+    let Some(docs) = state.indices.get(&index) else {
         return (
             StatusCode::NOT_FOUND,
-            axum::Json(json!({"error": {"type": "index_not_found_exception"}})),
+            axum::Json(json!({"error": {"type": "index_not_found_exception"}, "status": 404})),
         )
             .into_response();
     };
-    let deleted = docs.values().filter(|(_, d)| d.is_some()).count();
-    docs.clear();
-    axum::Json(json!({"deleted": deleted})).into_response()
+    let ids: Vec<String> = docs
+        .iter()
+        .filter(|(_, (_, doc))| doc.is_some())
+        .map(|(id, _)| id.clone())
+        .collect();
+    let size = body["size"].as_u64().unwrap_or(10) as usize;
+    state.next_scroll += 1;
+    let scroll_id = format!("scroll-{}", state.next_scroll);
+    state.scrolls.insert(scroll_id.clone(), (ids, size));
+    next_page(&mut state, &scroll_id)
 }
 
-async fn delete_index(State(inner): Shared, Path(index): Path<String>) -> Response {
+/// The next page of an open scroll.
+async fn scroll(State(inner): Shared, axum::Json(body): axum::Json<Json>) -> Response {
     if let Some(r) = fault(&inner) {
         return r;
     }
-    match inner.lock().unwrap().indices.remove(&index) {
-        Some(_) => axum::Json(json!({"acknowledged": true})).into_response(),
-        None => (
+    let id = body["scroll_id"].as_str().unwrap_or_default().to_owned();
+    next_page(&mut inner.lock().unwrap(), &id)
+}
+
+fn next_page(state: &mut Inner, scroll_id: &str) -> Response {
+    let Some((ids, size)) = state.scrolls.get_mut(scroll_id) else {
+        return (
             StatusCode::NOT_FOUND,
-            axum::Json(json!({"error": {"type": "index_not_found_exception"}})),
+            axum::Json(
+                json!({"error": {"type": "search_context_missing_exception"}, "status": 404}),
+            ),
         )
-            .into_response(),
+            .into_response();
+    };
+    let page: Vec<String> = ids.drain(..(*size).min(ids.len())).collect();
+    let hits: Vec<Json> = page.iter().map(|id| json!({"_id": id})).collect();
+    axum::Json(json!({"_scroll_id": scroll_id, "hits": {"hits": hits}})).into_response()
+}
+
+/// Closes scrolls.
+async fn clear_scroll(State(inner): Shared, axum::Json(body): axum::Json<Json>) -> Response {
+    if let Some(r) = fault(&inner) {
+        return r;
     }
+    let mut state = inner.lock().unwrap();
+    for id in body["scroll_id"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+    {
+        state.scrolls.remove(id.as_str().unwrap_or_default());
+    }
+    axum::Json(json!({"succeeded": true})).into_response()
+}
+
+/// Whether `name` matches an index expression (`*` stands for any run of characters).
+fn matches(expression: &str, name: &str) -> bool {
+    match expression.split_once('*') {
+        None => expression == name,
+        Some((head, tail)) => {
+            name.starts_with(head)
+                && (0..=name.len() - head.len()).any(|i| matches(tail, &name[head.len() + i..]))
+        }
+    }
+}
+
+/// Deletes the indices an expression names: a comma-separated list of names or patterns, as
+/// Elasticsearch reads it (a name that matches nothing is a 404).
+async fn delete_index(State(inner): Shared, Path(expression): Path<String>) -> Response {
+    if let Some(r) = fault(&inner) {
+        return r;
+    }
+    let mut state = inner.lock().unwrap();
+    let mut doomed = Vec::new();
+    for part in expression.split(',') {
+        let named: Vec<String> = state
+            .indices
+            .keys()
+            .filter(|name| matches(part, name))
+            .cloned()
+            .collect();
+        if named.is_empty() && !part.contains('*') {
+            return (
+                StatusCode::NOT_FOUND,
+                axum::Json(json!({"error": {"type": "index_not_found_exception", "reason": format!("no such index [{part}]")}})),
+            )
+                .into_response();
+        }
+        doomed.extend(named);
+    }
+    for name in doomed {
+        state.indices.remove(&name);
+    }
+    axum::Json(json!({"acknowledged": true})).into_response()
+}
+
+/// Creates an index (400 if it exists).
+async fn create_index(State(inner): Shared, Path(index): Path<String>) -> Response {
+    if let Some(r) = fault(&inner) {
+        return r;
+    }
+    let mut state = inner.lock().unwrap();
+    if state.indices.contains_key(&index) {
+        return (
+            StatusCode::BAD_REQUEST,
+            axum::Json(json!({"error": {"type": "resource_already_exists_exception", "reason": format!("index [{index}] already exists")}, "status": 400})),
+        )
+            .into_response();
+    }
+    state.indices.insert(index.clone(), BTreeMap::new());
+    axum::Json(json!({"acknowledged": true, "index": index})).into_response()
 }
 
 /// Indexes a document with internal versioning (the cursor document).
@@ -278,6 +407,13 @@ async fn put_doc(
         return r;
     }
     let mut state = inner.lock().unwrap();
+    if state.no_auto_create && !state.indices.contains_key(&index) {
+        return (
+            StatusCode::NOT_FOUND,
+            axum::Json(json!({"error": {"type": "index_not_found_exception", "reason": format!("no such index [{index}]")}, "status": 404})),
+        )
+            .into_response();
+    }
     let docs = state.indices.entry(index.clone()).or_default();
     let (version, created) = match docs.get(&id) {
         Some((v, d)) => (v + 1, d.is_none()),
