@@ -186,6 +186,13 @@ fn sink_settings_errors_name_the_key_and_the_allowed_values() {
     ));
     assert!(e.message.contains("{key}"), "{e}");
 
+    // Without {table}, a truncate of one table would delete every table's keys (and the
+    // cursor's).
+    let e = error_of(&format!(
+        "{SOURCE}[pipelines.shop.sinks.cache]\nkind = \"redis\"\nkey = \"row:{{key}}\"\n"
+    ));
+    assert!(e.message.contains("{table}"), "{e}");
+
     let e = error_of(&format!(
         "{SOURCE}[pipelines.shop.sinks.wh]\nkind = \"postgres\"\nurl = \"postgres://u@h/db\"\ntables = [\"a.b.c\"]\n"
     ));

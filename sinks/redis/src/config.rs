@@ -99,6 +99,13 @@ impl RedisSinkConfig {
                 self.key
             ));
         }
+        if !self.key.contains("{table}") {
+            return Err(format!(
+                "key: {:?} must contain {{table}}, or the rows of different tables would share \
+                 keys and a truncate of one table would delete every table's keys",
+                self.key
+            ));
+        }
         if !(self.url.starts_with("redis://") || self.url.starts_with("rediss://")) {
             return Err(format!(
                 "url: {:?} must start with redis:// or rediss://",

@@ -343,6 +343,20 @@ impl Sink for RedisSink {
                 t.name
             )));
         }
+        // Without {schema} in the key, tables of the same name in two schemas share keys.
+        if !self.config.key.contains("{schema}") {
+            let mut names: Vec<&str> = tables
+                .iter()
+                .map(|t| t.name.split_once('.').map_or(t.name.as_str(), |(_, n)| n))
+                .collect();
+            names.sort_unstable();
+            if let Some(pair) = names.windows(2).find(|w| w[0] == w[1]) {
+                return Err(Error::permanent(format!(
+                    "two captured tables are named {:?} in different schemas, and the key {:?} has no {{schema}}: their rows would share keys; add {{schema}} to `key`",
+                    pair[0], self.config.key
+                )));
+            }
+        }
         self.log = Some(log.clone());
         let stored = self.stored_cursor().await?;
         self.cursor = stored.as_ref().map(|c| c.next_offset);

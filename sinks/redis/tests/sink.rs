@@ -324,3 +324,18 @@ async fn a_key_redis_refuses_is_rejected_by_offset_after_the_records_before_it_l
         .unwrap();
     assert_eq!(name.as_deref(), Some("a"));
 }
+
+#[tokio::test]
+async fn tables_of_one_name_in_two_schemas_need_the_schema_in_the_key() {
+    let mut h = harness(RedisFormat::Hash).await;
+    let table = |name: &str| siphon_core::source::TableInfo {
+        name: name.into(),
+        key_columns: vec!["id".into()],
+    };
+    let err = h
+        .sink
+        .open(&[table("a.orders"), table("b.orders")], &log_id())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("{schema}"), "{err}");
+}
