@@ -192,6 +192,8 @@ async fn admin_api_serves_health_readiness_metrics_and_status_behind_a_token() {
         "siphon_sink_lag_records{pipeline=\"demo\",sink=\"out\"} 0",
         "siphon_sink_records_applied_total{pipeline=\"demo\",sink=\"out\"} 300",
         "siphon_source_up{pipeline=\"demo\"} 1",
+        "siphon_source_seconds_behind{pipeline=\"demo\"} 0",
+        "siphon_sink_lag_ms{pipeline=\"demo\",sink=\"out\"} 0",
     ] {
         assert!(
             metrics.lines().any(|l| l == line),
@@ -347,4 +349,57 @@ async fn a_store_that_followed_a_lost_log_is_rebuilt_or_refused() {
     let d = setup.start();
     drain_and_stop(d, 120).await;
     assert_exactly_once(&setup, 120);
+}
+
+/// A source that cannot reach its database: status never says the sinks are current, the
+/// daemon is not ready, and the metrics give an alert rule what it needs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_source_that_cannot_start_shows_in_status_readiness_and_metrics() {
+    let port = siphon_test_support::free_port();
+    let source = format!(
+        "kind = \"postgres\"\nurl = \"postgres://postgres@127.0.0.1:{port}/nowhere\"\ntables = [\"public.t\"]"
+    );
+    let setup = Setup::with_source(&source, 0, "");
+    let d = setup.start();
+    let status = wait_status(
+        &d,
+        Duration::from_secs(30),
+        "the source to be behind",
+        |s| {
+            s[0]["source_behind_ms"]
+                .as_u64()
+                .is_some_and(|ms| ms >= 1500)
+        },
+    )
+    .await;
+    assert_ne!(status[0]["source"]["state"], "running", "{status:#}");
+    assert!(
+        sink(&status)["lag_ms"]
+            .as_u64()
+            .is_some_and(|ms| ms >= 1500),
+        "a sink of a source that never started shows no lag: {status:#}"
+    );
+    let http = reqwest::Client::new();
+    let ready = http.get(format!("{}/ready", d.admin)).send().await.unwrap();
+    assert_eq!(ready.status(), 503);
+    let metrics = http
+        .get(format!("{}/metrics", d.admin))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "siphon_source_up{pipeline=\"demo\"} 0"),
+        "{metrics}"
+    );
+    let behind: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("siphon_source_seconds_behind{pipeline=\"demo\"} "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no siphon_source_seconds_behind in\n{metrics}"));
+    assert!(behind >= 1.5, "{behind}");
 }

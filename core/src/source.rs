@@ -62,15 +62,28 @@ pub struct SourceContext {
     pub metrics: SourceMetrics,
 }
 
-/// Named gauges a source reports, e.g. `snapshot_rows` or `slot_lag_bytes`; the runtime
-/// exports each as `siphon_source_<name>`. Cheap to clone; clones share the values.
+/// What a source reports for status and metrics: named gauges (e.g. `snapshot_rows`,
+/// `slot_lag_bytes`, exported as `siphon_source_<name>`), whether it is connected to its
+/// database, and how far behind the database it is. Cheap to clone; clones share the values.
 #[derive(Debug, Clone, Default)]
-pub struct SourceMetrics(Arc<Mutex<BTreeMap<&'static str, f64>>>);
+pub struct SourceMetrics(Arc<Mutex<MetricsState>>);
+
+#[derive(Debug, Default)]
+struct MetricsState {
+    gauges: BTreeMap<&'static str, f64>,
+    connected: bool,
+    /// Whether the source holds everything the database has sent, since it last said so.
+    idle: bool,
+    /// When the source last held everything the database had sent (ms since the epoch).
+    caught_up_ms: Option<i64>,
+    /// Commit time of the newest change it appended (ms since the epoch).
+    newest_commit_ms: Option<i64>,
+}
 
 impl SourceMetrics {
     /// Sets a gauge.
     pub fn set(&self, name: &'static str, value: f64) {
-        self.0.lock().unwrap().insert(name, value);
+        self.0.lock().unwrap().gauges.insert(name, value);
     }
 
     /// Every gauge now.
@@ -78,10 +91,77 @@ impl SourceMetrics {
         self.0
             .lock()
             .unwrap()
+            .gauges
             .iter()
             .map(|(k, v)| ((*k).to_owned(), *v))
             .collect()
     }
+
+    /// The source reached its database and is reading changes (or a snapshot).
+    pub fn connected(&self) {
+        self.0.lock().unwrap().connected = true;
+    }
+
+    /// The source lost its database (the runtime says so when `run` returns).
+    pub fn disconnected(&self) {
+        let mut state = self.0.lock().unwrap();
+        state.connected = false;
+        if state.idle {
+            state.caught_up_ms = Some(now_ms());
+        }
+        state.idle = false;
+    }
+
+    /// Whether the source is connected.
+    pub fn is_connected(&self) -> bool {
+        self.0.lock().unwrap().connected
+    }
+
+    /// Everything the database has sent is in the log now (the stream has nothing waiting
+    /// and no transaction open); the source is caught up until it calls [`Self::working`].
+    pub fn caught_up(&self) {
+        let mut state = self.0.lock().unwrap();
+        state.idle = true;
+        state.caught_up_ms = Some(now_ms());
+    }
+
+    /// The database sent something new (a transaction began): the log is behind until the
+    /// next [`Self::caught_up`].
+    pub fn working(&self) {
+        let mut state = self.0.lock().unwrap();
+        if state.idle {
+            state.caught_up_ms = Some(now_ms());
+        }
+        state.idle = false;
+    }
+
+    /// Changes committed at `commit_ms` (ms since the epoch) are in the log.
+    pub fn committed(&self, commit_ms: i64) {
+        let mut state = self.0.lock().unwrap();
+        state.newest_commit_ms = state.newest_commit_ms.max(Some(commit_ms));
+    }
+
+    /// How far behind its database the log is, at `now_ms`: nothing while the source is
+    /// connected and caught up; else the time since it last was, or since the commit of the
+    /// newest change it appended, whichever is less; since `started_ms` if neither happened
+    /// yet. It grows while the source is down.
+    pub fn behind_ms(&self, now_ms: i64, started_ms: i64) -> u64 {
+        let state = self.0.lock().unwrap();
+        if state.connected && state.idle {
+            return 0;
+        }
+        let fresh = state
+            .caught_up_ms
+            .max(state.newest_commit_ms)
+            .unwrap_or(started_ms);
+        u64::try_from(now_ms - fresh).unwrap_or(0)
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 impl SourceContext {

@@ -97,9 +97,14 @@ fn render(statuses: &[PipelineStatus], running: bool, config: &Config) -> String
         );
     }
     for p in statuses {
+        let behind = if running {
+            format!("  behind {:.1}s", p.source_behind_ms as f64 / 1000.0)
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             out,
-            "\npipeline {}\n  source  {:<10} {}{}\n  log     offsets {}..{}  {} in {} segment(s)",
+            "\npipeline {}\n  source  {:<10} {}{behind}{}\n  log     offsets {}..{}  {} in {} segment(s)",
             p.name,
             p.source.kind,
             state_name(p.source.state),

@@ -50,6 +50,8 @@ pub struct PipelineHandle {
     source_metrics: siphon_core::source::SourceMetrics,
     status: Mutex<PipelineStatus>,
     end_at_start: u64,
+    /// When the pipeline started, ms since the epoch.
+    started_ms: i64,
     sinks: BTreeMap<String, SinkControl>,
 }
 
@@ -72,7 +74,12 @@ impl PipelineHandle {
         s.log = self.log.stats();
         s.records_appended = s.log.end_offset.saturating_sub(self.end_at_start);
         s.source_metrics = self.source_metrics.values();
-        s.compute_lag(now_ms());
+        if s.source.state == State::Starting && self.source_metrics.is_connected() {
+            s.source.state = State::Running;
+        }
+        let now = now_ms();
+        s.source_behind_ms = self.source_metrics.behind_ms(now, self.started_ms);
+        s.compute_lag(now);
         s
     }
 

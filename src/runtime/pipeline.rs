@@ -122,6 +122,7 @@ pub(super) fn start(
         name: name.to_owned(),
         source_metrics: Default::default(),
         end_at_start: log.durable_end(),
+        started_ms: super::now_ms(),
         log: log.clone(),
         status: Mutex::new(status),
         sinks: controls,

@@ -42,9 +42,11 @@ pub(super) async fn run(
         }
     }
     loop {
-        handle.update(|s| s.source.state = State::Running);
+        // Running once the source says it reached its database (status reads that).
+        handle.update(|s| s.source.state = State::Starting);
         let started = std::time::Instant::now();
         let result = source.run(&ctx).await;
+        ctx.metrics.disconnected();
         // A source that ran well for a while starts its backoff afresh.
         if started.elapsed() > HEALTHY_RUN {
             backoff.reset();

@@ -106,7 +106,9 @@ pub struct SinkStatus {
     pub committed_offset: u64,
     /// Records in the log it has not applied.
     pub lag_records: u64,
-    /// How long ago the last record it applied was appended, while it lags; 0 when caught up.
+    /// How far behind the database its store is: how long ago the last record it applied
+    /// was appended while it lags the log (0 when caught up with it), plus how far the log
+    /// is behind the database (`source_behind_ms`).
     pub lag_ms: u64,
     /// Append time of the last record applied, ms since the epoch.
     pub last_applied_append_ms: i64,
@@ -156,6 +158,11 @@ pub struct PipelineStatus {
     /// Gauges the source reports (snapshot progress, replication lag).
     #[serde(default)]
     pub source_metrics: BTreeMap<String, f64>,
+    /// How far the log is behind the database: the time since the source last held
+    /// everything the database had (or the newest change's commit), growing while the source
+    /// is down.
+    #[serde(default)]
+    pub source_behind_ms: u64,
     /// Sinks by name.
     pub sinks: BTreeMap<String, SinkStatus>,
 }
@@ -170,16 +177,17 @@ impl PipelineStatus {
                 .all(|s| matches!(s.component.state, State::Running | State::Replaying))
     }
 
-    /// Fills in the lag figures from the log's end.
+    /// Fills in the lag figures from the log's end and the source's lag.
     pub fn compute_lag(&mut self, now_ms: i64) {
         let end = self.log.end_offset;
         for s in self.sinks.values_mut() {
             s.lag_records = end.saturating_sub(s.next_offset);
-            s.lag_ms = if s.lag_records == 0 || s.last_applied_append_ms == 0 {
+            let behind_log = if s.lag_records == 0 || s.last_applied_append_ms == 0 {
                 0
             } else {
                 (now_ms - s.last_applied_append_ms).max(0) as u64
             };
+            s.lag_ms = behind_log + self.source_behind_ms;
         }
     }
 }
@@ -262,6 +270,12 @@ pub fn render_metrics(pipelines: &[PipelineStatus]) -> String {
         per_pipeline(&|p| f64::from(u8::from(p.source.state == State::Running))),
     );
     family(
+        "siphon_source_seconds_behind",
+        "gauge",
+        "How far the change log is behind the database (grows while the source is down).",
+        per_pipeline(&|p| p.source_behind_ms as f64 / 1000.0),
+    );
+    family(
         "siphon_source_errors_total",
         "counter",
         "Source errors.",
@@ -305,7 +319,7 @@ pub fn render_metrics(pipelines: &[PipelineStatus]) -> String {
     family(
         "siphon_sink_lag_ms",
         "gauge",
-        "Age of the sink's last applied record while it lags.",
+        "How far the sink's store is behind the database (its lag behind the log, plus the log's behind the database).",
         per_sink(&|s| s.lag_ms as f64),
     );
     family(

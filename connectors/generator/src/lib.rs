@@ -150,6 +150,7 @@ impl Source for GeneratorSource {
             None => 0,
         };
         tracing::info!(pipeline = %ctx.pipeline, from = next, "generator source starting");
+        ctx.metrics.connected();
         // A zero interval is allowed (as fast as the log takes it); tokio's is not.
         let mut ticker = tokio::time::interval(
             self.config
@@ -160,6 +161,7 @@ impl Source for GeneratorSource {
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             if self.limit().is_some_and(|limit| next >= limit) {
+                ctx.metrics.caught_up();
                 tracing::info!(pipeline = %ctx.pipeline, events = next, "generator source finished its events");
                 ctx.cancel.cancelled().await;
                 return Ok(());
@@ -168,6 +170,7 @@ impl Source for GeneratorSource {
                 _ = ctx.cancel.cancelled() => return Ok(()),
                 _ = ticker.tick() => {}
             }
+            ctx.metrics.working();
             // One transaction per tick (several at once when the interval is zero).
             let mut batch = Vec::new();
             loop {
@@ -184,6 +187,7 @@ impl Source for GeneratorSource {
             }
             let ends = self.ends_transaction(next - 1);
             ctx.append(&batch, ends).await?;
+            ctx.metrics.caught_up();
         }
     }
 }

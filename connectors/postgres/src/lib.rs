@@ -385,6 +385,7 @@ impl Source for PostgresSource {
         let mut repl = ReplicationClient::connect_gated(self.replication_config(&pg, binary)?)
             .await
             .map_err(|e| replication_error(&e))?;
+        ctx.metrics.connected();
         let factory = self.factory(&pg);
         if need_snapshot {
             let (consistent_point, snapshot_name) = self.create_slot(&mut repl, true).await?;

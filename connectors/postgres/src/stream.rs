@@ -12,7 +12,7 @@ use siphon_core::{Error, Event, KeyChange, Result, Row, Value};
 use tokio_postgres::Client;
 
 use crate::catalog::{self, TypeCache, pg_error};
-use crate::events::{EventFactory, Place, Shape};
+use crate::events::{EventFactory, PG_EPOCH_MICROS, Place, Shape};
 use crate::pgoutput::{self, Message, Relation, TupleValue};
 
 /// Events appended per call while a transaction is open (it streams through, never held
@@ -27,6 +27,8 @@ struct Pending {
     ends: Vec<usize>,
     /// The server position to confirm once `events` are durable.
     confirm: Option<pgwire_replication::Lsn>,
+    /// Commit time (ms since the epoch) of the newest transaction whose events are pending.
+    commit_ms: Option<i64>,
 }
 
 /// The transaction being received.
@@ -79,6 +81,10 @@ impl Stream<'_> {
                 Some(event) => event,
                 None => {
                     self.flush(&mut pending, tx.is_some()).await?;
+                    if tx.is_none() {
+                        // Nothing waiting, nothing open: the log holds all the server sent.
+                        self.ctx.metrics.caught_up();
+                    }
                     match self.next_event(&mut heartbeat, &mut lag).await? {
                         Some(event) => event,
                         None => return Ok(()),
@@ -96,6 +102,7 @@ impl Stream<'_> {
                     xid,
                     commit_time_micros,
                 } => {
+                    self.ctx.metrics.working();
                     tx = Some(Transaction {
                         final_lsn: final_lsn.as_u64(),
                         xid,
@@ -178,7 +185,9 @@ impl Stream<'_> {
                     if pending.events.len() > first_of_tx {
                         pending.ends.push(pending.events.len() - 1);
                     }
-                    tx = None;
+                    if let Some(t) = tx.take() {
+                        pending.commit_ms = Some((t.commit_time_micros + PG_EPOCH_MICROS) / 1000);
+                    }
                     // Once the log holds the whole transaction, the server may forget it.
                     pending.confirm = Some(end_lsn);
                 }
@@ -216,6 +225,13 @@ impl Stream<'_> {
         }
         if let Some(lsn) = pending.confirm.take() {
             self.repl.update_applied_lsn(lsn);
+        }
+        if let Some(commit_ms) = pending
+            .commit_ms
+            .take()
+            .filter(|_| pending.events.is_empty())
+        {
+            self.ctx.metrics.committed(commit_ms);
         }
         Ok(())
     }
