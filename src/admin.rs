@@ -7,6 +7,10 @@
 //! - `POST /api/pipelines/{pipeline}/sinks/{sink}/replay?from=N&reset=true`: start a replay.
 //!
 //! With a token configured, every endpoint but `/health` needs `Authorization: Bearer TOKEN`.
+//! Every endpoint but `/health` refuses a `Host` header that names a host other than an IP
+//! address, `localhost` or `allowed_hosts` (a web page reaching the API through DNS
+//! rebinding), and the replay endpoint refuses a cross-origin request (a web page the
+//! operator has open posting to it).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -36,6 +40,7 @@ pub struct AdminServer {
 struct AppState {
     runtime: Arc<Runtime>,
     token: Option<Secret>,
+    allowed_hosts: Arc<Vec<String>>,
 }
 
 /// Binds the admin API's address (failing now, with the address, if it is taken).
@@ -47,16 +52,33 @@ pub async fn bind(config: &AdminConfig, runtime: Arc<Runtime>) -> anyhow::Result
             config.listen
         )
     })?;
-    let state = AppState { runtime, token };
-    let protected = Router::new()
-        .route("/ready", get(ready))
-        .route("/metrics", get(metrics))
-        .route("/api/pipelines", get(pipelines))
+    if token.is_none() && !config.listen.ip().is_loopback() {
+        tracing::warn!(listen = %config.listen, "the admin API listens beyond loopback without a token: whoever reaches it can replay and reset sinks; set admin.token or admin.token_file");
+    }
+    let state = AppState {
+        runtime,
+        token,
+        allowed_hosts: Arc::new(
+            config
+                .allowed_hosts
+                .iter()
+                .map(|h| h.to_ascii_lowercase())
+                .collect(),
+        ),
+    };
+    let mutating = Router::new()
         .route(
             "/api/pipelines/{pipeline}/sinks/{sink}/replay",
             post(replay),
         )
-        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+        .route_layer(middleware::from_fn(same_origin));
+    let protected = Router::new()
+        .route("/ready", get(ready))
+        .route("/metrics", get(metrics))
+        .route("/api/pipelines", get(pipelines))
+        .merge(mutating)
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_token))
+        .route_layer(middleware::from_fn_with_state(state.clone(), known_host));
     let router = Router::new()
         .route("/health", get(|| async { "ok\n" }))
         .merge(protected)
@@ -98,6 +120,59 @@ async fn require_token(State(state): State<AppState>, request: Request, next: Ne
                 "a bearer token is required\n",
             )
                 .into_response();
+        }
+    }
+    next.run(request).await
+}
+
+fn forbidden(why: &str) -> Response {
+    (StatusCode::FORBIDDEN, format!("{why}\n")).into_response()
+}
+
+/// The host part of a `Host` header value (`name:port`, `[v6]:port`).
+fn host_name(host: &str) -> &str {
+    match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(v6),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    }
+}
+
+/// Refuses a request whose `Host` names a host other than an IP address, `localhost` or
+/// one of `allowed_hosts`: that is how a page reaches the API through DNS rebinding.
+async fn known_host(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    if let Some(host) = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+    {
+        let name = host_name(host).to_ascii_lowercase();
+        let known = name.parse::<std::net::IpAddr>().is_ok()
+            || name == "localhost"
+            || name.ends_with(".localhost")
+            || state.allowed_hosts.contains(&name);
+        if !known {
+            return forbidden(&format!(
+                "the Host {host:?} is not one this API answers to; add it to admin.allowed_hosts"
+            ));
+        }
+    }
+    next.run(request).await
+}
+
+/// Refuses a request a web page of another origin sends (browsers name it in `Origin`).
+async fn same_origin(request: Request, next: Next) -> Response {
+    let headers = request.headers();
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
+        let origin = origin.to_str().unwrap_or_default();
+        let same = host.is_some_and(|host| {
+            origin
+                .strip_prefix("http://")
+                .or_else(|| origin.strip_prefix("https://"))
+                == Some(host)
+        });
+        if !same {
+            return forbidden("a cross-origin request may not change anything here");
         }
     }
     next.run(request).await

@@ -403,3 +403,191 @@ async fn a_source_that_cannot_start_shows_in_status_readiness_and_metrics() {
         .unwrap_or_else(|| panic!("no siphon_source_seconds_behind in\n{metrics}"));
     assert!(behind >= 1.5, "{behind}");
 }
+
+/// Passwords given in every form a connection string takes (user info, a `?password=`
+/// parameter, a libpq `key=value` string), to endpoints that refuse the connection: none
+/// appears in the log, in status, in the metrics, or in what the CLI prints.
+#[tokio::test(flavor = "multi_thread")]
+async fn passwords_never_appear_in_logs_status_metrics_or_the_cli() {
+    let dead = siphon_test_support::free_port();
+    let secrets = [
+        "Pw1KeyValue",
+        "Pw2Redis",
+        "Pw3Query",
+        "Pw4UserInfo",
+        "Pw5Elastic",
+        "Pw6Token",
+    ];
+    let source = format!(
+        "kind = \"postgres\"\nurl = \"host=127.0.0.1 port={dead} user=postgres password=Pw1KeyValue dbname=x\"\ntables = [\"public.t\"]"
+    );
+    let sinks = format!(
+        r#"
+[pipelines.demo.sinks.cache]
+kind = "redis"
+url = "redis://:Pw2Redis@127.0.0.1:{dead}"
+max_backoff = "200ms"
+
+[pipelines.demo.sinks.warehouse]
+kind = "postgres"
+url = "postgres://postgres@127.0.0.1:{dead}/x?password=Pw3Query"
+max_backoff = "200ms"
+
+[pipelines.demo.sinks.audit]
+kind = "postgres"
+url = "postgres://postgres:Pw4UserInfo@127.0.0.1:{dead}/x"
+max_backoff = "200ms"
+
+[pipelines.demo.sinks.search]
+kind = "elasticsearch"
+url = "http://127.0.0.1:{dead}"
+username = "elastic"
+password = "Pw5Elastic"
+max_backoff = "200ms"
+"#
+    );
+    let setup = Setup::with_source(&source, 0, &sinks);
+    let text = std::fs::read_to_string(&setup.config)
+        .unwrap()
+        .replace("[admin]\n", "[admin]\ntoken = \"Pw6Token\"\n");
+    std::fs::write(&setup.config, text).unwrap();
+    // The sinks wait for the source's tables, which never come: they are opened by a check.
+    let check = setup.cli(&["check", "--connect"]);
+    let d = setup.start();
+    let http = reqwest::Client::new();
+    let get = |path: &str| {
+        http.get(format!("{}{path}", d.admin))
+            .bearer_auth("Pw6Token")
+            .send()
+    };
+    // Until the source has failed to connect a few times.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        let status: serde_json::Value = get("/api/pipelines").await.unwrap().json().await.unwrap();
+        if status[0]["source"]["errors"].as_u64().unwrap_or(0) >= 2 {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{status:#}\n{}",
+            d.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        status[0]["source"]["last_error"]
+            .as_str()
+            .is_some_and(|e| !e.is_empty()),
+        "{status:#}"
+    );
+    let metrics = get("/metrics").await.unwrap().text().await.unwrap();
+    let cli = setup.cli(&["status"]);
+    let cli_json = setup.cli(&["status", "--json"]);
+    drop(d);
+    let outputs = [
+        (
+            "the log",
+            std::fs::read_to_string(setup.dir.path().join("daemon.log")).unwrap(),
+        ),
+        ("status", status.to_string()),
+        ("metrics", metrics),
+        (
+            "siphon status",
+            String::from_utf8_lossy(&cli.stdout).into_owned()
+                + &String::from_utf8_lossy(&cli.stderr),
+        ),
+        (
+            "siphon status --json",
+            String::from_utf8_lossy(&cli_json.stdout).into_owned(),
+        ),
+        (
+            "siphon check",
+            String::from_utf8_lossy(&check.stdout).into_owned()
+                + &String::from_utf8_lossy(&check.stderr),
+        ),
+    ];
+    assert!(
+        outputs[5].1.contains("connect") || outputs[5].1.contains("refused"),
+        "the check reached nothing: {}",
+        outputs[5].1
+    );
+    for (what, text) in &outputs {
+        for secret in secrets {
+            assert!(
+                !text.contains(secret),
+                "{secret} appears in {what}:\n{text}"
+            );
+        }
+    }
+}
+
+/// A web page the operator has open must not drive the admin API: a cross-origin replay is
+/// refused, and so is any request naming a host the API does not answer to (DNS rebinding).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_admin_api_refuses_cross_origin_and_rebound_requests() {
+    let setup = Setup::new(50, "1ms", "");
+    let text = std::fs::read_to_string(&setup.config).unwrap().replace(
+        "[admin]\n",
+        "[admin]\nallowed_hosts = [\"siphon.internal\"]\n",
+    );
+    std::fs::write(&setup.config, text).unwrap();
+    let d = setup.start();
+    drop(
+        wait_status(&d, Duration::from_secs(30), "the sink to apply all", |s| {
+            sink(s)["next_offset"] == 50
+        })
+        .await,
+    );
+    let http = reqwest::Client::new();
+    let port = setup.admin_port;
+    let replay = format!(
+        "{}/api/pipelines/demo/sinks/out/replay?from=0&reset=true",
+        d.admin
+    );
+    let post = |host: &str, origin: Option<&str>| {
+        let mut req = http.post(&replay).header("Host", host);
+        if let Some(origin) = origin {
+            req = req.header("Origin", origin);
+        }
+        req.send()
+    };
+    let evil = format!("evil.example:{port}");
+    let local = format!("127.0.0.1:{port}");
+    for (host, origin) in [
+        (evil.as_str(), Some("http://evil.example")),
+        (evil.as_str(), None),
+        (local.as_str(), Some("http://evil.example")),
+        (local.as_str(), Some("null")),
+    ] {
+        let status = post(host, origin).await.unwrap().status();
+        assert_eq!(status, 403, "Host {host}, Origin {origin:?}");
+    }
+    let read = |host: String| {
+        http.get(format!("{}/api/pipelines", d.admin))
+            .header("Host", host)
+            .send()
+    };
+    assert_eq!(read(evil.clone()).await.unwrap().status(), 403);
+    assert_eq!(
+        read(format!("localhost:{port}")).await.unwrap().status(),
+        200
+    );
+    assert_eq!(
+        read(format!("siphon.internal:{port}"))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    // Nothing was reset: the output still holds every event once.
+    assert_eq!(setup.output_sequence(), (0..50).collect::<Vec<_>>());
+    // The CLI (no Origin, an IP address in Host) still replays.
+    let out = setup.cli(&["replay", "demo", "out", "--from", "0", "--reset"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    drain_and_stop(d, 50).await;
+    assert_exactly_once(&setup, 50);
+}

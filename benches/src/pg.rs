@@ -86,7 +86,7 @@ async fn siphon(
         metrics: Default::default(),
     };
     let config = PostgresConfig {
-        url: url.to_owned(),
+        url: siphon_core::ConnectionUrl::new(url),
         password: None,
         password_file: None,
         tables: vec!["public.orders".into()],

@@ -29,4 +29,4 @@ pub use event::{
     Event, KeyChange, Op, Row, SnapshotMarker, SourceInfo, SourcePosition, TransactionInfo, Value,
 };
 pub use fsutil::write_atomic;
-pub use secret::Secret;
+pub use secret::{ConnectionUrl, Secret};

@@ -45,9 +45,64 @@ impl<'de> Deserialize<'de> for Secret {
     }
 }
 
-/// Removes the password from a URL (`postgres://user:pw@host/db` → `postgres://user:***@host/db`)
-/// so that it can be logged.
+/// A connection URL, or a libpq `key=value` connection string, that may hold a password.
+/// `Debug` and `Display` show it redacted ([`redact_url`]); only [`ConnectionUrl::expose`]
+/// gives it whole, to the one place that connects.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct ConnectionUrl(String);
+
+impl ConnectionUrl {
+    /// Wraps a connection URL.
+    pub fn new(url: impl Into<String>) -> Self {
+        ConnectionUrl(url.into())
+    }
+
+    /// The URL itself, password included.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for ConnectionUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", redact_url(&self.0))
+    }
+}
+
+impl fmt::Display for ConnectionUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&redact_url(&self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for ConnectionUrl {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d).map(ConnectionUrl)
+    }
+}
+
+/// Names of connection parameters that hold secrets (case-insensitive).
+const SECRET_KEYS: &[&str] = &[
+    "password",
+    "passwd",
+    "pwd",
+    "sslpassword",
+    "token",
+    "secret",
+    "api_key",
+    "apikey",
+    "access_token",
+];
+
+/// Removes the secrets from a connection string so that it can be logged: the password of a
+/// URL's user info (`postgres://user:pw@host/db` → `postgres://user:***@host/db`), and the
+/// value of every parameter named like a secret, whether a URL's query parameter
+/// (`?password=pw`) or a libpq `key=value` pair (`host=h password='p w'`).
 pub fn redact_url(url: &str) -> String {
+    redact_parameters(&redact_user_info(url))
+}
+
+fn redact_user_info(url: &str) -> String {
     let Some(scheme_end) = url.find("://") else {
         return url.to_owned();
     };
@@ -65,6 +120,42 @@ pub fn redact_url(url: &str) -> String {
         }
         _ => url.to_owned(),
     }
+}
+
+fn redact_parameters(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(eq) = rest.find('=') {
+        // The parameter's name: back from `=` to a separator.
+        let name_start = rest[..eq]
+            .rfind(|c: char| matches!(c, '?' | '&' | ';' | ' ' | '\t' | '\n'))
+            .map_or(0, |i| i + 1);
+        let name = rest[name_start..eq].trim();
+        out.push_str(&rest[..=eq]);
+        rest = &rest[eq + 1..];
+        if !SECRET_KEYS.iter().any(|k| name.eq_ignore_ascii_case(k)) {
+            continue;
+        }
+        let end = if let Some(quoted) = rest.strip_prefix('\'') {
+            // A libpq quoted value: to the closing quote, `\'` escaping one.
+            let mut escaped = false;
+            quoted
+                .char_indices()
+                .find(|&(_, c)| {
+                    let close = c == '\'' && !escaped;
+                    escaped = c == '\\' && !escaped;
+                    close
+                })
+                .map_or(rest.len(), |(i, _)| i + 2)
+        } else {
+            rest.find(|c: char| matches!(c, '&' | ';' | ' ' | '\t' | '\n' | '#'))
+                .unwrap_or(rest.len())
+        };
+        out.push_str("***");
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
 }
 
 #[cfg(test)]
@@ -87,5 +178,30 @@ mod tests {
         assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
         assert_eq!(redact_url("redis://:pw@h"), "redis://:***@h");
         assert_eq!(redact_url("not a url"), "not a url");
+    }
+
+    #[test]
+    fn redacts_query_parameters_and_key_value_strings() {
+        assert_eq!(
+            redact_url("postgres://u@h/db?sslmode=require&password=hunter2&x=1"),
+            "postgres://u@h/db?sslmode=require&password=***&x=1"
+        );
+        assert_eq!(
+            redact_url("host=h port=5432 user=u password=hunter2 dbname=d"),
+            "host=h port=5432 user=u password=*** dbname=d"
+        );
+        assert_eq!(
+            redact_url("host=h PASSWORD='hun ter\\'2' dbname=d"),
+            "host=h PASSWORD=*** dbname=d"
+        );
+        assert_eq!(
+            redact_url("http://u:pw@es:9200/?api_key=k3y"),
+            "http://u:***@es:9200/?api_key=***"
+        );
+        let url = ConnectionUrl::new("postgres://u:hunter2@h/db");
+        assert_eq!(
+            format!("{url} {url:?}"),
+            "postgres://u:***@h/db \"postgres://u:***@h/db\""
+        );
     }
 }

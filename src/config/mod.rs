@@ -53,6 +53,11 @@ pub struct AdminConfig {
     /// File holding the bearer token.
     #[serde(default)]
     pub token_file: Option<PathBuf>,
+    /// Host names a request may name in its `Host` header besides IP addresses and
+    /// `localhost` (the names the API is reached by, e.g. behind a proxy). Other names are
+    /// refused, so that a web page cannot reach the API through DNS rebinding.
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Default for AdminConfig {
@@ -62,6 +67,7 @@ impl Default for AdminConfig {
             listen: default_listen(),
             token: None,
             token_file: None,
+            allowed_hosts: Vec::new(),
         }
     }
 }

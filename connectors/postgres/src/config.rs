@@ -4,8 +4,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use siphon_core::Secret;
 use siphon_core::units::HumanDuration;
+use siphon_core::{ConnectionUrl, Secret};
 
 /// When to take a snapshot of the tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -43,7 +43,7 @@ pub use siphon_core::tls::TlsMode;
 pub struct PostgresConfig {
     /// Connection URL: `postgres://user[:password]@host[:port]/database`. The password is
     /// better given as `password`, `password_file` or `SIPHON__PIPELINES__NAME__SOURCE__PASSWORD`.
-    pub url: String,
+    pub url: ConnectionUrl,
     /// The user's password (overrides one in the URL).
     #[serde(default)]
     pub password: Option<Secret>,
@@ -95,7 +95,8 @@ fn default_status_interval() -> HumanDuration {
 impl PostgresConfig {
     /// The TLS mode in force: `tls`, or the URL's `sslmode`.
     pub fn tls_mode(&self) -> TlsMode {
-        self.tls.unwrap_or_else(|| TlsMode::from_url(&self.url))
+        self.tls
+            .unwrap_or_else(|| TlsMode::from_url(self.url.expose()))
     }
 
     /// Checks the settings; the message names the key.
@@ -125,6 +126,7 @@ impl PostgresConfig {
             );
         }
         self.url
+            .expose()
             .parse::<tokio_postgres::Config>()
             .map_err(|e| format!("url is not a PostgreSQL connection URL ({e})"))?;
         Ok(())

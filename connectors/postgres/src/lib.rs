@@ -147,6 +147,7 @@ impl PostgresSource {
         let mut pg: tokio_postgres::Config = self
             .config
             .url
+            .expose()
             .parse()
             .map_err(|e| Error::permanent(format!("url: {e}")))?;
         if let Some(p) = &self.config.password {

@@ -35,7 +35,7 @@ impl Harness {
             metrics: Default::default(),
         };
         let config = PostgresConfig {
-            url: db.url.clone(),
+            url: siphon_core::ConnectionUrl::new(db.url.clone()),
             password: None,
             password_file: None,
             tables: tables.iter().map(|t| t.to_string()).collect(),

@@ -10,7 +10,7 @@ use siphon_test_support::postgres;
 
 fn config(url: &str, tls: TlsMode, ca: Option<PathBuf>) -> PostgresConfig {
     PostgresConfig {
-        url: url.to_owned(),
+        url: siphon_core::ConnectionUrl::new(url),
         password: None,
         password_file: None,
         tables: vec!["public.t".into()],

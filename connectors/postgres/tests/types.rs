@@ -197,7 +197,7 @@ async fn check_every_type(binary: bool) {
         metrics: Default::default(),
     };
     let config = PostgresConfig {
-        url: db.url.clone(),
+        url: siphon_core::ConnectionUrl::new(db.url.clone()),
         password: None,
         password_file: None,
         tables: vec!["public.every_type".into()],

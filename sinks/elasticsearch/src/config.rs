@@ -1,9 +1,9 @@
 //! `[pipelines.NAME.sinks.SINK]` with `kind = "elasticsearch"`.
 
 use serde::Deserialize;
-use siphon_core::Secret;
 use siphon_core::sink::routing::NameTemplate;
 use siphon_core::units::{ByteSize, HumanDuration};
+use siphon_core::{ConnectionUrl, Secret};
 
 /// The placeholders of `index`.
 pub(crate) const INDEX_PLACEHOLDERS: &[&str] = &["schema", "table"];
@@ -13,7 +13,7 @@ pub(crate) const INDEX_PLACEHOLDERS: &[&str] = &["schema", "table"];
 #[serde(deny_unknown_fields)]
 pub struct ElasticsearchSinkConfig {
     /// Base URL of the cluster: `http://host:9200` or `https://…`.
-    pub url: String,
+    pub url: ConnectionUrl,
     /// User for basic authentication.
     #[serde(default)]
     pub username: Option<String>,
@@ -59,7 +59,7 @@ impl ElasticsearchSinkConfig {
     /// A sink writing to `url` with the defaults otherwise.
     pub fn new(url: impl Into<String>) -> Self {
         ElasticsearchSinkConfig {
-            url: url.into(),
+            url: ConnectionUrl::new(url),
             username: None,
             password: None,
             api_key: None,
@@ -79,10 +79,11 @@ impl ElasticsearchSinkConfig {
                 self.cursor_index
             )
         })?;
-        if !(self.url.starts_with("http://") || self.url.starts_with("https://")) {
+        if !(self.url.expose().starts_with("http://") || self.url.expose().starts_with("https://"))
+        {
             return Err(format!(
                 "url: {:?} must start with http:// or https://",
-                siphon_core::secret::redact_url(&self.url)
+                &self.url
             ));
         }
         if self.api_key.is_some() && (self.username.is_some() || self.password.is_some()) {

@@ -9,7 +9,6 @@ use serde_json::{Value as Json, json};
 use siphon_core::event::{Event, Row};
 use siphon_core::json::value_json;
 use siphon_core::log::LogId;
-use siphon_core::secret::redact_url;
 use siphon_core::sink::changes::{Change, key_text, net_changes};
 use siphon_core::sink::routing::NameTemplate;
 use siphon_core::sink::{Sink, SinkBatch, StoreCursor};
@@ -48,7 +47,7 @@ impl ElasticsearchSink {
             .map_err(|e| Error::Config(format!("elasticsearch client: {e}")))?;
         Ok(ElasticsearchSink {
             index: NameTemplate::parse(&config.index, INDEX_PLACEHOLDERS).map_err(Error::Config)?,
-            base: config.url.trim_end_matches('/').to_owned(),
+            base: config.url.expose().trim_end_matches('/').to_owned(),
             cursor_doc: format!("/{}/_doc/{pipeline}.{sink}", config.cursor_index),
             config,
             http,
@@ -159,7 +158,7 @@ impl ElasticsearchSink {
 
     /// Sends a request; connection errors, timeouts, 429 and 5xx are transient.
     async fn send(&self, request: reqwest::RequestBuilder, what: &str) -> Result<(u16, Json)> {
-        let url = redact_url(&self.config.url);
+        let url = &self.config.url;
         let response = request
             .send()
             .await
@@ -475,7 +474,7 @@ impl Sink for ElasticsearchSink {
         if status >= 400 {
             return Err(Error::permanent(format!(
                 "elasticsearch {}: HTTP {status}: {reply}",
-                redact_url(&self.config.url)
+                &self.config.url
             )));
         }
         Ok(())

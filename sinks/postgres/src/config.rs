@@ -3,10 +3,10 @@
 use std::path::PathBuf;
 
 use serde::Deserialize;
-use siphon_core::Secret;
 use siphon_core::sink::routing::NameTemplate;
 pub use siphon_core::sink::table::TableMode;
 use siphon_core::tls::TlsMode;
+use siphon_core::{ConnectionUrl, Secret};
 
 /// The placeholders of `schema` and `table`.
 pub(crate) const NAME_PLACEHOLDERS: &[&str] = &["schema", "table"];
@@ -17,7 +17,7 @@ pub(crate) const NAME_PLACEHOLDERS: &[&str] = &["schema", "table"];
 pub struct PostgresSinkConfig {
     /// `postgres://user[:password]@host[:port]/database` of the target. The password is better
     /// given as `password` or `SIPHON__PIPELINES__P__SINKS__S__PASSWORD`.
-    pub url: String,
+    pub url: ConnectionUrl,
     /// The password (overrides one in the URL).
     #[serde(default)]
     pub password: Option<Secret>,
@@ -52,7 +52,7 @@ impl PostgresSinkConfig {
     /// A mirror of every table into `url`, under the source's names.
     pub fn new(url: impl Into<String>) -> Self {
         PostgresSinkConfig {
-            url: url.into(),
+            url: ConnectionUrl::new(url),
             password: None,
             mode: TableMode::default(),
             schema: default_schema(),
@@ -64,7 +64,8 @@ impl PostgresSinkConfig {
 
     /// The TLS mode in force: `tls`, or the URL's `sslmode`.
     pub fn tls_mode(&self) -> TlsMode {
-        self.tls.unwrap_or_else(|| TlsMode::from_url(&self.url))
+        self.tls
+            .unwrap_or_else(|| TlsMode::from_url(self.url.expose()))
     }
 
     /// Checks what serde cannot; the message names the key.
@@ -77,12 +78,13 @@ impl PostgresSinkConfig {
             return Err("tls_ca_file: required with tls = \"verify_ca\" or \"verify_full\"".into());
         }
         self.url
+            .expose()
             .parse::<tokio_postgres::Config>()
             .map(drop)
             .map_err(|e| {
                 format!(
                     "url: {:?} is not a PostgreSQL connection URL: {e}",
-                    siphon_core::secret::redact_url(&self.url)
+                    &self.url
                 )
             })
     }

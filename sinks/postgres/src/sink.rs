@@ -5,7 +5,6 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use siphon_core::event::{Event, Row};
 use siphon_core::log::LogId;
-use siphon_core::secret::redact_url;
 use siphon_core::sink::changes::{
     Change, FromStored, by_table, by_written_columns, from_stored, history_row, net_changes,
 };
@@ -88,8 +87,9 @@ impl PostgresSink {
         let mut config: tokio_postgres::Config = self
             .config
             .url
+            .expose()
             .parse()
-            .map_err(|e| Error::Config(format!("url {}: {e}", redact_url(&self.config.url))))?;
+            .map_err(|e| Error::Config(format!("url {}: {e}", &self.config.url)))?;
         if let Some(password) = &self.config.password {
             config.password(password.expose());
         }
@@ -132,11 +132,7 @@ impl PostgresSink {
 
     /// Classifies an error: connection trouble, conflicts and a busy server are transient.
     fn error(&self, e: &tokio_postgres::Error, what: &str) -> Error {
-        let message = format!(
-            "postgres {} {what}: {}",
-            redact_url(&self.config.url),
-            db_message(e)
-        );
+        let message = format!("postgres {} {what}: {}", &self.config.url, db_message(e));
         let transient = e.is_closed()
             || e.code().is_none_or(|c| {
                 let c = c.code();
@@ -712,7 +708,7 @@ impl Sink for PostgresSink {
         } else {
             Err(Error::permanent(format!(
                 "postgres {}: the user may not create schemas in this database; grant CREATE on it",
-                redact_url(&self.config.url)
+                &self.config.url
             )))
         }
     }

@@ -1,9 +1,9 @@
 //! `[pipelines.NAME.sinks.SINK]` with `kind = "redis"`.
 
 use serde::Deserialize;
-use siphon_core::Secret;
 use siphon_core::sink::routing::NameTemplate;
 use siphon_core::units::HumanDuration;
+use siphon_core::{ConnectionUrl, Secret};
 
 /// The placeholders of `key`.
 pub(crate) const KEY_PLACEHOLDERS: &[&str] = &["schema", "table", "key"];
@@ -15,7 +15,7 @@ pub struct RedisSinkConfig {
     /// `redis://[user[:password]@]host[:port][/db]` (or `rediss://` for TLS). The password is
     /// better given as `password` or `SIPHON__PIPELINES__P__SINKS__S__PASSWORD`.
     #[serde(default = "default_url")]
-    pub url: String,
+    pub url: ConnectionUrl,
     /// The password (overrides one in the URL).
     #[serde(default)]
     pub password: Option<Secret>,
@@ -63,8 +63,8 @@ pub enum RedisFormat {
     Json,
 }
 
-fn default_url() -> String {
-    "redis://127.0.0.1:6379".into()
+fn default_url() -> ConnectionUrl {
+    ConnectionUrl::new("redis://127.0.0.1:6379")
 }
 
 fn default_key() -> String {
@@ -79,7 +79,7 @@ impl RedisSinkConfig {
     /// A sink writing to `url` with the defaults otherwise.
     pub fn new(url: impl Into<String>) -> Self {
         RedisSinkConfig {
-            url: url.into(),
+            url: ConnectionUrl::new(url),
             password: None,
             mode: RedisMode::default(),
             format: RedisFormat::default(),
@@ -106,10 +106,12 @@ impl RedisSinkConfig {
                 self.key
             ));
         }
-        if !(self.url.starts_with("redis://") || self.url.starts_with("rediss://")) {
+        if !(self.url.expose().starts_with("redis://")
+            || self.url.expose().starts_with("rediss://"))
+        {
             return Err(format!(
                 "url: {:?} must start with redis:// or rediss://",
-                siphon_core::secret::redact_url(&self.url)
+                &self.url
             ));
         }
         Ok(())

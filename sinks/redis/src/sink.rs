@@ -6,7 +6,6 @@ use async_trait::async_trait;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, IntoConnectionInfo, RedisError};
 use siphon_core::log::LogId;
-use siphon_core::secret::redact_url;
 use siphon_core::sink::changes::{Change, net_changes};
 use siphon_core::sink::routing::NameTemplate;
 use siphon_core::sink::{Sink, SinkBatch, StoreCursor};
@@ -67,7 +66,7 @@ impl RedisSink {
         let mut info = self
             .config
             .url
-            .as_str()
+            .expose()
             .into_connection_info()
             .map_err(|e| Error::Config(format!("url: {e}")))?;
         if let Some(password) = &self.config.password {
@@ -93,7 +92,7 @@ impl RedisSink {
 
     /// Classifies a Redis error; a connection error drops the connection.
     fn error(&mut self, e: &RedisError, what: &str) -> Error {
-        let message = format!("redis {} {what}: {e}", redact_url(&self.config.url));
+        let message = format!("redis {} {what}: {e}", &self.config.url);
         let connection = e.is_io_error()
             || e.is_connection_refusal()
             || e.is_connection_dropped()
@@ -192,8 +191,7 @@ impl RedisSink {
             self.cursor = None;
             return Err(Error::transient(format!(
                 "redis {}: the cursor key {} is gone: Redis lost its data (flushed, or restarted without persistence)",
-                redact_url(&self.config.url),
-                self.cursor_key
+                &self.config.url, self.cursor_key
             )));
         }
         self.cursor = Some(next);
