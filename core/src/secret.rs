@@ -128,7 +128,7 @@ fn redact_parameters(text: &str) -> String {
     while let Some(eq) = rest.find('=') {
         // The parameter's name: back from `=` to a separator.
         let name_start = rest[..eq]
-            .rfind(|c: char| matches!(c, '?' | '&' | ';' | ' ' | '\t' | '\n'))
+            .rfind(['?', '&', ';', ' ', '\t', '\n'])
             .map_or(0, |i| i + 1);
         let name = rest[name_start..eq].trim();
         out.push_str(&rest[..=eq]);
@@ -148,7 +148,7 @@ fn redact_parameters(text: &str) -> String {
                 })
                 .map_or(rest.len(), |(i, _)| i + 2)
         } else {
-            rest.find(|c: char| matches!(c, '&' | ';' | ' ' | '\t' | '\n' | '#'))
+            rest.find(['&', ';', ' ', '\t', '\n', '#'])
                 .unwrap_or(rest.len())
         };
         out.push_str("***");
