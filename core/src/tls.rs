@@ -66,7 +66,7 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 }
 
 /// The rustls configuration for `mode`; `None` without TLS. `verify_ca` and `verify_full`
-/// need `ca_file` (PEM).
+/// trust the certificates of `ca_file` (PEM), or the system's when there is none.
 pub fn client_config(mode: TlsMode, ca_file: Option<&Path>) -> Result<Option<ClientConfig>> {
     let builder = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
@@ -75,22 +75,10 @@ pub fn client_config(mode: TlsMode, ca_file: Option<&Path>) -> Result<Option<Cli
         TlsMode::Disable => return Ok(None),
         TlsMode::Require => Arc::new(AnyCertificate(provider())),
         TlsMode::VerifyCa | TlsMode::VerifyFull => {
-            let path = ca_file.ok_or_else(|| {
-                Error::permanent(
-                    "tls_ca_file is required with tls = \"verify_ca\" or \"verify_full\"",
-                )
-            })?;
-            let mut roots = RootCertStore::empty();
-            let certs = CertificateDer::pem_file_iter(path)
-                .map_err(|e| Error::permanent(format!("tls_ca_file {}: {e}", path.display())))?;
-            for cert in certs {
-                let cert = cert.map_err(|e| {
-                    Error::permanent(format!("tls_ca_file {}: {e}", path.display()))
-                })?;
-                roots.add(cert).map_err(|e| {
-                    Error::permanent(format!("tls_ca_file {}: {e}", path.display()))
-                })?;
-            }
+            let roots = match ca_file {
+                Some(path) => file_roots(path)?,
+                None => system_roots()?,
+            };
             let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider())
                 .build()
                 .map_err(|e| Error::permanent(format!("TLS: {e}")))?;
@@ -107,6 +95,32 @@ pub fn client_config(mode: TlsMode, ca_file: Option<&Path>) -> Result<Option<Cli
             .with_custom_certificate_verifier(verifier)
             .with_no_client_auth(),
     ))
+}
+
+/// The certificates of a PEM file.
+fn file_roots(path: &Path) -> Result<RootCertStore> {
+    let bad = |e: &dyn std::fmt::Display| {
+        Error::permanent(format!("tls_ca_file {}: {e}", path.display()))
+    };
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(path).map_err(|e| bad(&e))? {
+        roots.add(cert.map_err(|e| bad(&e))?).map_err(|e| bad(&e))?;
+    }
+    Ok(roots)
+}
+
+/// The system's trusted certificates.
+fn system_roots() -> Result<RootCertStore> {
+    let found = rustls_native_certs::load_native_certs();
+    let mut roots = RootCertStore::empty();
+    let (added, _) = roots.add_parsable_certificates(found.certs);
+    if added == 0 {
+        return Err(Error::permanent(format!(
+            "TLS: no trusted certificate found on this system ({:?}); give tls_ca_file",
+            found.errors
+        )));
+    }
+    Ok(roots)
 }
 
 /// `require`: any certificate, but the handshake's signatures are still checked.

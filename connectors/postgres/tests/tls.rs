@@ -67,6 +67,16 @@ async fn tls_modes_verify_what_they_promise() {
     .await
     .unwrap_err();
     assert!(err.to_string().contains("connecting"), "{err}");
+    // verify_ca with a CA that did not sign the server's certificate is refused.
+    let other = siphon_test_support::search::TestCa::new(&["localhost"]).unwrap();
+    let err = PostgresSource::new(
+        "tls",
+        config(&db.url, TlsMode::VerifyCa, Some(other.ca_file.clone())),
+    )
+    .check()
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("connecting"), "{err}");
     // sslmode=require in the URL turns TLS on without `tls`.
     let mut from_url = config(
         &format!("{}?sslmode=require", db.url),

@@ -3,6 +3,9 @@
 use serde::Deserialize;
 use siphon_core::sink::routing::NameTemplate;
 use siphon_core::units::{ByteSize, HumanDuration};
+use std::path::PathBuf;
+
+use siphon_core::tls::TlsMode;
 use siphon_core::{ConnectionUrl, Secret};
 
 /// The placeholders of `index`.
@@ -37,6 +40,15 @@ pub struct ElasticsearchSinkConfig {
     /// offset and the identity of the change log).
     #[serde(default = "default_cursor_index")]
     pub cursor_index: String,
+    /// TLS with an `https://` URL: "require" (encrypt, trust any certificate), "verify_ca"
+    /// (the certificate chains to `tls_ca_file`, or to the system's certificates) or
+    /// "verify_full" (and names the host; the default).
+    #[serde(default)]
+    pub tls: Option<TlsMode>,
+    /// CA certificates (PEM) to trust instead of the system's (Elasticsearch 8 makes its
+    /// own CA: `config/certs/http_ca.crt`).
+    #[serde(default)]
+    pub tls_ca_file: Option<PathBuf>,
 }
 
 fn default_cursor_index() -> String {
@@ -56,6 +68,15 @@ fn default_timeout() -> HumanDuration {
 }
 
 impl ElasticsearchSinkConfig {
+    /// The TLS mode in force: `tls`, or for an `https://` URL `verify_full`.
+    pub fn tls_mode(&self) -> TlsMode {
+        match self.tls {
+            Some(mode) => mode,
+            None if self.url.expose().starts_with("https://") => TlsMode::VerifyFull,
+            None => TlsMode::Disable,
+        }
+    }
+
     /// A sink writing to `url` with the defaults otherwise.
     pub fn new(url: impl Into<String>) -> Self {
         ElasticsearchSinkConfig {
@@ -67,6 +88,8 @@ impl ElasticsearchSinkConfig {
             bulk_max_size: default_bulk_size(),
             timeout: default_timeout(),
             cursor_index: default_cursor_index(),
+            tls: None,
+            tls_ca_file: None,
         }
     }
 
@@ -79,8 +102,14 @@ impl ElasticsearchSinkConfig {
                 self.cursor_index
             )
         })?;
-        if !(self.url.expose().starts_with("http://") || self.url.expose().starts_with("https://"))
-        {
+        let https = self.url.expose().starts_with("https://");
+        if !https && self.tls.is_some_and(|t| t != TlsMode::Disable) {
+            return Err("tls: TLS needs an https:// url".into());
+        }
+        if https && self.tls == Some(TlsMode::Disable) {
+            return Err("tls: an https:// url needs TLS; use http:// for none".into());
+        }
+        if !(self.url.expose().starts_with("http://") || https) {
             return Err(format!(
                 "url: {:?} must start with http:// or https://",
                 &self.url

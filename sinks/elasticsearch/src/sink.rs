@@ -41,8 +41,13 @@ impl ElasticsearchSink {
     /// to the cluster at `config.url`.
     pub fn new(config: ElasticsearchSinkConfig, pipeline: &str, sink: &str) -> Result<Self> {
         config.validate().map_err(Error::Config)?;
-        let http = reqwest::Client::builder()
-            .timeout(config.timeout.0)
+        let mut http = reqwest::Client::builder().timeout(config.timeout.0);
+        if let Some(tls) =
+            siphon_core::tls::client_config(config.tls_mode(), config.tls_ca_file.as_deref())?
+        {
+            http = http.use_preconfigured_tls(tls);
+        }
+        let http = http
             .build()
             .map_err(|e| Error::Config(format!("elasticsearch client: {e}")))?;
         Ok(ElasticsearchSink {
@@ -159,10 +164,16 @@ impl ElasticsearchSink {
     /// Sends a request; connection errors, timeouts, 429 and 5xx are transient.
     async fn send(&self, request: reqwest::RequestBuilder, what: &str) -> Result<(u16, Json)> {
         let url = &self.config.url;
-        let response = request
-            .send()
-            .await
-            .map_err(|e| Error::transient(format!("elasticsearch {url} {what}: {e}")))?;
+        let response = request.send().await.map_err(|e| {
+            // With its causes: a TLS handshake says why it failed.
+            let mut message = format!("elasticsearch {url} {what}: {e}");
+            let mut cause = std::error::Error::source(&e);
+            while let Some(c) = cause {
+                message.push_str(&format!(": {c}"));
+                cause = c.source();
+            }
+            Error::transient(message)
+        })?;
         let status = response.status().as_u16();
         let body = response.text().await.unwrap_or_default();
         if status == 429 || status >= 500 {

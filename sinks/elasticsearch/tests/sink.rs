@@ -252,3 +252,66 @@ async fn index_names_elasticsearch_reads_as_several_indices_are_refused() {
     }
     assert_eq!(h.cluster.indices(), ["a", "b", "keep"]);
 }
+
+/// An `https://` cluster in the SQL sinks' TLS modes: `verify_full` (the default) with the
+/// cluster's CA, `require` with none, `verify_ca` without the name; a wrong CA, a wrong name
+/// or plain HTTP is refused, saying why.
+#[tokio::test]
+async fn https_clusters_are_reached_in_the_tls_modes_and_a_wrong_certificate_is_refused() {
+    use siphon_core::tls::TlsMode;
+    use siphon_test_support::search::TestCa;
+    let ca = TestCa::new(&["localhost", "127.0.0.1"]).unwrap();
+    let cluster = SearchStandIn::start_tls(&ca).await.unwrap();
+    let sink = |url: &str, tls: Option<TlsMode>, ca_file: Option<&std::path::Path>| {
+        let config = ElasticsearchSinkConfig {
+            tls,
+            tls_ca_file: ca_file.map(Into::into),
+            ..ElasticsearchSinkConfig::new(url)
+        };
+        ElasticsearchSink::new(config, "p", "s").unwrap()
+    };
+    let mut verified = sink(&cluster.url, None, Some(&ca.ca_file));
+    verified
+        .open(&[compliance_table()], &log_id())
+        .await
+        .unwrap();
+    apply(&mut verified, &[created(0, 1)]).await.unwrap();
+    assert_eq!(
+        cluster.documents(TABLE).into_keys().collect::<Vec<_>>(),
+        ["1"]
+    );
+    sink(&cluster.url, Some(TlsMode::Require), None)
+        .check()
+        .await
+        .unwrap();
+    // Another CA's certificate.
+    let other = TestCa::new(&["localhost"]).unwrap();
+    let err = sink(&cluster.url, None, Some(&other.ca_file))
+        .check()
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("certificate"), "{err}");
+    // The right CA, a certificate for another name: verify_ca takes it, verify_full not.
+    let elsewhere = TestCa::new(&["elsewhere.example"]).unwrap();
+    let misnamed = SearchStandIn::start_tls(&elsewhere).await.unwrap();
+    sink(
+        &misnamed.url,
+        Some(TlsMode::VerifyCa),
+        Some(&elsewhere.ca_file),
+    )
+    .check()
+    .await
+    .unwrap();
+    let err = sink(
+        &misnamed.url,
+        Some(TlsMode::VerifyFull),
+        Some(&elsewhere.ca_file),
+    )
+    .check()
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("certificate"), "{err}");
+    // Plain HTTP to a TLS port.
+    let plain = cluster.url.replace("https://", "http://");
+    assert!(sink(&plain, None, None).check().await.is_err());
+}

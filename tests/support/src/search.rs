@@ -50,9 +50,97 @@ impl Drop for SearchStandIn {
     }
 }
 
+/// A certificate authority made for a test, and the PEM file of its certificate.
+#[derive(Debug)]
+pub struct TestCa {
+    /// The CA certificate's PEM file (what a client is told to trust).
+    pub ca_file: std::path::PathBuf,
+    server: rustls::ServerConfig,
+    _dir: tempfile::TempDir,
+}
+
+impl TestCa {
+    /// A new CA, and a server certificate it signs for `names` (host names or IP addresses).
+    pub fn new(names: &[&str]) -> anyhow::Result<Self> {
+        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+        let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, "siphon test CA");
+        let ca_key = KeyPair::generate()?;
+        let ca = ca_params.self_signed(&ca_key)?;
+        let params =
+            CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>())?;
+        let key = KeyPair::generate()?;
+        let cert = params.signed_by(&key, &ca, &ca_key)?;
+        let dir = tempfile::tempdir()?;
+        let ca_file = dir.path().join("ca.pem");
+        std::fs::write(&ca_file, ca.pem())?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let server = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![cert.der().clone()],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+            )?;
+        Ok(TestCa {
+            ca_file,
+            server,
+            _dir: dir,
+        })
+    }
+}
+
+/// A TCP listener whose connections go through a TLS handshake.
+struct TlsListener {
+    tcp: tokio::net::TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+    type Addr = std::net::SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            let Ok((tcp, addr)) = self.tcp.accept().await else {
+                continue;
+            };
+            // A client that refuses the certificate ends its handshake: take the next one.
+            if let Ok(tls) = self.acceptor.accept(tcp).await {
+                return (tls, addr);
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.tcp.local_addr()
+    }
+}
+
 impl SearchStandIn {
     /// Starts one on a free loopback port.
     pub async fn start() -> anyhow::Result<Self> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("http://{}", listener.local_addr()?);
+        Ok(Self::serve(listener, url))
+    }
+
+    /// Starts one serving HTTPS on a free loopback port, with the server certificate of `ca`;
+    /// its URL names `localhost`.
+    pub async fn start_tls(ca: &TestCa) -> anyhow::Result<Self> {
+        let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("https://localhost:{}", tcp.local_addr()?.port());
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(ca.server.clone()));
+        Ok(Self::serve(TlsListener { tcp, acceptor }, url))
+    }
+
+    fn serve<L: axum::serve::Listener>(listener: L, url: String) -> Self
+    where
+        L::Addr: std::fmt::Debug,
+    {
         let inner = Arc::new(Mutex::new(Inner::default()));
         let app = Router::new()
             .route("/", get(root))
@@ -69,12 +157,10 @@ impl SearchStandIn {
             .route("/{index}/_search", post(search))
             .route("/_search/scroll", post(scroll).delete(clear_scroll))
             .with_state(inner.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let url = format!("http://{}", listener.local_addr()?);
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        Ok(SearchStandIn { url, inner, task })
+        SearchStandIn { url, inner, task }
     }
 
     /// Answers every request with `status` (429, 503, …) until called with `None`.
