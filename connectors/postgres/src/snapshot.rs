@@ -279,7 +279,9 @@ impl Reader {
                 .await
                 .map_err(|e| pg_error("starting the snapshot transaction", &e))?;
             // Binary COPY: no text to parse. A column whose type siphon keeps as text is read
-            // as `::text` and decoded from that.
+            // as its type's output function prints it, which is what pgoutput sends: not
+            // `::text`, which for some types is a cast of its own (`'192.168.0.1'::inet::text`
+            // is `192.168.0.1/32`).
             let binary: Vec<bool> = shape
                 .columns
                 .iter()
@@ -290,10 +292,11 @@ impl Reader {
                 .iter()
                 .zip(&binary)
                 .map(|((c, _), &bin)| {
+                    let c = quote_ident(c);
                     if bin {
-                        quote_ident(c)
+                        c
                     } else {
-                        format!("{}::text", quote_ident(c))
+                        format!("case when {c} is null then null else format('%s', {c}) end")
                     }
                 })
                 .collect();
