@@ -7,6 +7,7 @@ use crate::event::{Event, KeyChange, Op, Row, SnapshotMarker, SourceInfo, Source
 use crate::log::LogId;
 use crate::sink::{Sink, SinkBatch, SinkRecord, StoreCursor};
 use crate::source::TableInfo;
+use std::future::Future;
 
 /// The table the compliance suite writes: `public.compliance (id bigint primary key, name
 /// text, note text)`.
@@ -91,11 +92,24 @@ pub async fn apply_open(
 /// What a sink's store holds, as the compliance suite compares it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum StoreState {
-    /// A keyed store: the row stored under each id of the compliance table.
+    /// A keyed store: the row stored under each id of the table.
     Rows(BTreeMap<i64, Row>),
     /// An append-only store (stdout, files): every JSON document written, in order.
     Lines(Vec<serde_json::Value>),
 }
+
+impl StoreState {
+    /// The ids a keyed store holds (`None` for an append-only store).
+    pub fn ids(&self) -> Option<Vec<i64>> {
+        match self {
+            StoreState::Rows(rows) => Some(rows.keys().copied().collect()),
+            StoreState::Lines(_) => None,
+        }
+    }
+}
+
+/// The second table the suite writes, `public.compliance_other`, shaped like the first.
+pub const OTHER_TABLE: &str = "compliance_other";
 
 /// A sink under test and a way to read what its store holds.
 #[async_trait::async_trait]
@@ -103,49 +117,379 @@ pub trait SinkHarness: Send {
     /// The sink under test, opened on a clean store.
     fn sink(&mut self) -> &mut dyn Sink;
 
+    /// What the store holds now for `public.<table>`.
+    async fn state_of(&mut self, table: &str) -> StoreState;
+
     /// What the store holds now for the compliance table.
-    async fn state(&mut self) -> StoreState;
+    async fn state(&mut self) -> StoreState {
+        self.state_of(TABLE).await
+    }
 }
 
-/// Runs every compliance check against a fresh harness from `make`; panics on the first
-/// failure with what was expected.
+type Check<H> = for<'h> fn(&'h mut H) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send + 'h>>;
+
+/// Runs every compliance check, each against a fresh harness from `make` whose sink is
+/// opened on the suite's two tables; panics on the first failure with what was expected.
 pub async fn run_compliance_suite<H: SinkHarness>(mut make: impl AsyncFnMut() -> H) {
-    let mut h = make().await;
-    h.sink()
-        .open(&[compliance_table()], &log_id())
+    let checks: Vec<(&str, Check<H>)> = vec![
+        ("applying twice changes nothing", |h| {
+            Box::pin(applying_twice_changes_nothing(h))
+        }),
+        ("older never overwrites newer", |h| {
+            Box::pin(older_offset_never_overwrites_newer(h))
+        }),
+        ("delete without before-image", |h| {
+            Box::pin(delete_without_before_image(h))
+        }),
+        ("unchanged column keeps stored value", |h| {
+            Box::pin(unchanged_column_keeps_stored_value(h))
+        }),
+        ("key change keeps unchanged columns", |h| {
+            Box::pin(a_row_whose_key_changed_keeps_its_unchanged_columns(h))
+        }),
+        ("no partial row", |h| {
+            Box::pin(a_partial_row_never_reaches_a_store_without_the_rest(h))
+        }),
+        ("truncate, then an older record again", |h| {
+            Box::pin(a_truncate_holds_against_an_older_record_replayed(h))
+        }),
+        ("tables apart", |h| Box::pin(tables_are_kept_apart(h))),
+        ("reset and the cursor", |h| {
+            Box::pin(reset_clears_the_store_and_the_cursor(h))
+        }),
+        ("rewind and reopen", |h| {
+            Box::pin(rewind_and_reopen_return_the_cursor(h))
+        }),
+        ("open transaction rolls back", |h| {
+            Box::pin(an_open_transaction_rolls_back_on_reopen(h))
+        }),
+    ];
+    for (name, check) in checks {
+        let mut h = make().await;
+        let opened = h.sink().open(&tables(), &log_id()).await;
+        assert!(opened.is_ok(), "{name}: open: {opened:?}");
+        check(&mut h).await;
+    }
+}
+
+/// The tables the suite's sinks are opened on.
+pub fn tables() -> Vec<TableInfo> {
+    vec![
+        compliance_table(),
+        TableInfo {
+            name: format!("public.{OTHER_TABLE}"),
+            key_columns: vec!["id".into()],
+        },
+    ]
+}
+
+fn create(offset: u64, table: &str, id: i64, name: &str) -> SinkRecord {
+    record(
+        offset,
+        event(
+            table,
+            Op::Create,
+            id,
+            None,
+            Some(row(id, name, Value::Null)),
+        ),
+    )
+}
+
+async fn applying_twice_changes_nothing(h: &mut impl SinkHarness) {
+    let batch = vec![
+        record(
+            0,
+            event(TABLE, Op::Create, 1, None, Some(row(1, "a", Value::Null))),
+        ),
+        record(
+            1,
+            event(
+                TABLE,
+                Op::Create,
+                2,
+                None,
+                Some(row(2, "b", Value::Text("x".into()))),
+            ),
+        ),
+        record(
+            2,
+            event(TABLE, Op::Update, 1, None, Some(row(1, "a2", Value::Null))),
+        ),
+        record(
+            3,
+            event(TABLE, Op::Delete, 2, Some(row(2, "b", Value::Null)), None),
+        ),
+    ];
+    apply(h.sink(), &batch).await.expect("first apply");
+    let first = h.state().await;
+    if let StoreState::Rows(rows) = &first {
+        assert_eq!(
+            rows.len(),
+            1,
+            "after c1 c2 u1 d2 only id 1 remains: {rows:?}"
+        );
+        assert_eq!(rows[&1].get("name"), Some(&Value::Text("a2".into())));
+    }
+    apply(h.sink(), &batch).await.expect("second apply");
+    assert_eq!(
+        h.state().await,
+        first,
+        "applying the same batch again changed the store"
+    );
+    apply(h.sink(), &batch[1..3])
         .await
-        .expect("open");
-    applying_twice_changes_nothing(&mut h).await;
-    let mut h = make().await;
-    h.sink()
-        .open(&[compliance_table()], &log_id())
+        .expect("apply of a replayed part");
+    assert_eq!(
+        h.state().await,
+        first,
+        "replaying part of the log changed the store"
+    );
+}
+
+async fn older_offset_never_overwrites_newer(h: &mut impl SinkHarness) {
+    apply(h.sink(), &[create(10, TABLE, 7, "new")])
         .await
-        .expect("open");
-    older_offset_never_overwrites_newer(&mut h).await;
-    let mut h = make().await;
-    h.sink()
-        .open(&[compliance_table()], &log_id())
+        .expect("apply newer");
+    let after_newer = h.state().await;
+    if let StoreState::Rows(rows) = &after_newer {
+        assert_eq!(
+            rows.get(&7).and_then(|r| r.get("name")),
+            Some(&Value::Text("new".into())),
+            "offset 10 did not land"
+        );
+    }
+    apply(
+        h.sink(),
+        &[record(
+            5,
+            event(TABLE, Op::Update, 7, None, Some(row(7, "old", Value::Null))),
+        )],
+    )
+    .await
+    .expect("apply older");
+    assert_eq!(
+        h.state().await,
+        after_newer,
+        "offset 5 overwrote what offset 10 wrote"
+    );
+    apply(
+        h.sink(),
+        &[record(6, event(TABLE, Op::Delete, 7, None, None))],
+    )
+    .await
+    .expect("apply older delete");
+    assert_eq!(
+        h.state().await,
+        after_newer,
+        "a delete at offset 6 removed what offset 10 wrote"
+    );
+}
+
+async fn delete_without_before_image(h: &mut impl SinkHarness) {
+    apply(h.sink(), &[create(0, TABLE, 3, "gone soon")])
         .await
-        .expect("open");
-    delete_without_before_image(&mut h).await;
-    let mut h = make().await;
-    h.sink()
-        .open(&[compliance_table()], &log_id())
+        .expect("apply the row");
+    if let Some(ids) = h.state().await.ids() {
+        assert_eq!(ids, [3], "row 3 did not land");
+    }
+    apply(
+        h.sink(),
+        &[record(1, event(TABLE, Op::Delete, 3, None, None))],
+    )
+    .await
+    .expect("apply the delete");
+    match h.state().await {
+        StoreState::Rows(rows) => assert!(
+            !rows.contains_key(&3),
+            "row 3 survived its delete: {rows:?}"
+        ),
+        StoreState::Lines(lines) => {
+            let last = lines.last().expect("the delete was written");
+            let payload = last.get("payload").unwrap_or(last);
+            assert_eq!(payload["op"], "d", "{last}");
+            assert!(payload["before"].is_null(), "{last}");
+        }
+    }
+}
+
+async fn unchanged_column_keeps_stored_value(h: &mut impl SinkHarness) {
+    let big = "toasted ".repeat(2000);
+    // In two batches, so that the value comes from the store, not from the batch.
+    apply(
+        h.sink(),
+        &[record(
+            0,
+            event(
+                TABLE,
+                Op::Create,
+                4,
+                None,
+                Some(row(4, "before", Value::Text(big.clone()))),
+            ),
+        )],
+    )
+    .await
+    .expect("apply the whole row");
+    apply(
+        h.sink(),
+        &[record(
+            1,
+            event(
+                TABLE,
+                Op::Update,
+                4,
+                None,
+                Some(row(4, "after", Value::Unchanged)),
+            ),
+        )],
+    )
+    .await
+    .expect("apply the update");
+    match h.state().await {
+        StoreState::Rows(rows) => {
+            let stored = &rows[&4];
+            assert_eq!(stored.get("name"), Some(&Value::Text("after".into())));
+            assert_eq!(
+                stored.get("note"),
+                Some(&Value::Text(big)),
+                "the unchanged column lost its value"
+            );
+        }
+        StoreState::Lines(lines) => {
+            let last = lines.last().expect("the update was written");
+            let payload = last.get("payload").unwrap_or(last);
+            assert_eq!(payload["after"]["note"], crate::json::UNAVAILABLE, "{last}");
+        }
+    }
+}
+
+async fn a_truncate_holds_against_an_older_record_replayed(h: &mut impl SinkHarness) {
+    apply(h.sink(), &[create(0, TABLE, 1, "before the truncate")])
         .await
-        .expect("open");
-    unchanged_column_keeps_stored_value(&mut h).await;
-    let mut h = make().await;
-    h.sink()
-        .open(&[compliance_table()], &log_id())
+        .expect("apply the row");
+    if let Some(ids) = h.state().await.ids() {
+        assert_eq!(ids, [1], "row 1 did not land");
+    }
+    let truncate = record(1, event(TABLE, Op::Truncate, 0, None, None));
+    apply(h.sink(), &[truncate.clone(), create(2, TABLE, 2, "after")])
         .await
-        .expect("open");
-    a_row_whose_key_changed_keeps_its_unchanged_columns(&mut h).await;
-    let mut h = make().await;
-    h.sink()
-        .open(&[compliance_table()], &log_id())
+        .expect("apply the truncate");
+    // A replay from the start: the row before the truncate must not come back, nor the
+    // row after it go.
+    apply(h.sink(), &[create(0, TABLE, 1, "before the truncate")])
         .await
-        .expect("open");
-    a_partial_row_never_reaches_a_store_without_the_rest(&mut h).await;
+        .expect("replay the older row");
+    apply(h.sink(), &[truncate, create(2, TABLE, 2, "after")])
+        .await
+        .expect("replay the truncate");
+    if let Some(ids) = h.state().await.ids() {
+        assert_eq!(ids, [2], "a replay across the truncate went wrong");
+    }
+}
+
+async fn tables_are_kept_apart(h: &mut impl SinkHarness) {
+    apply(
+        h.sink(),
+        &[
+            create(0, TABLE, 1, "here"),
+            create(1, OTHER_TABLE, 1, "there"),
+            create(2, OTHER_TABLE, 2, "there too"),
+        ],
+    )
+    .await
+    .expect("apply");
+    if let Some(ids) = h.state_of(OTHER_TABLE).await.ids() {
+        assert_eq!(ids, [1, 2]);
+        assert_eq!(h.state().await.ids().unwrap(), [1]);
+    }
+    apply(
+        h.sink(),
+        &[record(3, event(TABLE, Op::Truncate, 0, None, None))],
+    )
+    .await
+    .expect("truncate one table");
+    if let Some(ids) = h.state_of(OTHER_TABLE).await.ids() {
+        assert_eq!(ids, [1, 2], "a truncate of one table touched another");
+        assert_eq!(h.state().await.ids().unwrap(), Vec::<i64>::new());
+    }
+}
+
+async fn reset_clears_the_store_and_the_cursor(h: &mut impl SinkHarness) {
+    apply(
+        h.sink(),
+        &[create(0, TABLE, 1, "a"), create(1, OTHER_TABLE, 1, "b")],
+    )
+    .await
+    .expect("apply");
+    let keeps_cursor = h.sink().keeps_cursor();
+    h.sink().reset(&tables()).await.expect("reset");
+    let cursor = h.sink().open(&tables(), &log_id()).await.expect("open");
+    if keeps_cursor {
+        assert_eq!(cursor, None, "reset left the cursor");
+    }
+    for table in [TABLE, OTHER_TABLE] {
+        match h.state_of(table).await {
+            StoreState::Rows(rows) => assert!(rows.is_empty(), "reset left {rows:?}"),
+            StoreState::Lines(lines) => assert!(
+                lines.is_empty() || !keeps_cursor,
+                "reset left {} lines",
+                lines.len()
+            ),
+        }
+    }
+}
+
+async fn rewind_and_reopen_return_the_cursor(h: &mut impl SinkHarness) {
+    let records: Vec<SinkRecord> = (0..4).map(|i| create(i, TABLE, i as i64, "x")).collect();
+    apply(h.sink(), &records).await.expect("apply");
+    if !h.sink().keeps_cursor() {
+        return;
+    }
+    let reopened = h.sink().open(&tables(), &log_id()).await.expect("reopen");
+    assert_eq!(
+        reopened,
+        Some(cursor(4)),
+        "reopen returns the store's cursor"
+    );
+    if h.state().await.ids().is_none() {
+        return; // append-only: what was written stays written; a replay needs a reset
+    }
+    h.sink().rewind(1).await.expect("rewind");
+    let rewound = h.sink().open(&tables(), &log_id()).await.expect("reopen");
+    assert_eq!(
+        rewound,
+        Some(cursor(1)),
+        "rewind moves the store's cursor back"
+    );
+    // The log applied again from there, over what the store holds.
+    apply(h.sink(), &records[1..]).await.expect("apply again");
+    if let Some(ids) = h.state().await.ids() {
+        assert_eq!(ids, [0, 1, 2, 3]);
+    }
+    let again = h.sink().open(&tables(), &log_id()).await.expect("reopen");
+    assert_eq!(again, Some(cursor(4)));
+}
+
+async fn an_open_transaction_rolls_back_on_reopen(h: &mut impl SinkHarness) {
+    apply(h.sink(), &[create(0, TABLE, 1, "committed")])
+        .await
+        .expect("apply a whole transaction");
+    apply_open(h.sink(), &[create(1, TABLE, 2, "not yet")])
+        .await
+        .expect("apply the start of one");
+    if !h.sink().holds_transaction() {
+        return;
+    }
+    // What the runtime does after a transient error: open again.
+    let reopened = h.sink().open(&tables(), &log_id()).await.expect("reopen");
+    assert_eq!(reopened, Some(cursor(1)), "the cursor is the last commit");
+    assert!(!h.sink().holds_transaction());
+    assert_eq!(
+        h.state().await.ids(),
+        Some(vec![1]),
+        "the open transaction was not rolled back"
+    );
 }
 
 /// The two events an update that changes the key from `from` to `to` becomes, leaving the
@@ -261,174 +605,5 @@ async fn a_partial_row_never_reaches_a_store_without_the_rest(h: &mut impl SinkH
             rows.is_empty(),
             "a store holds part of a row as if it were the whole: {rows:?}"
         );
-    }
-}
-
-async fn applying_twice_changes_nothing(h: &mut impl SinkHarness) {
-    let batch = vec![
-        record(
-            0,
-            event(TABLE, Op::Create, 1, None, Some(row(1, "a", Value::Null))),
-        ),
-        record(
-            1,
-            event(
-                TABLE,
-                Op::Create,
-                2,
-                None,
-                Some(row(2, "b", Value::Text("x".into()))),
-            ),
-        ),
-        record(
-            2,
-            event(TABLE, Op::Update, 1, None, Some(row(1, "a2", Value::Null))),
-        ),
-        record(
-            3,
-            event(TABLE, Op::Delete, 2, Some(row(2, "b", Value::Null)), None),
-        ),
-    ];
-    apply(h.sink(), &batch).await.expect("first apply");
-    let first = h.state().await;
-    if let StoreState::Rows(rows) = &first {
-        assert_eq!(
-            rows.len(),
-            1,
-            "after c1 c2 u1 d2 only id 1 remains: {rows:?}"
-        );
-        assert_eq!(rows[&1].get("name"), Some(&Value::Text("a2".into())));
-    }
-    apply(h.sink(), &batch).await.expect("second apply");
-    assert_eq!(
-        h.state().await,
-        first,
-        "applying the same batch again changed the store"
-    );
-    apply(h.sink(), &batch[1..3])
-        .await
-        .expect("apply of a replayed part");
-    assert_eq!(
-        h.state().await,
-        first,
-        "replaying part of the log changed the store"
-    );
-}
-
-async fn older_offset_never_overwrites_newer(h: &mut impl SinkHarness) {
-    apply(
-        h.sink(),
-        &[record(
-            10,
-            event(TABLE, Op::Create, 7, None, Some(row(7, "new", Value::Null))),
-        )],
-    )
-    .await
-    .expect("apply newer");
-    let after_newer = h.state().await;
-    apply(
-        h.sink(),
-        &[record(
-            5,
-            event(TABLE, Op::Update, 7, None, Some(row(7, "old", Value::Null))),
-        )],
-    )
-    .await
-    .expect("apply older");
-    assert_eq!(
-        h.state().await,
-        after_newer,
-        "offset 5 overwrote what offset 10 wrote"
-    );
-    apply(
-        h.sink(),
-        &[record(6, event(TABLE, Op::Delete, 7, None, None))],
-    )
-    .await
-    .expect("apply older delete");
-    assert_eq!(
-        h.state().await,
-        after_newer,
-        "a delete at offset 6 removed what offset 10 wrote"
-    );
-}
-
-async fn delete_without_before_image(h: &mut impl SinkHarness) {
-    apply(
-        h.sink(),
-        &[
-            record(
-                0,
-                event(
-                    TABLE,
-                    Op::Create,
-                    3,
-                    None,
-                    Some(row(3, "gone soon", Value::Null)),
-                ),
-            ),
-            record(1, event(TABLE, Op::Delete, 3, None, None)),
-        ],
-    )
-    .await
-    .expect("apply");
-    match h.state().await {
-        StoreState::Rows(rows) => assert!(
-            !rows.contains_key(&3),
-            "row 3 survived its delete: {rows:?}"
-        ),
-        StoreState::Lines(lines) => {
-            let last = lines.last().expect("the delete was written");
-            let payload = last.get("payload").unwrap_or(last);
-            assert_eq!(payload["op"], "d", "{last}");
-            assert!(payload["before"].is_null(), "{last}");
-        }
-    }
-}
-
-async fn unchanged_column_keeps_stored_value(h: &mut impl SinkHarness) {
-    let big = "toasted ".repeat(2000);
-    apply(
-        h.sink(),
-        &[
-            record(
-                0,
-                event(
-                    TABLE,
-                    Op::Create,
-                    4,
-                    None,
-                    Some(row(4, "before", Value::Text(big.clone()))),
-                ),
-            ),
-            record(
-                1,
-                event(
-                    TABLE,
-                    Op::Update,
-                    4,
-                    None,
-                    Some(row(4, "after", Value::Unchanged)),
-                ),
-            ),
-        ],
-    )
-    .await
-    .expect("apply");
-    match h.state().await {
-        StoreState::Rows(rows) => {
-            let stored = &rows[&4];
-            assert_eq!(stored.get("name"), Some(&Value::Text("after".into())));
-            assert_eq!(
-                stored.get("note"),
-                Some(&Value::Text(big)),
-                "the unchanged column lost its value"
-            );
-        }
-        StoreState::Lines(lines) => {
-            let last = lines.last().expect("the update was written");
-            let payload = last.get("payload").unwrap_or(last);
-            assert_eq!(payload["after"]["note"], crate::json::UNAVAILABLE, "{last}");
-        }
     }
 }

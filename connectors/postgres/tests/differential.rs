@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use siphon_core::log::{ChangeLog, LogReader};
 use siphon_core::log::file::FileLog;
+use siphon_core::log::{ChangeLog, LogReader};
 use siphon_core::offsets::OffsetStore;
 use siphon_core::source::{Source, SourceContext};
 use siphon_core::{ConnectionUrl, Event, Op, Row, SnapshotMarker, Value};

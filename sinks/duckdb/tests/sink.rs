@@ -29,14 +29,22 @@ fn harness_with(config: impl FnOnce(DuckdbSinkConfig) -> DuckdbSinkConfig) -> Ha
 }
 
 /// The rows of a table as JSON objects, by `id`, through a connection to the same database.
+/// The rows of a table of the sink's file; none before the sink made the table.
 fn rows(sink: &DuckdbSink, table: &str) -> BTreeMap<i64, Json> {
-    let Some(conn) = sink.connection() else {
+    let conn = sink.connection().expect("the sink is open");
+    let exists: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = ?",
+            [table],
+            |r| r.get(0),
+        )
+        .unwrap();
+    if exists == 0 {
         return BTreeMap::new();
-    };
-    let Ok(mut stmt) = conn.prepare(&format!("SELECT to_json(t)::VARCHAR FROM \"{table}\" t"))
-    else {
-        return BTreeMap::new();
-    };
+    }
+    let mut stmt = conn
+        .prepare(&format!("SELECT to_json(t)::VARCHAR FROM \"{table}\" t"))
+        .unwrap();
     stmt.query_map([], |r| r.get::<_, String>(0))
         .unwrap()
         .map(|doc| {
@@ -52,14 +60,14 @@ impl SinkHarness for Harness {
         &mut self.sink
     }
 
-    async fn state(&mut self) -> StoreState {
+    async fn state_of(&mut self, table: &str) -> StoreState {
         let text = |doc: &Json, c: &str| {
             doc[c]
                 .as_str()
                 .map_or(Value::Null, |s| Value::Text(s.into()))
         };
         StoreState::Rows(
-            rows(&self.sink, "public_compliance")
+            rows(&self.sink, &format!("public_{table}"))
                 .into_iter()
                 .map(|(id, doc)| {
                     let row = Row(vec![

@@ -30,10 +30,10 @@ impl SinkHarness for Harness {
         &mut self.sink
     }
 
-    async fn state(&mut self) -> StoreState {
+    async fn state_of(&mut self, table: &str) -> StoreState {
         let rows: BTreeMap<i64, Row> = self
             .cluster
-            .documents(TABLE)
+            .documents(table)
             .into_iter()
             .map(|(id, doc)| {
                 let text = |c: &str| {

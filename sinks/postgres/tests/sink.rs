@@ -34,13 +34,25 @@ async fn harness(mode: TableMode) -> Harness {
 /// The rows of the mirror table (none if it does not exist yet). A column appears in the
 /// target with its first non-null value, so a missing column reads as NULL.
 async fn mirror_rows(db: &PgDatabase) -> BTreeMap<i64, Row> {
+    table_rows(db, TABLE).await
+}
+
+/// The rows of the mirror of `public.<table>`; none before the sink made the table.
+async fn table_rows(db: &PgDatabase, table: &str) -> BTreeMap<i64, Row> {
     let client = db.client().await.unwrap();
-    let Ok(rows) = client
-        .query("SELECT to_jsonb(t) FROM public.compliance t", &[])
+    let name = format!("public.{table}");
+    let exists: bool = client
+        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&name])
         .await
-    else {
+        .unwrap()
+        .get(0);
+    if !exists {
         return BTreeMap::new();
-    };
+    }
+    let rows = client
+        .query(&format!("SELECT to_jsonb(t) FROM {name} t"), &[])
+        .await
+        .unwrap();
     rows.iter()
         .map(|r| {
             let doc: serde_json::Value = r.get(0);
@@ -68,8 +80,8 @@ impl SinkHarness for Harness {
         &mut self.sink
     }
 
-    async fn state(&mut self) -> StoreState {
-        StoreState::Rows(mirror_rows(&self.db).await)
+    async fn state_of(&mut self, table: &str) -> StoreState {
+        StoreState::Rows(table_rows(&self.db, table).await)
     }
 }
 

@@ -57,10 +57,10 @@ impl SinkHarness for Harness {
         &mut self.sink
     }
 
-    async fn state(&mut self) -> StoreState {
+    async fn state_of(&mut self, table: &str) -> StoreState {
         let mut conn = self.keyspace.conn().await.unwrap();
         let keys: Vec<String> = conn
-            .keys(format!("{}{TABLE}:*", self.keyspace.prefix))
+            .keys(format!("{}{table}:*", self.keyspace.prefix))
             .await
             .unwrap();
         let mut rows = BTreeMap::new();
@@ -81,7 +81,7 @@ impl SinkHarness for Harness {
             let Some(Value::Int(id)) = row.get("id").cloned() else {
                 unreachable!()
             };
-            assert_eq!(key, format!("{}{TABLE}:{id}", self.keyspace.prefix));
+            assert_eq!(key, format!("{}{table}:{id}", self.keyspace.prefix));
             rows.insert(id, row);
         }
         StoreState::Rows(rows)
