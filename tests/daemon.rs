@@ -226,7 +226,7 @@ async fn admin_api_serves_health_readiness_metrics_and_status_behind_a_token() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_failing_sink_does_not_stop_the_source_or_other_sinks() {
+async fn a_sink_that_cannot_be_built_refuses_the_start_naming_it() {
     // A second file sink whose directory cannot be created (a file is in the way).
     let setup = Setup::new(200, "1ms", "");
     let blocker = setup.dir.path().join("blocked");
@@ -590,4 +590,87 @@ async fn the_admin_api_refuses_cross_origin_and_rebound_requests() {
     );
     drain_and_stop(d, 50).await;
     assert_exactly_once(&setup, 50);
+}
+
+/// A sink whose store refuses its writes for good stops alone: the source and the other
+/// sink go on to the end of the log.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_permanent_error_stops_only_that_sink() {
+    let target = siphon_test_support::postgres().await.unwrap();
+    // A table siphon did not make where the sink would write: a permanent error.
+    target
+        .execute("create schema demo; create table demo.orders (id bigint primary key)")
+        .await
+        .unwrap();
+    let setup = Setup::new(
+        300,
+        "1ms",
+        &format!(
+            "\n[pipelines.demo.sinks.warehouse]\nkind = \"postgres\"\nurl = \"{}\"\n",
+            target.url
+        ),
+    );
+    let d = setup.start();
+    let status = wait_status(&d, Duration::from_secs(60), "the warehouse to stop", |s| {
+        s[0]["sinks"]["warehouse"]["state"] == "failed"
+    })
+    .await;
+    let error = status[0]["sinks"]["warehouse"]["last_error"]
+        .as_str()
+        .unwrap();
+    assert!(error.contains("not made by siphon"), "{error}");
+    // The other sink and the source go on.
+    drain_and_stop(d, 300).await;
+    assert_exactly_once(&setup, 300);
+}
+
+/// The log's hard size cap removes records a stuck sink has not read: status says it needs a
+/// replay (and how), the metric says so, and the other sink goes on.
+#[tokio::test(flavor = "multi_thread")]
+async fn records_lost_to_max_size_mark_the_sink_for_a_replay() {
+    let dead = siphon_test_support::free_port();
+    let source = "kind = \"generator\"\ntables = [\"demo.orders\", \"demo.customers\"]\nkeys = 40\n\
+                  events = 600\ntransaction_size = 7\ninterval = \"1ms\"";
+    let setup = Setup::with_log(
+        source,
+        "segment_size = \"4KiB\"\nmax_size = \"8KiB\"\nmaintenance_interval = \"50ms\"",
+        600,
+        &format!(
+            "\n[pipelines.demo.sinks.stuck]\nkind = \"postgres\"\nurl = \"postgres://postgres@127.0.0.1:{dead}/x\"\nmax_backoff = \"100ms\"\n"
+        ),
+    );
+    let d = setup.start();
+    let status = wait_status(
+        &d,
+        Duration::from_secs(60),
+        "the stuck sink to need a replay",
+        |s| s[0]["sinks"]["stuck"]["state"] == "needs_replay" && sink(s)["next_offset"] == 600,
+    )
+    .await;
+    let stuck = &status[0]["sinks"]["stuck"];
+    assert!(stuck["lost"]["end"].as_u64().unwrap() > 0, "{stuck}");
+    let error = stuck["last_error"].as_str().unwrap();
+    assert!(error.contains("siphon replay demo stuck --from"), "{error}");
+    assert!(
+        status[0]["records_lost"].as_u64().unwrap() > 0,
+        "{status:#}"
+    );
+    let metrics = reqwest::get(format!("{}/metrics", d.admin))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "siphon_sink_needs_replay{pipeline=\"demo\",sink=\"stuck\"} 1"),
+        "{metrics}"
+    );
+    // It stays so while its task retries its store.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let later = wait_status(&d, Duration::from_secs(5), "status", |_| true).await;
+    assert_eq!(later[0]["sinks"]["stuck"]["state"], "needs_replay");
+    drain_and_stop(d, 600).await;
+    assert_exactly_once(&setup, 600);
 }

@@ -21,8 +21,10 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use self::status::needs_replay_message;
 pub use self::status::{PipelineStatus, SinkProgress, SinkStatus, State};
 use crate::config::Config;
+use siphon_core::offsets::LostRecords;
 
 /// The running pipelines, as the admin API sees them.
 #[derive(Debug, Default)]
@@ -66,12 +68,24 @@ impl PipelineHandle {
     /// The status now, with current log figures, sink progress and lag.
     pub fn status(&self) -> PipelineStatus {
         let mut s = self.status.lock().unwrap().clone();
+        s.log = self.log.stats();
         for (name, sink) in &self.sinks {
             if let Some(st) = s.sinks.get_mut(name) {
                 st.set_progress(&sink.progress.borrow());
+                // Records below the log's start that its store has not committed are gone
+                // (the size cap removed them), whatever the sink's task is doing now.
+                if st.lost.is_none() && st.committed_offset < s.log.start_offset {
+                    st.lost = Some(LostRecords {
+                        first: st.committed_offset,
+                        end: s.log.start_offset,
+                    });
+                }
+                if let Some(lost) = &st.lost {
+                    st.component.state = State::NeedsReplay;
+                    st.component.last_error = Some(needs_replay_message(&s.name, name, lost));
+                }
             }
         }
-        s.log = self.log.stats();
         s.records_appended = s.log.end_offset.saturating_sub(self.end_at_start);
         s.source_metrics = self.source_metrics.values();
         if s.source.state == State::Starting && self.source_metrics.is_connected() {

@@ -6,15 +6,13 @@ use std::time::Duration;
 
 use siphon_core::log::file::FileLog;
 use siphon_core::log::{ChangeLog, Consumer};
-use siphon_core::offsets::{LostRecords, OffsetStore, SinkCursor};
+use siphon_core::offsets::{OffsetStore, SinkCursor};
 use siphon_core::source::{SourceContext, TableInfo};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::status::{
-    ComponentStatus, PipelineStatus, SinkProgress, SinkStatus, State, needs_replay_message,
-};
+use super::status::{ComponentStatus, PipelineStatus, SinkProgress, SinkStatus};
 use super::{PipelineHandle, SinkControl, sink_task, source_task};
 use crate::config::{Config, LogSpec, PipelineConfig};
 
@@ -222,22 +220,11 @@ async fn maintain(handle: Arc<PipelineHandle>, every: Duration, cancel: Cancella
                         "change log maintenance"
                     );
                 }
+                // Which sinks lost what shows in status by itself (their position is below
+                // the log's start); the count is kept here.
                 let lost: u64 = report.lost.iter().map(|(_, r)| r.end - r.start).sum();
                 if lost > 0 {
-                    handle.update(|s| {
-                        s.records_lost += lost;
-                        for (sink, range) in &report.lost {
-                            if let Some(st) = s.sinks.get_mut(sink) {
-                                st.component.state = State::NeedsReplay;
-                                let lost = LostRecords {
-                                    first: range.start,
-                                    end: range.end,
-                                };
-                                st.component.last_error =
-                                    Some(needs_replay_message(&s.name, sink, &lost));
-                            }
-                        }
-                    });
+                    handle.update(|s| s.records_lost += lost);
                 }
             }
             Err(e) => tracing::error!(error = %e, "change log maintenance failed"),
