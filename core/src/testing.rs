@@ -560,13 +560,72 @@ async fn a_row_whose_key_changed_keeps_its_unchanged_columns(h: &mut impl SinkHa
     )
     .await
     .expect("apply the row and its key change");
+    // Moved and updated again in one batch, and moved twice in one batch, from stored rows.
+    apply(
+        h.sink(),
+        &[
+            record(
+                6,
+                event(
+                    TABLE,
+                    Op::Create,
+                    20,
+                    None,
+                    Some(row(20, "old", Value::Text(big.clone()))),
+                ),
+            ),
+            record(
+                7,
+                event(
+                    TABLE,
+                    Op::Create,
+                    30,
+                    None,
+                    Some(row(30, "old", Value::Text(big.clone()))),
+                ),
+            ),
+        ],
+    )
+    .await
+    .expect("apply two rows");
+    let (delete, create) = key_change(20, 21, "moved");
+    let (first_delete, first_create) = key_change(30, 31, "moved");
+    let (second_delete, second_create) = key_change(31, 32, "moved twice");
+    apply(
+        h.sink(),
+        &[
+            record(8, delete),
+            record(9, create),
+            record(
+                10,
+                event(
+                    TABLE,
+                    Op::Update,
+                    21,
+                    None,
+                    Some(row(21, "then renamed", Value::Unchanged)),
+                ),
+            ),
+            record(11, first_delete),
+            record(12, first_create),
+            record(13, second_delete),
+            record(14, second_create),
+        ],
+    )
+    .await
+    .expect("apply the key changes");
     if let StoreState::Rows(rows) = h.state().await {
         assert_eq!(
             rows.keys().copied().collect::<Vec<_>>(),
-            [6, 8],
+            [6, 8, 21, 32],
             "the old keys must be gone, the new ones there"
         );
-        for (id, name) in [(6, "moved"), (8, "moved too")] {
+        for (id, name) in [
+            (6, "moved"),
+            (8, "moved too"),
+            (21, "then renamed"),
+            (32, "moved twice"),
+        ] {
             assert_eq!(rows[&id].get("name"), Some(&Value::Text(name.into())));
             assert_eq!(
                 rows[&id].get("note"),

@@ -56,12 +56,15 @@ impl Batcher {
         }
     }
 
-    /// Length of the longest prefix of `pending` that ends a transaction, within `max`.
+    /// Length of the longest prefix of `pending` that ends a transaction, within `max` (never
+    /// between the halves of a key change).
     fn complete_prefix(&self) -> usize {
         self.pending
             .iter()
             .take(self.max)
-            .rposition(|r| r.flags.contains(RecordFlags::TXN_END))
+            .rposition(|r| {
+                r.flags.contains(RecordFlags::TXN_END) && !r.flags.contains(RecordFlags::WITH_NEXT)
+            })
             .map_or(0, |i| i + 1)
     }
 
@@ -183,5 +186,20 @@ mod tests {
         let mut b = Batcher::new(log.reader(7).unwrap(), 1, Duration::ZERO);
         assert_eq!(offsets(b.next().await.unwrap()), [7, 8]);
         assert_eq!(offsets(b.next().await.unwrap()), [9]);
+        // After compaction every record ends a transaction, the first half of a key change
+        // included: still no cut after it.
+        log.append(vec![
+            rec(true),
+            NewRecord {
+                flags: RecordFlags::WITH_NEXT.with(RecordFlags::TXN_END),
+                ..rec(false)
+            },
+            rec(true),
+        ])
+        .await
+        .unwrap();
+        let mut b = Batcher::new(log.reader(10).unwrap(), 2, Duration::ZERO);
+        assert_eq!(offsets(b.next().await.unwrap()), [10]);
+        assert_eq!(offsets(b.next().await.unwrap()), [11, 12]);
     }
 }

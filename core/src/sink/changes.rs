@@ -28,6 +28,8 @@ pub enum Change<'a> {
         event: &'a Event,
         /// The row, with unchanged columns filled from earlier in the batch where possible.
         row: Cow<'a, Row>,
+        /// While `row` has unchanged columns: the key of the stored row holding their values.
+        origin: Option<&'a Row>,
     },
     /// The key was deleted.
     Delete {
@@ -65,20 +67,14 @@ impl<'a> Change<'a> {
     }
 
     /// For an upsert whose row still has [`Value::Unchanged`] columns: the key of the stored
-    /// row that holds their values — its own key, or the old key when an update changed the
-    /// key. A sink reads that row before applying the batch, takes those columns from it, and
-    /// writes nothing for this change when the row is not there: a store may lack a row,
-    /// never hold part of one.
+    /// row that holds their values — its own key, or, for a row whose key an update changed
+    /// (maybe more than once in the batch), the key it had before the batch. A sink reads
+    /// that row before applying the batch, takes those columns from it, and writes nothing
+    /// for this change when the row is not there: a store may lack a row, never hold part of
+    /// one.
     pub fn unchanged_from(&self) -> Option<&'a Row> {
         match self {
-            Change::Upsert { event, row, .. }
-                if row.iter().any(|(_, v)| *v == Value::Unchanged) =>
-            {
-                match &event.key_change {
-                    Some(KeyChange::From(old_key)) => Some(old_key),
-                    _ => event.key.as_ref(),
-                }
-            }
+            Change::Upsert { origin, .. } => *origin,
             _ => None,
         }
     }
@@ -98,9 +94,9 @@ impl<'a> Change<'a> {
 pub fn net_changes(records: &[SinkRecord]) -> Vec<Change<'_>> {
     let mut out: Vec<Option<Change<'_>>> = Vec::with_capacity(records.len());
     let mut latest: HashMap<Vec<u8>, usize> = HashMap::with_capacity(records.len());
-    // The last row each key held in the batch, even once deleted: a row moved to a new key
-    // takes its unchanged columns from it.
-    let mut last_rows: HashMap<Vec<u8>, Cow<'_, Row>> = HashMap::new();
+    // The last row each key held in the batch, even once deleted (a row moved to a new key
+    // takes its unchanged columns from it), with where its own unchanged columns come from.
+    let mut last_rows: HashMap<Vec<u8>, (Cow<'_, Row>, Option<&Row>)> = HashMap::new();
     for r in records {
         let event = &r.event;
         if event.op == Op::Truncate {
@@ -125,6 +121,7 @@ pub fn net_changes(records: &[SinkRecord]) -> Vec<Change<'_>> {
                 offset: r.offset,
                 event,
                 row: Cow::Borrowed(row),
+                origin: None,
             },
             None => Change::Delete {
                 offset: r.offset,
@@ -136,23 +133,34 @@ pub fn net_changes(records: &[SinkRecord]) -> Vec<Change<'_>> {
             continue;
         }
         let key = event.log_key();
-        if let Change::Upsert { row, .. } = &mut change
-            && row.iter().any(|(_, v)| *v == Value::Unchanged)
+        if let Change::Upsert { row, origin, .. } = &mut change
+            && has_unchanged(row)
         {
-            let earlier = match &event.key_change {
-                Some(KeyChange::From(old_key)) => last_rows.get(&event.log_key_of(old_key)),
-                // Not from before a delete of the key in the batch.
-                _ => latest
-                    .get(&key)
-                    .filter(|&&i| matches!(out[i], Some(Change::Upsert { .. })))
-                    .and_then(|_| last_rows.get(&key)),
+            // The row it continues: the old key's for a key change, else its own earlier in
+            // the batch (not from before a delete of the key).
+            let (base_key, earlier) = match &event.key_change {
+                Some(KeyChange::From(old_key)) => {
+                    (Some(old_key), last_rows.get(&event.log_key_of(old_key)))
+                }
+                _ => (
+                    event.key.as_ref(),
+                    latest
+                        .get(&key)
+                        .filter(|&&i| matches!(out[i], Some(Change::Upsert { .. })))
+                        .and_then(|_| last_rows.get(&key)),
+                ),
             };
-            if let Some(earlier) = earlier {
-                *row = Cow::Owned(row.fill_unchanged(earlier));
-            }
+            *origin = match earlier {
+                Some((earlier, earlier_origin)) => {
+                    *row = Cow::Owned(row.fill_unchanged(earlier));
+                    // What the earlier row left unchanged comes from where its did.
+                    earlier_origin.or(base_key).filter(|_| has_unchanged(row))
+                }
+                None => base_key,
+            };
         }
-        if let Change::Upsert { row, .. } = &change {
-            last_rows.insert(key.clone(), row.clone());
+        if let Change::Upsert { row, origin, .. } = &change {
+            last_rows.insert(key.clone(), (row.clone(), *origin));
         }
         if let Some(earlier) = latest.get(&key).copied() {
             out[earlier] = None;
@@ -161,6 +169,10 @@ pub fn net_changes(records: &[SinkRecord]) -> Vec<Change<'_>> {
         out.push(Some(change));
     }
     out.into_iter().flatten().collect()
+}
+
+fn has_unchanged(row: &Row) -> bool {
+    row.iter().any(|(_, v)| *v == Value::Unchanged)
 }
 
 /// The start of the log keys of a table's rows.
@@ -482,12 +494,43 @@ mod tests {
         assert_eq!(moved.get("note"), Some(&Value::Text("big".into())));
         assert_eq!(changes[1].unchanged_from(), None);
         // Not in the batch: the sink reads it from the old key's stored row.
-        let alone = vec![record(1, delete), record(2, create)];
+        let key = |id| Row(vec![("id".into(), Value::Int(id))]);
+        let alone = vec![record(1, delete.clone()), record(2, create.clone())];
         let changes = net_changes(&alone);
-        assert_eq!(
-            changes[1].unchanged_from(),
-            Some(&Row(vec![("id".into(), Value::Int(1))]))
+        assert_eq!(changes[1].unchanged_from(), Some(&key(1)));
+        // Moved, then updated again (still leaving the column unchanged): still from key 1.
+        let update = event(
+            TABLE,
+            Op::Update,
+            2,
+            None,
+            Some(row(2, "again", Value::Unchanged)),
         );
+        let again = vec![record(1, delete), record(2, create), record(3, update)];
+        let changes = net_changes(&again);
+        assert_eq!(offsets(&changes), [(1, "delete"), (3, "upsert")]);
+        assert_eq!(changes[1].unchanged_from(), Some(&key(1)));
+        // Moved twice (1 to 2 to 3): from key 1, which the store holds.
+        let mut second_delete = event(TABLE, Op::Delete, 2, Some(key(2)), None);
+        second_delete.key_change = Some(KeyChange::To(key(3)));
+        let mut second_create = event(
+            TABLE,
+            Op::Create,
+            3,
+            None,
+            Some(row(3, "moved twice", Value::Unchanged)),
+        );
+        second_create.key_change = Some(KeyChange::From(key(2)));
+        let twice = vec![
+            record(1, again[0].event.clone()),
+            record(2, again[1].event.clone()),
+            record(3, second_delete),
+            record(4, second_create),
+        ];
+        let changes = net_changes(&twice);
+        let last = changes.last().unwrap();
+        assert_eq!(last.offset(), 4);
+        assert_eq!(last.unchanged_from(), Some(&key(1)));
     }
 
     #[test]

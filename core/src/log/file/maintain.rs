@@ -4,7 +4,7 @@
 //! Compaction keeps a map of every key in the log to its newest offset in memory while it runs:
 //! its memory grows with the number of distinct keys, not with the log's size.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs;
 
 use super::segment::{self, Next, Segment, SegmentCursor, index_path, log_path};
@@ -133,13 +133,15 @@ fn compact(
     // Per key, the records a replay needs: the newest one, and while that one leaves columns
     // unchanged (PARTIAL), the ones before it back to a whole row. A row whose key an update
     // changed takes those columns from the old key's row: its chain goes on with the old
-    // key's, through the delete that ends the old key (flagged WITH_NEXT: the next record is
-    // the new key's create).
+    // key's, through the delete that ends the old key (flagged WITH_NEXT; the new key's
+    // create has the next offset, which compaction never changes).
     let mut chains: HashMap<Vec<u8>, Vec<u64>> = HashMap::new();
+    // The chain of the old key of a key change, until its create is read.
     let mut moving: Option<Vec<u64>> = None;
     for seg in &segments {
         for_each_record(log, seg, limit, |rec| {
-            let moved_from = moving.take();
+            let moved_from =
+                moving.take_if(|old| old.last().is_some_and(|&delete| delete + 1 == rec.offset));
             if rec.key.is_empty() {
                 return Ok(());
             }
@@ -159,14 +161,14 @@ fn compact(
             Ok(())
         })?;
     }
-    // How many chains need each record: a delete only its own key's needs can expire, one
-    // that a moved row's chain goes through cannot (the old key's row would come back).
-    let mut needed: HashMap<u64, u32> = HashMap::new();
-    for offset in chains.into_values().flatten() {
-        *needed.entry(offset).or_default() += 1;
-    }
+    let mut needed: HashSet<u64> = chains.into_values().flatten().collect();
+    // A key change whose create is not durable yet: its new row will need the old key's.
+    needed.extend(moving.into_iter().flatten());
     let delete_horizon = now_ms() - inner.config.delete_retention.0.as_millis() as i64;
     let interval = inner.config.index_interval.0;
+    // Keys with a row kept so far (in offset order): a later delete of such a key never
+    // expires, or that row would come back in a replay.
+    let mut rows_kept: HashSet<Vec<u8>> = HashSet::new();
     for seg in eligible {
         let mut kept = Vec::new();
         let mut compacted = Segment::empty(seg.base);
@@ -176,21 +178,29 @@ fn compact(
             // (No other record is kept for its position: a superseded upsert kept that way
             // would outlive the delete after it and bring the row back in a replay.)
             let is_last = rec.offset + 1 == limit;
-            let needed_by = needed.get(&rec.offset).copied().unwrap_or(0);
-            let superseded = !rec.key.is_empty() && needed_by == 0;
+            let tombstone = rec.flags.contains(RecordFlags::TOMBSTONE);
+            let superseded = !rec.key.is_empty() && !needed.contains(&rec.offset);
             // A keyless record is never compacted, a delete of a keyless table included.
             let expired_delete = !rec.key.is_empty()
-                && rec.flags.contains(RecordFlags::TOMBSTONE)
-                && needed_by <= 1
+                && tombstone
+                && !rows_kept.contains(&rec.key)
                 && rec.offset < min_all
                 && rec.timestamp_ms < delete_horizon;
             if !is_last && (superseded || expired_delete) {
                 dropped += 1;
                 return Ok(());
             }
-            // A compacted stretch no longer holds whole transactions: every record stands alone.
+            if !tombstone && !rec.key.is_empty() {
+                rows_kept.insert(rec.key.clone());
+            }
+            // A compacted stretch no longer holds whole transactions: every record stands
+            // alone, but for the first half of a key change, which goes with the next.
             let start = kept.len();
-            let flags = rec.flags.with(RecordFlags::TXN_END);
+            let flags = if rec.flags.contains(RecordFlags::WITH_NEXT) {
+                rec.flags
+            } else {
+                rec.flags.with(RecordFlags::TXN_END)
+            };
             encode_frame(
                 &mut kept,
                 rec.offset,

@@ -365,6 +365,166 @@ fn compaction_keeps_the_old_keys_records_a_moved_partial_row_needs() {
     assert_eq!(kept, [pair("k2", "whole again")]);
 }
 
+/// Appends `records` with a segment's worth of other keys after them, so that they end up
+/// in closed segments; then runs maintenance with every record read by everyone.
+fn close_and_compact(log: &FileLog, records: &[NewRecord]) {
+    log.append_blocking(records).unwrap();
+    for round in 0..20 {
+        let fill: Vec<_> = (0..10)
+            .map(|k| rec(&format!("fill{k}"), &format!("{round}:{k:>80}")))
+            .collect();
+        log.append_blocking(&fill).unwrap();
+    }
+    let everyone = [Consumer {
+        name: "sink".into(),
+        next_offset: log.durable_end(),
+        keeps_history: false,
+    }];
+    log.maintain_blocking(&everyone).unwrap();
+}
+
+fn flagged(flags: RecordFlags, key: &str, value: &str) -> NewRecord {
+    NewRecord {
+        flags,
+        ..rec(key, value)
+    }
+}
+
+/// The kept records of keys starting with `k`, as (key, value).
+fn kept(log: &FileLog) -> Vec<(String, String)> {
+    read_all(log, 0)
+        .into_iter()
+        .filter(|r| r.key.starts_with(b"k"))
+        .map(|r| {
+            (
+                String::from_utf8(r.key).unwrap(),
+                String::from_utf8(r.value).unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn expiring() -> FileLogConfig {
+    FileLogConfig {
+        delete_retention: HumanDuration(Duration::ZERO),
+        ..small_config()
+    }
+}
+
+#[test]
+fn a_delete_a_moved_row_needs_does_not_expire_when_its_key_comes_back() {
+    // k1 moves to k2 (which needs k1's row), then k1 is made again and deleted again: the
+    // first delete of k1 must stay while k1's first row does, or a replay brings k1 back.
+    let dir = tempfile::tempdir().unwrap();
+    let log = FileLog::open(dir.path(), expiring()).unwrap();
+    let delete = RecordFlags::TOMBSTONE;
+    close_and_compact(
+        &log,
+        &[
+            rec("k1", "first"),
+            flagged(delete.with(RecordFlags::WITH_NEXT), "k1", ""),
+            flagged(RecordFlags::PARTIAL, "k2", "moved"),
+            rec("k1", "again"),
+            flagged(delete, "k1", ""),
+        ],
+    );
+    let kept = kept(&log);
+    let alive = kept.iter().fold(HashMap::new(), |mut rows, (k, v)| {
+        if v.is_empty() {
+            rows.remove(k);
+        } else {
+            rows.insert(k.clone(), v.clone());
+        }
+        rows
+    });
+    assert!(!alive.contains_key("k1"), "k1 came back: {kept:?}");
+    assert!(
+        kept.contains(&("k1".into(), "first".into())),
+        "k2's base went: {kept:?}"
+    );
+}
+
+#[test]
+fn a_key_change_whose_create_was_compacted_lends_its_chain_to_no_one() {
+    // k2 got a whole row, so its create from k1 is dropped; the record after k1's delete
+    // is then a partial update of another key, which must keep its own whole row.
+    let dir = tempfile::tempdir().unwrap();
+    let log = FileLog::open(dir.path(), small_config()).unwrap();
+    close_and_compact(
+        &log,
+        &[
+            rec("kK", "whole"),
+            rec("k1", "first"),
+            flagged(
+                RecordFlags::TOMBSTONE.with(RecordFlags::WITH_NEXT),
+                "k1",
+                "",
+            ),
+            flagged(RecordFlags::PARTIAL, "k2", "moved"),
+            flagged(RecordFlags::PARTIAL, "kK", "update"),
+            rec("k2", "whole"),
+        ],
+    );
+    close_and_compact(&log, &[]);
+    let kept = kept(&log);
+    assert!(
+        kept.contains(&("kK".into(), "whole".into())),
+        "kK lost the whole row its update needs: {kept:?}"
+    );
+}
+
+#[test]
+fn a_key_change_cut_at_the_durable_end_keeps_the_old_row() {
+    // Compaction runs between the two halves of a key change.
+    let dir = tempfile::tempdir().unwrap();
+    let log = FileLog::open(dir.path(), small_config()).unwrap();
+    log.append_blocking(&[rec("k1", "first")]).unwrap();
+    close_and_compact(&log, &[]);
+    log.append_blocking(&[flagged(
+        RecordFlags::TOMBSTONE.with(RecordFlags::WITH_NEXT),
+        "k1",
+        "",
+    )])
+    .unwrap();
+    // The delete is the log's last record: its create is not appended yet. (A history
+    // sink that moved on makes compaction run again.)
+    let everyone = [Consumer {
+        name: "audit".into(),
+        next_offset: log.durable_end(),
+        keeps_history: true,
+    }];
+    log.maintain_blocking(&everyone).unwrap();
+    assert!(
+        kept(&log).contains(&("k1".into(), "first".into())),
+        "the old row went before its key change's create arrived: {:?}",
+        kept(&log)
+    );
+}
+
+#[test]
+fn compaction_never_marks_the_first_half_of_a_key_change_as_a_transaction_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = FileLog::open(dir.path(), small_config()).unwrap();
+    close_and_compact(
+        &log,
+        &[
+            rec("k0", "old"),
+            rec("k0", "superseded"),
+            flagged(
+                RecordFlags::TOMBSTONE.with(RecordFlags::WITH_NEXT),
+                "k1",
+                "",
+            ),
+            flagged(RecordFlags::PARTIAL, "k2", "moved"),
+        ],
+    );
+    let delete = read_all(&log, 0)
+        .into_iter()
+        .find(|r| r.key == b"k1")
+        .unwrap();
+    assert!(!delete.flags.contains(RecordFlags::TXN_END));
+}
+
 #[test]
 fn torn_tail_is_cut_on_reopen_and_appends_continue() {
     let dir = tempfile::tempdir().unwrap();
