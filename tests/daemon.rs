@@ -318,12 +318,13 @@ async fn a_damaged_cursor_file_stops_only_a_sink_that_cannot_do_without_it() {
     assert_exactly_once(&setup, 200);
 }
 
-/// The data directory is lost while the file sink's output (elsewhere) keeps its cursor: with
-/// `on_other_log = "fail"` the sink stops and says how to rebuild it; by default it is rebuilt
-/// from the new log, each event once.
+/// The data directory is lost while the file sink's output (elsewhere) keeps its cursor: by
+/// default an event file, whose past the new log cannot give back, stops and says how to
+/// rebuild it; with `on_other_log = "rebuild"` it is rebuilt from the new log, each event
+/// once.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_store_that_followed_a_lost_log_is_rebuilt_or_refused() {
-    let setup = Setup::new(120, "1ms", "on_other_log = \"fail\"\n");
+    let setup = Setup::new(120, "1ms", "");
     let d = setup.start();
     drain_and_stop(d, 120).await;
     assert_exactly_once(&setup, 120);
@@ -340,10 +341,10 @@ async fn a_store_that_followed_a_lost_log_is_rebuilt_or_refused() {
         "{error}"
     );
     drop(d);
-    // The default: rebuilt from the new log (a new generator run writes the same 120 events).
+    // Rebuilt from the new log (a new generator run writes the same 120 events).
     let text = std::fs::read_to_string(&setup.config)
         .unwrap()
-        .replace("on_other_log = \"fail\"\n", "");
+        .replace("batch_size = 50\n", "batch_size = 50\non_other_log = \"rebuild\"\n");
     std::fs::write(&setup.config, text).unwrap();
     std::fs::remove_dir_all(setup.dir.path().join("data")).unwrap();
     let d = setup.start();

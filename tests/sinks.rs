@@ -63,8 +63,11 @@ status_interval = "200ms""#,
         url = source.url,
         name = source.name
     );
+    // The event file (`out`) and the history keep every event: after the data directory is
+    // lost they are rebuilt from the new log only because they are told to.
     let sinks = format!(
-        r#"
+        r#"on_other_log = "rebuild"
+
 [pipelines.demo.sinks.cache]
 kind = "redis"
 url = "{redis}"
@@ -97,6 +100,7 @@ kind = "postgres"
 url = "{target}"
 mode = "history"
 schema = "audit"
+on_other_log = "rebuild"
 batch_size = 40
 max_backoff = "500ms"
 "#,

@@ -141,8 +141,10 @@ pub struct DeliveryConfig {
     pub on_error: OnError,
     /// What to do when the store's cursor belongs to another change log (the data directory
     /// was lost or replaced while the store kept its cursor): clear the store and rebuild it
-    /// from this log (`rebuild`), or stop the sink with an error (`fail`).
-    pub on_other_log: OnOtherLog,
+    /// from this log (`rebuild`), or stop the sink with an error (`fail`). Unset: `rebuild`
+    /// for a store of current rows, `fail` for one that keeps every event (a history table,
+    /// event files), whose past the new log cannot give back.
+    pub on_other_log: Option<OnOtherLog>,
 }
 
 /// What a sink does when its store followed another change log.
@@ -194,7 +196,7 @@ impl Default for DeliveryConfig {
             tables: Vec::new(),
             exclude_columns: Vec::new(),
             on_error: OnError::Fail,
-            on_other_log: OnOtherLog::Rebuild,
+            on_other_log: None,
         }
     }
 }

@@ -210,7 +210,12 @@ impl SinkTask {
                         self.log.id(),
                         self.log.durable_end(),
                     );
-                    match self.delivery.on_other_log {
+                    let policy = self.delivery.on_other_log.unwrap_or(if self.sink.keeps_history() {
+                        OnOtherLog::Fail
+                    } else {
+                        OnOtherLog::Rebuild
+                    });
+                    match policy {
                         OnOtherLog::Fail => {
                             let p = &self.handle.name;
                             return Err((

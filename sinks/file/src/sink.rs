@@ -132,6 +132,11 @@ impl Sink for JsonLinesSink {
         Ok(())
     }
 
+    /// Every event goes out: the log never compacts what it has not written.
+    fn keeps_history(&self) -> bool {
+        true
+    }
+
     fn keeps_cursor(&self) -> bool {
         matches!(self.target, Target::Files(_))
     }
