@@ -342,9 +342,10 @@ async fn a_store_that_followed_a_lost_log_is_rebuilt_or_refused() {
     );
     drop(d);
     // Rebuilt from the new log (a new generator run writes the same 120 events).
-    let text = std::fs::read_to_string(&setup.config)
-        .unwrap()
-        .replace("batch_size = 50\n", "batch_size = 50\non_other_log = \"rebuild\"\n");
+    let text = std::fs::read_to_string(&setup.config).unwrap().replace(
+        "batch_size = 50\n",
+        "batch_size = 50\non_other_log = \"rebuild\"\n",
+    );
     std::fs::write(&setup.config, text).unwrap();
     std::fs::remove_dir_all(setup.dir.path().join("data")).unwrap();
     let d = setup.start();

@@ -210,11 +210,14 @@ impl SinkTask {
                         self.log.id(),
                         self.log.durable_end(),
                     );
-                    let policy = self.delivery.on_other_log.unwrap_or(if self.sink.keeps_history() {
-                        OnOtherLog::Fail
-                    } else {
-                        OnOtherLog::Rebuild
-                    });
+                    let policy =
+                        self.delivery
+                            .on_other_log
+                            .unwrap_or(if self.sink.keeps_history() {
+                                OnOtherLog::Fail
+                            } else {
+                                OnOtherLog::Rebuild
+                            });
                     match policy {
                         OnOtherLog::Fail => {
                             let p = &self.handle.name;

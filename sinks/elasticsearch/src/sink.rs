@@ -175,7 +175,11 @@ impl ElasticsearchSink {
             Error::transient(message)
         })?;
         let status = response.status().as_u16();
-        let body = response.text().await.unwrap_or_default();
+        let body = response.text().await.map_err(|e| {
+            Error::transient(format!(
+                "elasticsearch {url} {what}: reading the answer: {e}"
+            ))
+        })?;
         if status == 429 || status >= 500 {
             return Err(Error::transient(format!(
                 "elasticsearch {url} {what}: HTTP {status}: {:.300}",
@@ -221,20 +225,34 @@ impl ElasticsearchSink {
                 "elasticsearch _mget: HTTP {status}: {reply}"
             )));
         }
-        Ok(reply["docs"]
+        // One answer per document asked for, in order (the answer names the concrete index,
+        // which is not the one asked for behind an alias). Only `found: false` means absent:
+        // anything else that is not a document is an error, never taken for absence.
+        let docs = reply["docs"]
             .as_array()
-            .map(Vec::as_slice)
-            .unwrap_or_default()
-            .iter()
-            .filter(|d| d["found"] == true)
-            .map(|d| {
-                let key = (
-                    d["_index"].as_str().unwrap_or_default().to_owned(),
-                    d["_id"].as_str().unwrap_or_default().to_owned(),
-                );
-                (key, d["_source"].clone())
-            })
-            .collect())
+            .filter(|docs| docs.len() == wanted.len())
+            .ok_or_else(|| {
+                Error::transient(format!(
+                    "elasticsearch _mget answered no document list for {} documents: {reply:.300}",
+                    wanted.len()
+                ))
+            })?;
+        let mut stored = HashMap::new();
+        for (want, doc) in wanted.into_iter().zip(docs) {
+            match (&doc["found"], doc["_source"].is_object()) {
+                (Json::Bool(true), true) => {
+                    stored.insert(want, doc["_source"].clone());
+                }
+                (Json::Bool(false), _) => {}
+                _ => {
+                    return Err(Error::transient(format!(
+                        "elasticsearch _mget of {}/{}: {doc:.300}",
+                        want.0, want.1
+                    )));
+                }
+            }
+        }
+        Ok(stored)
     }
 
     /// The bulk lines of one change; `None` for an upsert whose unchanged columns have no
@@ -363,6 +381,21 @@ impl ElasticsearchSink {
     async fn truncate(&self, change: &Change<'_>) -> Result<()> {
         let index = self.event_index(change.event())?;
         let version = change.offset();
+        // Documents indexed in the last second are not searchable before a refresh.
+        let (status, reply) = self
+            .send(
+                self.request(reqwest::Method::POST, &format!("/{index}/_refresh")),
+                "refreshing the index to truncate",
+            )
+            .await?;
+        if status == 404 {
+            return Ok(()); // no index: nothing to truncate
+        }
+        if status >= 400 {
+            return Err(Error::permanent(format!(
+                "elasticsearch refreshing {index}: HTTP {status}: {reply:.300}"
+            )));
+        }
         let mut page = self
             .send(
                 self.request(
@@ -377,7 +410,14 @@ impl ElasticsearchSink {
         loop {
             let (status, reply) = page;
             match status {
-                404 => break, // no index: nothing to truncate
+                // The index went meanwhile: nothing to truncate.
+                404 if scroll_ids.is_empty() => break,
+                // The scroll expired: the truncate starts again (its deletes are idempotent).
+                404 => {
+                    return Err(Error::transient(format!(
+                        "elasticsearch: the scroll over {index} expired during a truncate: {reply:.300}"
+                    )));
+                }
                 s if s >= 400 => {
                     return Err(Error::permanent(format!(
                         "elasticsearch listing {index} to truncate it: HTTP {s}: {reply:.300}"

@@ -32,6 +32,9 @@ struct Inner {
     no_auto_create: bool,
     /// Open scrolls: the ids still to return, and the page size.
     scrolls: BTreeMap<String, (Vec<String>, usize)>,
+    /// Per index, the documents written since its last refresh: a search does not see them
+    /// yet (a real cluster refreshes every second; this one only when asked).
+    unrefreshed: BTreeMap<String, std::collections::BTreeSet<String>>,
     next_scroll: u64,
 }
 
@@ -155,6 +158,7 @@ impl SearchStandIn {
                 get(get_doc).put(put_doc).delete(delete_doc),
             )
             .route("/{index}/_search", post(search))
+            .route("/{index}/_refresh", post(refresh))
             .route("/_search/scroll", post(scroll).delete(clear_scroll))
             .with_state(inner.clone());
         let task = tokio::spawn(async move {
@@ -298,6 +302,11 @@ async fn bulk(State(inner): Shared, body: String) -> Response {
             (true, Some(v)) => {
                 let existed = docs.get(&id).is_some_and(|(_, d)| d.is_some());
                 docs.insert(id.clone(), (v, doc.clone()));
+                state
+                    .unrefreshed
+                    .entry(index.clone())
+                    .or_default()
+                    .insert(id.clone());
                 match (op.as_str(), existed) {
                     ("delete", true) => (200, "deleted"),
                     ("delete", false) => (404, "not_found"),
@@ -356,6 +365,24 @@ async fn get_doc(State(inner): Shared, Path((index, id)): Path<(String, String)>
     }
 }
 
+/// Makes what was indexed searchable (here always so); 404 for a missing index.
+async fn refresh(State(inner): Shared, Path(index): Path<String>) -> Response {
+    if let Some(r) = fault(&inner) {
+        return r;
+    }
+    let mut state = inner.lock().unwrap();
+    if state.indices.contains_key(&index) {
+        state.unrefreshed.remove(&index);
+        axum::Json(json!({"_shards": {"failed": 0}})).into_response()
+    } else {
+        (
+            StatusCode::NOT_FOUND,
+            axum::Json(json!({"error": {"type": "index_not_found_exception"}, "status": 404})),
+        )
+            .into_response()
+    }
+}
+
 /// Opens a scroll over an index's live documents (ids only).
 async fn search(
     State(inner): Shared,
@@ -373,9 +400,10 @@ async fn search(
         )
             .into_response();
     };
+    let unrefreshed = state.unrefreshed.get(&index);
     let ids: Vec<String> = docs
         .iter()
-        .filter(|(_, (_, doc))| doc.is_some())
+        .filter(|(id, (_, doc))| doc.is_some() && !unrefreshed.is_some_and(|u| u.contains(*id)))
         .map(|(id, _)| id.clone())
         .collect();
     let size = body["size"].as_u64().unwrap_or(10) as usize;
