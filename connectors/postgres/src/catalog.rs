@@ -36,6 +36,8 @@ pub struct Leaf {
     pub quoted: String,
     /// Pages of its heap, to split a big table's snapshot between readers.
     pub pages: i64,
+    /// The planner's row estimate.
+    pub estimated_rows: i64,
 }
 
 impl Table {
@@ -165,68 +167,90 @@ pub async fn tables(client: &Client, patterns: &[String]) -> Result<Vec<Table>> 
             .iter()
             .map(|r| (r.get(0), r.get(1)))
             .collect();
-        // The tables holding its rows: itself, or the leaves of its partition tree.
-        let leaves = client
-            .query(
-                "select quote_ident(n.nspname) || '.' || quote_ident(c.relname), c.reltuples::int8, \
-                 (pg_relation_size(c.oid) / current_setting('block_size')::int)::int8 \
-                 from pg_class c join pg_namespace n on n.oid = c.relnamespace \
-                 where c.oid = $1 and c.relkind = 'r' \
-                 or c.oid in (select relid from pg_partition_tree($1::oid::regclass) where isleaf) \
-                 order by c.oid",
-                &[&oid],
-            )
-            .await
-            .map_err(|e| pg_error("reading partitions", &e))?;
-        let table = Table {
+        let leaves = leaves(client, oid, &key).await?;
+        out.push(Table {
             oid,
             schema,
             name,
             key,
             columns,
             replica_identity: identity.chars().next().unwrap_or('d'),
-            estimated_rows: leaves.iter().map(|r| r.get::<_, i64>(1).max(0)).sum(),
-            leaves: leaves
-                .iter()
-                .map(|r| Leaf {
-                    quoted: r.get(0),
-                    pages: r.get(2),
-                })
-                .collect(),
-        };
-        check_identity(client, &table).await?;
-        out.push(table);
+            estimated_rows: leaves.iter().map(|l| l.estimated_rows).sum(),
+            leaves,
+        });
     }
     Ok(out)
 }
 
-/// Refuses a table whose replica identity is an index other than its primary key: its
-/// deletes would arrive without the primary key, and no store could apply them.
-async fn check_identity(client: &Client, table: &Table) -> Result<()> {
-    if table.replica_identity != 'i' {
-        return Ok(());
+/// The tables holding the rows of table `oid`: itself, or the leaves of its partition tree
+/// (read again once the snapshot's slot is made, so that a partition attached meanwhile is
+/// read too). Refuses one whose replica identity is an index other than the primary key
+/// `key`: its deletes would arrive without the key, and no store could apply them (a leaf's
+/// identity is what its changes carry, even published under the partitioned table).
+pub async fn leaves(client: &Client, oid: u32, key: &[String]) -> Result<Vec<Leaf>> {
+    let rows = client
+        .query(
+            "select c.oid, quote_ident(n.nspname) || '.' || quote_ident(c.relname), \
+             c.reltuples::int8, (pg_relation_size(c.oid) / current_setting('block_size')::int)::int8, \
+             c.relreplident::text, n.nspname || '.' || c.relname, c.relkind::text \
+             from pg_class c join pg_namespace n on n.oid = c.relnamespace \
+             where c.oid = $1 \
+             or c.oid in (select relid from pg_partition_tree($1::oid::regclass) where isleaf) \
+             order by c.oid",
+            &[&oid],
+        )
+        .await
+        .map_err(|e| pg_error("reading partitions", &e))?;
+    let mut leaves = Vec::new();
+    for row in rows {
+        let (leaf, quoted, identity): (u32, String, String) = (row.get(0), row.get(1), row.get(4));
+        if identity == "i" {
+            let columns = identity_columns(client, leaf).await?;
+            if !identity_is_key(&columns, key) {
+                return Err(identity_error(
+                    &row.get::<_, String>(5),
+                    &quoted,
+                    &columns,
+                    key,
+                ));
+            }
+        }
+        // A partitioned table holds no rows of its own.
+        if row.get::<_, String>(6) == "p" {
+            continue;
+        }
+        leaves.push(Leaf {
+            quoted,
+            estimated_rows: row.get::<_, i64>(2).max(0),
+            pages: row.get(3),
+        });
     }
-    let identity: Vec<String> = client
+    Ok(leaves)
+}
+
+/// The columns of table `oid`'s replica identity index, in index order.
+async fn identity_columns(client: &Client, oid: u32) -> Result<Vec<String>> {
+    Ok(client
         .query(
             "select a.attname::text from pg_index i join pg_attribute a \
              on a.attrelid = i.indrelid and a.attnum = any(i.indkey) \
              where i.indrelid = $1 and i.indisreplident order by array_position(i.indkey, a.attnum)",
-            &[&table.oid],
+            &[&oid],
         )
         .await
         .map_err(|e| pg_error("reading the replica identity", &e))?
         .iter()
         .map(|r| r.get(0))
-        .collect();
-    if identity == table.key {
-        return Ok(());
-    }
-    Err(identity_error(
-        &table.qualified(),
-        &table.quoted(),
-        &identity,
-        &table.key,
-    ))
+        .collect())
+}
+
+/// Whether replica identity columns are the primary key's (in any order).
+pub fn identity_is_key(identity: &[String], key: &[String]) -> bool {
+    let mut identity = identity.to_vec();
+    let mut key = key.to_vec();
+    identity.sort();
+    key.sort();
+    !key.is_empty() && identity == key
 }
 
 /// The error for a replica identity that is not the primary key, with the fix.

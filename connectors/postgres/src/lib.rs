@@ -377,7 +377,7 @@ impl Source for PostgresSource {
             .await
             .map_err(|e| catalog::pg_error("reading the server version", &e))?
             .get(0);
-        let shapes = self.shapes(&client, &tables).await?;
+        let mut shapes = self.shapes(&client, &tables).await?;
         let binary = self.binary_allowed
             && version >= 140_000
             && shapes.iter().all(|(_, s)| s.binary_decodable());
@@ -392,6 +392,11 @@ impl Source for PostgresSource {
             let (consistent_point, snapshot_name) = self.create_slot(&mut repl, true).await?;
             let snapshot_name =
                 snapshot_name.ok_or_else(|| Error::permanent("the slot exported no snapshot"))?;
+            // The partitions as of the slot's consistent point: one attached since the tables
+            // were listed is read too.
+            for (table, _) in &mut shapes {
+                table.leaves = catalog::leaves(&client, table.oid, &table.key).await?;
+            }
             match (snapshot::Snapshot {
                 conn: conn.clone(),
                 snapshot_name,

@@ -388,6 +388,7 @@ mod tests {
                 .map(|&pages| crate::catalog::Leaf {
                     quoted: "s.t".into(),
                     pages,
+                    estimated_rows: 0,
                 })
                 .collect(),
         };

@@ -287,10 +287,7 @@ impl Stream<'_> {
                 .filter(|c| c.key)
                 .map(|c| c.name.clone())
                 .collect();
-            let mut sorted = (identity.clone(), key.clone());
-            sorted.0.sort();
-            sorted.1.sort();
-            if sorted.0 != sorted.1 {
+            if !catalog::identity_is_key(&identity, &key) {
                 let name = format!("{}.{}", r.namespace, r.name);
                 let quoted = format!(
                     "{}.{}",

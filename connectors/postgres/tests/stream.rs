@@ -796,3 +796,25 @@ async fn a_replica_identity_index_other_than_the_primary_key_is_refused() {
         "{err}"
     );
 }
+
+/// A partition's replica identity is what its changes carry, even published under the
+/// partitioned table: an identity index other than the key on a partition is refused too.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_partitions_replica_identity_index_is_checked_too() {
+    let db = postgres().await.unwrap();
+    db.execute(
+        "create table pr (id bigint, region text, email text not null, primary key (id, region))
+             partition by list (region);
+         create table pr_eu partition of pr for values in ('eu');
+         create unique index pr_eu_email on pr_eu (email, region);
+         alter table pr_eu replica identity using index pr_eu_email;",
+    )
+    .await
+    .unwrap();
+    let h = Harness::new(db, &["public.pr"]).await;
+    let (run, stop) = h.start_once();
+    let ended = tokio::time::timeout(Duration::from_secs(30), run).await;
+    stop.cancel();
+    let err = ended.expect("the source started").unwrap().unwrap_err();
+    assert!(err.to_string().contains("pr_eu"), "{err}");
+}
