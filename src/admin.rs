@@ -7,10 +7,10 @@
 //! - `POST /api/pipelines/{pipeline}/sinks/{sink}/replay?from=N&reset=true`: start a replay.
 //!
 //! With a token configured, every endpoint but `/health` needs `Authorization: Bearer TOKEN`.
-//! Every endpoint but `/health` refuses a `Host` header that names a host other than an IP
-//! address, `localhost` or `allowed_hosts` (a web page reaching the API through DNS
-//! rebinding), and the replay endpoint refuses a cross-origin request (a web page the
-//! operator has open posting to it).
+//! The `/api` endpoints refuse a `Host` header that names a host other than an IP address,
+//! `localhost` or `allowed_hosts` (a web page reaching the API through DNS rebinding), and
+//! the replay endpoint refuses a cross-origin request (a web page the operator has open
+//! posting to it).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -66,19 +66,24 @@ pub async fn bind(config: &AdminConfig, runtime: Arc<Runtime>) -> anyhow::Result
                 .collect(),
         ),
     };
-    let mutating = Router::new()
-        .route(
-            "/api/pipelines/{pipeline}/sinks/{sink}/replay",
-            post(replay),
+    let api = Router::new()
+        .route("/api/pipelines", get(pipelines))
+        .merge(
+            Router::new()
+                .route(
+                    "/api/pipelines/{pipeline}/sinks/{sink}/replay",
+                    post(replay),
+                )
+                .route_layer(middleware::from_fn(same_origin)),
         )
-        .route_layer(middleware::from_fn(same_origin));
+        .route_layer(middleware::from_fn_with_state(state.clone(), known_host));
+    // Probes and scrapers reach /ready and /metrics by whatever name (a service's DNS
+    // name): they answer no Host check, only the token.
     let protected = Router::new()
         .route("/ready", get(ready))
         .route("/metrics", get(metrics))
-        .route("/api/pipelines", get(pipelines))
-        .merge(mutating)
-        .route_layer(middleware::from_fn_with_state(state.clone(), require_token))
-        .route_layer(middleware::from_fn_with_state(state.clone(), known_host));
+        .merge(api)
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     let router = Router::new()
         .route("/health", get(|| async { "ok\n" }))
         .merge(protected)

@@ -570,6 +570,14 @@ async fn the_admin_api_refuses_cross_origin_and_rebound_requests() {
             .send()
     };
     assert_eq!(read(evil.clone()).await.unwrap().status(), 403);
+    // A scraper reaching /metrics by a service's name is answered.
+    let scrape = http
+        .get(format!("{}/metrics", d.admin))
+        .header("Host", format!("siphon.monitoring.svc:{port}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(scrape.status(), 200);
     assert_eq!(
         read(format!("localhost:{port}")).await.unwrap().status(),
         200

@@ -224,6 +224,17 @@ impl SourceInfo {
     pub fn qualified_table(&self) -> String {
         format!("{}.{}", self.namespace(), self.table)
     }
+
+    /// The start of the log keys of this table's rows: namespace and table, each ended by a
+    /// NUL (which no name holds, so `a` + `b.c` and `a.b` + `c` differ).
+    pub fn log_key_prefix(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(64);
+        out.extend_from_slice(self.namespace().as_bytes());
+        out.push(0);
+        out.extend_from_slice(self.table.as_bytes());
+        out.push(0);
+        out
+    }
 }
 
 /// Debezium's `transaction` block.
@@ -337,11 +348,7 @@ impl Event {
     /// The log key of another row of this event's table, by its key (the old key of a row
     /// whose key changed).
     pub fn log_key_of(&self, key: &Row) -> Vec<u8> {
-        let mut out = Vec::with_capacity(64);
-        out.extend_from_slice(self.source.namespace().as_bytes());
-        out.push(b'.');
-        out.extend_from_slice(self.source.table.as_bytes());
-        out.push(0);
+        let mut out = self.source.log_key_prefix();
         postcard::to_io(key, &mut out).expect("encoding into a Vec cannot fail");
         out
     }

@@ -102,40 +102,51 @@ pub fn redact_url(url: &str) -> String {
     redact_parameters(&redact_user_info(url))
 }
 
+/// A password may hold `/`, `?`, `#` and `@` unencoded (drivers accept it): the user info
+/// runs to the last `@`, unless a `/` or an `@` comes before its first `:` (then there is no
+/// password, and that `@` belongs to the path or query).
 fn redact_user_info(url: &str) -> String {
     let Some(scheme_end) = url.find("://") else {
         return url.to_owned();
     };
     let rest = &url[scheme_end + 3..];
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let authority = &rest[..authority_end];
-    match (authority.rfind('@'), authority.find(':')) {
-        (Some(at), Some(colon)) if colon < at => {
-            format!(
-                "{}{}:***{}",
-                &url[..scheme_end + 3],
-                &authority[..colon],
-                &rest[at..]
-            )
-        }
-        _ => url.to_owned(),
+    let Some(at) = rest.rfind('@') else {
+        return url.to_owned();
+    };
+    let info = &rest[..at];
+    let Some(colon) = info.find(':') else {
+        return url.to_owned();
+    };
+    if info[..colon].contains(['/', '@']) {
+        return url.to_owned();
     }
+    format!(
+        "{}{}:***{}",
+        &url[..scheme_end + 3],
+        &info[..colon],
+        &rest[at..]
+    )
 }
 
 fn redact_parameters(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(eq) = rest.find('=') {
-        // The parameter's name: back from `=` to a separator.
-        let name_start = rest[..eq]
+        // The parameter's name: back from `=` (and the blanks before it) to a separator.
+        let before = rest[..eq].trim_end();
+        let name_start = before
             .rfind(['?', '&', ';', ' ', '\t', '\n'])
             .map_or(0, |i| i + 1);
-        let name = rest[name_start..eq].trim();
+        let name = &before[name_start..];
         out.push_str(&rest[..=eq]);
         rest = &rest[eq + 1..];
         if !SECRET_KEYS.iter().any(|k| name.eq_ignore_ascii_case(k)) {
             continue;
         }
+        // libpq allows blanks around `=`.
+        let blanks = rest.len() - rest.trim_start().len();
+        out.push_str(&rest[..blanks]);
+        rest = &rest[blanks..];
         let end = if let Some(quoted) = rest.strip_prefix('\'') {
             // A libpq quoted value: to the closing quote, `\'` escaping one.
             let mut escaped = false;
@@ -197,6 +208,24 @@ mod tests {
         assert_eq!(
             redact_url("http://u:pw@es:9200/?api_key=k3y"),
             "http://u:***@es:9200/?api_key=***"
+        );
+        assert_eq!(
+            redact_url("host=h password = hunter2 dbname=d"),
+            "host=h password = *** dbname=d"
+        );
+        // Unencoded characters in a password, which drivers accept.
+        assert_eq!(
+            redact_url("postgres://u:hun/ter?2@h/db"),
+            "postgres://u:***@h/db"
+        );
+        assert_eq!(
+            redact_url("postgres://u:p@ss@h/db"),
+            "postgres://u:***@h/db"
+        );
+        // An `@` in the query, without a password.
+        assert_eq!(
+            redact_url("postgres://u@h:5432/db?x=a@b"),
+            "postgres://u@h:5432/db?x=a@b"
         );
         let url = ConnectionUrl::new("postgres://u:hunter2@h/db");
         assert_eq!(

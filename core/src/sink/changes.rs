@@ -109,7 +109,8 @@ pub fn net_changes(records: &[SinkRecord]) -> Vec<Change<'_>> {
                 }
             }
             latest.retain(|_, i| out[*i].is_some());
-            last_rows.retain(|key, _| !key.starts_with(&table_prefix(&event.source)));
+            let prefix = event.source.log_key_prefix();
+            last_rows.retain(|key, _| !key.starts_with(&prefix));
             out.push(Some(Change::Truncate {
                 offset: r.offset,
                 event,
@@ -173,16 +174,6 @@ pub fn net_changes(records: &[SinkRecord]) -> Vec<Change<'_>> {
 
 fn has_unchanged(row: &Row) -> bool {
     row.iter().any(|(_, v)| *v == Value::Unchanged)
-}
-
-/// The start of the log keys of a table's rows.
-fn table_prefix(source: &SourceInfo) -> Vec<u8> {
-    let mut prefix = Vec::with_capacity(64);
-    prefix.extend_from_slice(source.namespace().as_bytes());
-    prefix.push(b'.');
-    prefix.extend_from_slice(source.table.as_bytes());
-    prefix.push(0);
-    prefix
 }
 
 /// Groups items by the source table of each (`namespace`, `table`), keeping their order

@@ -155,7 +155,7 @@ impl DuckdbSink {
                     .get::<_, Option<String>>(1)
                     .map_err(failed)?
                     .as_deref()
-                    .and_then(LogId::parse),
+                    .map(LogId::from_stored),
             })),
             None => Ok(None),
         }

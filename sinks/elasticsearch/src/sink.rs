@@ -13,7 +13,7 @@ use siphon_core::sink::changes::{Change, key_text, net_changes};
 use siphon_core::sink::routing::NameTemplate;
 use siphon_core::sink::{Sink, SinkBatch, StoreCursor};
 use siphon_core::source::TableInfo;
-use siphon_core::{Error, Result, Value};
+use siphon_core::{ConnectionUrl, Error, Result, Value};
 
 use crate::config::{ElasticsearchSinkConfig, INDEX_PLACEHOLDERS};
 
@@ -23,7 +23,8 @@ pub struct ElasticsearchSink {
     config: ElasticsearchSinkConfig,
     index: NameTemplate,
     http: reqwest::Client,
-    base: String,
+    /// The cluster's URL without a trailing `/` (it may hold a password).
+    base: ConnectionUrl,
     /// Path of the document holding this sink's cursor.
     cursor_doc: String,
     /// The log the cursor is a position in (given at open).
@@ -52,7 +53,7 @@ impl ElasticsearchSink {
             .map_err(|e| Error::Config(format!("elasticsearch client: {e}")))?;
         Ok(ElasticsearchSink {
             index: NameTemplate::parse(&config.index, INDEX_PLACEHOLDERS).map_err(Error::Config)?,
-            base: config.url.expose().trim_end_matches('/').to_owned(),
+            base: ConnectionUrl::new(config.url.expose().trim_end_matches('/')),
             cursor_doc: format!("/{}/_doc/{pipeline}.{sink}", config.cursor_index),
             config,
             http,
@@ -80,7 +81,7 @@ impl ElasticsearchSink {
                 })?;
                 Ok(Some(StoreCursor {
                     next_offset,
-                    log: source["log_id"].as_str().and_then(LogId::parse),
+                    log: source["log_id"].as_str().map(LogId::from_stored),
                 }))
             }
             _ => Err(Error::permanent(format!(
@@ -148,7 +149,9 @@ impl ElasticsearchSink {
     }
 
     fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-        let r = self.http.request(method, format!("{}{path}", self.base));
+        let r = self
+            .http
+            .request(method, format!("{}{path}", self.base.expose()));
         if let Some(key) = &self.config.api_key {
             r.header("Authorization", format!("ApiKey {}", key.expose()))
         } else if let Some(user) = &self.config.username {

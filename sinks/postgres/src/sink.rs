@@ -737,7 +737,7 @@ impl Sink for PostgresSink {
             .map_err(|e| self.error(&e, "reading the cursor"))?;
         let stored = row.map(|r| StoreCursor {
             next_offset: r.get::<_, i64>(0) as u64,
-            log: r.get::<_, Option<&str>>(1).and_then(LogId::parse),
+            log: r.get::<_, Option<&str>>(1).map(LogId::from_stored),
         });
         self.cursor = stored.as_ref().map(|c| c.next_offset);
         Ok(stored)

@@ -1,6 +1,6 @@
 //! The Redis sink.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use async_trait::async_trait;
 use redis::aio::MultiplexedConnection;
@@ -224,7 +224,7 @@ impl RedisSink {
         })?;
         Ok(Some(StoreCursor {
             next_offset,
-            log: LogId::parse(log),
+            log: (!log.is_empty()).then(|| LogId::from_stored(log)),
         }))
     }
 
@@ -376,8 +376,22 @@ impl Sink for RedisSink {
             let key = self.encoder.key_of(c.event(), c.unchanged_from()?);
             Some((i, stored.refused.get(&key)?))
         });
+        // With a refusal, the cursor stops before the first record of any key not applied,
+        // so that applying the batch again (without the refused record) redoes all of them.
         let (changes, end) = match refused {
-            Some((i, _)) => (&all[..i], all[i].offset()),
+            Some((i, _)) => {
+                let unapplied: HashSet<Vec<u8>> =
+                    all[i..].iter().map(|c| c.event().log_key()).collect();
+                let first = records
+                    .iter()
+                    .filter(|r| {
+                        r.offset >= all[i].offset() || unapplied.contains(&r.event.log_key())
+                    })
+                    .map(|r| r.offset)
+                    .min()
+                    .unwrap_or(all[i].offset());
+                (&all[..i], first)
+            }
             None => (&all[..], batch.end),
         };
         let mut segment = 0;

@@ -75,6 +75,9 @@ struct Writer {
     buf: Vec<u8>,
     /// Offset after the last record written but not yet fsynced (with `fsync != batch`).
     unsynced_end: Option<u64>,
+    /// An fsync failed: what was written may be gone from the disk although it reads back,
+    /// so this writer takes nothing more (a restart recovers the log from what is durable).
+    failed: Option<String>,
     last_sync: Instant,
     _lock: File,
 }
@@ -134,6 +137,7 @@ impl FileLog {
             last_timestamp_ms: active.last_timestamp_ms,
             buf: Vec::with_capacity(1 << 20),
             unsynced_end: None,
+            failed: None,
             last_sync: Instant::now(),
             _lock: lock,
         };
@@ -225,6 +229,11 @@ impl FileLog {
             check_size(&rec.key, &rec.value)?;
         }
         let mut w = inner.writer.as_ref().ok_or_else(read_only)?.lock().unwrap();
+        if let Some(failed) = &w.failed {
+            return Err(Error::permanent(format!(
+                "the change log stopped taking records after a failed fsync ({failed}); restart siphon"
+            )));
+        }
         let first = w.next_offset;
         let mut pending: Vec<(u64, i64, u64, u64)> = Vec::with_capacity(records.len());
         let mut active_size = inner.segments.read().unwrap().last().map_or(0, |s| s.size);
@@ -267,7 +276,8 @@ impl FileLog {
     }
 
     /// Fsyncs what is appended, blocking the calling thread; returns the durable end.
-    pub fn flush_blocking(&self) -> Result<u64> {
+    #[cfg(test)]
+    pub(crate) fn flush_blocking(&self) -> Result<u64> {
         if let Some(w) = &self.inner.writer {
             let mut w = w.lock().unwrap();
             self.inner.sync(&mut w)?;
@@ -450,7 +460,12 @@ impl Inner {
 
     fn sync(&self, w: &mut Writer) -> Result<()> {
         if let Some(end) = w.unsynced_end.take() {
-            w.file.sync()?;
+            // After a failed fsync the kernel may have dropped the pages: nothing written
+            // since the last good one may be called durable, ever.
+            if let Err(e) = w.file.sync() {
+                w.failed = Some(e.to_string());
+                return Err(e);
+            }
             self.fsyncs.fetch_add(1, Ordering::Relaxed);
             self.publish(end);
         }
@@ -523,8 +538,11 @@ impl Inner {
     /// Closes the active segment (fsync, index file) and starts a new one at `base`.
     fn roll(&self, w: &mut Writer, base: u64) -> Result<()> {
         // Under `fsync = "never"` the machine's crash is out of scope, as documented.
-        if self.config.fsync != FsyncPolicy::Never {
-            w.file.sync()?;
+        if self.config.fsync != FsyncPolicy::Never
+            && let Err(e) = w.file.sync()
+        {
+            w.failed = Some(e.to_string());
+            return Err(e);
         }
         let closed = self
             .segments
