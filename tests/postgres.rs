@@ -1,6 +1,8 @@
 //! The daemon with the PostgreSQL source, broken on purpose while a writer runs: kill -9 of
 //! the daemon, the walsender terminated. The file sink's output, folded, must equal the table
-//! row by row, and each change must be in it once.
+//! row by row; and, against an oracle independent of siphon — an audit table a trigger fills
+//! in the source database — every change the writer made must be in the output once, in
+//! order, with its values.
 
 mod common;
 
@@ -22,7 +24,101 @@ fn setup(db: &PgDatabase) -> Setup {
 }
 
 const SCHEMA: &str = "create table accounts (id bigint primary key, owner text not null, balance numeric(14,2) not null, version bigint not null);
-    insert into accounts select g, 'owner ' || g, 100, 0 from generate_series(1, 200) g;";
+    insert into accounts select g, 'owner ' || g, 100, 0 from generate_series(1, 200) g;
+    create table audit (seq bigserial primary key, op text not null, row jsonb not null);
+    create function audit() returns trigger language plpgsql as $$
+    begin
+        if tg_op = 'DELETE' then
+            insert into audit (op, row) values ('d', to_jsonb(old));
+        else
+            insert into audit (op, row) values (case tg_op when 'INSERT' then 'c' else 'u' end, to_jsonb(new));
+        end if;
+        return null;
+    end $$;
+    create trigger audit after insert or update or delete on accounts for each row execute function audit();";
+
+/// The changes as the audit table recorded them, in order: (op, id, and for a create or an
+/// update the row's values).
+async fn audited(db: &PgDatabase) -> Vec<(String, i64, Option<Json>)> {
+    let client = db.client().await.unwrap();
+    client
+        .query("select op, row from audit order by seq", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let op: String = r.get(0);
+            let row: Json = r.get(1);
+            let id = row["id"].as_i64().unwrap();
+            let values = (op != "d").then(|| {
+                serde_json::json!({"owner": row["owner"], "balance": format!("{:.2}", row["balance"].as_f64().unwrap()), "version": row["version"]})
+            });
+            (op, id, values)
+        })
+        .collect()
+}
+
+/// The streamed changes in the file sink's output, as [`audited`] has them.
+fn streamed(setup: &Setup) -> Vec<(String, i64, Option<Json>)> {
+    setup
+        .output()
+        .iter()
+        .filter(|e| e["source"]["snapshot"] == "false")
+        .map(|e| {
+            let op = e["op"].as_str().unwrap().to_owned();
+            let row = if op == "d" { &e["before"] } else { &e["after"] };
+            let values = (op != "d").then(|| {
+                serde_json::json!({"owner": row["owner"], "balance": row["balance"], "version": row["version"]})
+            });
+            (op, row["id"].as_i64().unwrap(), values)
+        })
+        .collect()
+}
+
+/// Every audited change once, in order, with its values: none lost, none repeated.
+async fn check_against_the_audit(setup: &Setup, db: &PgDatabase) {
+    let audit = audited(db).await;
+    let out = streamed(setup);
+    let first_difference = audit.iter().zip(&out).position(|(a, b)| a != b);
+    assert!(
+        audit.len() == out.len() && first_difference.is_none(),
+        "the output holds {} changes, the audit {}; first difference at {:?}: audit {:?}, output {:?}",
+        out.len(),
+        audit.len(),
+        first_difference,
+        first_difference.map(|i| &audit[i]),
+        first_difference.map(|i| &out[i]),
+    );
+}
+
+/// Starts the daemon and waits until its snapshot is in the output, so that every change the
+/// writer makes after this is one the audit and the stream both see.
+async fn start_after_snapshot(setup: &Setup) -> siphon_test_support::Daemon {
+    let d = setup.start();
+    common::wait_status(&d, Duration::from_secs(60), "the snapshot applied", |s| {
+        s[0]["source_metrics"]["snapshot_running"] == 0.0
+            && common::sink(s)["lag_records"] == 0
+            && common::sink(s)["next_offset"].as_u64() >= Some(200)
+    })
+    .await;
+    d
+}
+
+/// Waits until the output holds more than `than` streamed changes; returns how many.
+async fn progress(setup: &Setup, than: usize) -> usize {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let n = streamed(setup).len();
+        if n > than {
+            return n;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no new change reached the output past {than}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
 
 /// Writes transactions until stopped: updates, inserts and deletes; returns how many ran.
 fn writer(db: &PgDatabase, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<u64> {
@@ -140,19 +236,21 @@ async fn kill_9_while_a_writer_runs_loses_and_repeats_nothing() {
     let db = postgres().await.unwrap();
     db.execute(SCHEMA).await.unwrap();
     let setup = setup(&db);
+    let mut d = start_after_snapshot(&setup).await;
     let stop = Arc::new(AtomicBool::new(false));
     let writing = writer(&db, stop.clone());
-    for round in 0..5u64 {
-        let mut d = setup.start();
-        tokio::time::sleep(Duration::from_millis(300 + round * 150)).await;
+    // Each round, once new changes reached the output, kill -9 and start again.
+    let mut seen = 0;
+    for _ in 0..5 {
+        seen = progress(&setup, seen + 20).await;
         d.kill_9().unwrap();
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        d = setup.start();
     }
     stop.store(true, Ordering::Relaxed);
     let written = writing.await.unwrap();
     assert!(written > 50, "the writer wrote only {written} transactions");
-    let d = setup.start();
     converge(&setup, &db).await;
+    check_against_the_audit(&setup, &db).await;
     drop(d);
 }
 
@@ -161,12 +259,33 @@ async fn terminated_walsender_reconnects_without_loss() {
     let db = postgres().await.unwrap();
     db.execute(SCHEMA).await.unwrap();
     let setup = setup(&db);
+    let d = start_after_snapshot(&setup).await;
     let stop = Arc::new(AtomicBool::new(false));
     let writing = writer(&db, stop.clone());
-    let d = setup.start();
     let admin = db.client().await.unwrap();
+    let mut seen = 0;
+    let slot = format!("{}_slot", db.name);
     for _ in 0..3 {
-        tokio::time::sleep(Duration::from_millis(700)).await;
+        // Once new changes reached the output, and the walsender is back.
+        seen = progress(&setup, seen + 20).await;
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while admin
+            .query_one(
+                "select active_pid is not null from pg_replication_slots where slot_name = $1",
+                &[&slot],
+            )
+            .await
+            .unwrap()
+            .get::<_, Option<bool>>(0)
+            != Some(true)
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the walsender never came back:\n{}",
+                d.log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         let killed = admin
             .query("select pg_terminate_backend(active_pid) from pg_replication_slots where slot_name = $1 and active_pid is not null", &[&format!("{}_slot", db.name)])
             .await
@@ -176,6 +295,7 @@ async fn terminated_walsender_reconnects_without_loss() {
     stop.store(true, Ordering::Relaxed);
     writing.await.unwrap();
     converge(&setup, &db).await;
+    check_against_the_audit(&setup, &db).await;
     assert!(
         d.log().contains("retrying"),
         "the source never noticed the terminated walsender:\n{}",
@@ -224,11 +344,11 @@ async fn kill_9_mid_snapshot_takes_the_snapshot_again() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     d.kill_9().unwrap();
-    db.execute(
-        "update accounts set version = 1 where id <= 10; delete from accounts where id = 100000",
-    )
-    .await
-    .unwrap();
+    // Row 1 is in the log already (the snapshot reads in heap order and had passed 40k rows):
+    // the second snapshot must take it away again.
+    db.execute("update accounts set version = 1 where id <= 10; delete from accounts where id = 1")
+        .await
+        .unwrap();
     let d = setup.start();
     converge(&setup, &db).await;
     assert!(
