@@ -84,8 +84,12 @@ async fn kill_9_repeatedly_loses_and_repeats_nothing() {
     let setup = Setup::new(3000, "2ms", "");
     for round in 0..6u64 {
         let mut d = setup.start();
-        // Let it run a varying while, then kill it without warning.
-        tokio::time::sleep(Duration::from_millis(150 + round * 70)).await;
+        // Once it has applied more (a different amount each round), kill it without warning.
+        let applied = setup.output().len() as u64;
+        wait_status(&d, Duration::from_secs(60), "progress", |s| {
+            sink(s)["next_offset"].as_u64() >= Some(applied + 40 + round * 37)
+        })
+        .await;
         d.kill_9().unwrap();
     }
     drain_and_stop(setup.start(), 3000).await;
@@ -639,12 +643,13 @@ async fn a_permanent_error_stops_only_that_sink() {
 #[tokio::test(flavor = "multi_thread")]
 async fn records_lost_to_max_size_mark_the_sink_for_a_replay() {
     let dead = siphon_test_support::free_port();
+    // The cap leaves the file sink, which keeps up, a thousand events of slack.
     let source = "kind = \"generator\"\ntables = [\"demo.orders\", \"demo.customers\"]\nkeys = 40\n\
-                  events = 600\ntransaction_size = 7\ninterval = \"1ms\"";
+                  events = 2000\ntransaction_size = 7\ninterval = \"5ms\"";
     let setup = Setup::with_log(
         source,
-        "segment_size = \"4KiB\"\nmax_size = \"8KiB\"\nmaintenance_interval = \"50ms\"",
-        600,
+        "segment_size = \"16KiB\"\nmax_size = \"256KiB\"\ncompaction = false\nmaintenance_interval = \"50ms\"",
+        2000,
         &format!(
             "\n[pipelines.demo.sinks.stuck]\nkind = \"postgres\"\nurl = \"postgres://postgres@127.0.0.1:{dead}/x\"\nmax_backoff = \"100ms\"\n"
         ),
@@ -654,7 +659,7 @@ async fn records_lost_to_max_size_mark_the_sink_for_a_replay() {
         &d,
         Duration::from_secs(60),
         "the stuck sink to need a replay",
-        |s| s[0]["sinks"]["stuck"]["state"] == "needs_replay" && sink(s)["next_offset"] == 600,
+        |s| s[0]["sinks"]["stuck"]["state"] == "needs_replay" && sink(s)["next_offset"] == 2000,
     )
     .await;
     let stuck = &status[0]["sinks"]["stuck"];
@@ -677,10 +682,13 @@ async fn records_lost_to_max_size_mark_the_sink_for_a_replay() {
             .any(|l| l == "siphon_sink_needs_replay{pipeline=\"demo\",sink=\"stuck\"} 1"),
         "{metrics}"
     );
-    // It stays so while its task retries its store.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let later = wait_status(&d, Duration::from_secs(5), "status", |_| true).await;
+    // It stays so while its task retries its store (a few retries, at 100ms at most).
+    let retries = stuck["retries"].as_u64().unwrap_or(0);
+    let later = wait_status(&d, Duration::from_secs(30), "more retries", |s| {
+        s[0]["sinks"]["stuck"]["retries"].as_u64() >= Some(retries + 3)
+    })
+    .await;
     assert_eq!(later[0]["sinks"]["stuck"]["state"], "needs_replay");
-    drain_and_stop(d, 600).await;
-    assert_exactly_once(&setup, 600);
+    drain_and_stop(d, 2000).await;
+    assert_exactly_once(&setup, 2000);
 }

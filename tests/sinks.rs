@@ -165,6 +165,8 @@ fn writer(db: &PgDatabase, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<u64
 }
 
 /// Rows by id as JSON without NULL fields, from `sql` returning (id, jsonb).
+/// None while the query's table does not exist (a sink makes its tables as it goes); any
+/// other error fails the test.
 async fn json_rows(db: &PgDatabase, sql: &str) -> BTreeMap<i64, Json> {
     let client = db.client().await.unwrap();
     match client.query(sql, &[]).await {
@@ -172,7 +174,10 @@ async fn json_rows(db: &PgDatabase, sql: &str) -> BTreeMap<i64, Json> {
             .iter()
             .map(|r| (r.get::<_, i64>(0), r.get::<_, Json>(1)))
             .collect(),
-        Err(_) => BTreeMap::new(),
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) => {
+            BTreeMap::new()
+        }
+        Err(e) => panic!("{sql}: {e}"),
     }
 }
 
@@ -397,6 +402,15 @@ async fn converge(s: &Stores, d: &siphon_test_support::Daemon) {
     }
 }
 
+/// Waits until `sink` has applied past `than`; returns where it is.
+async fn progress(d: &siphon_test_support::Daemon, sink: &str, than: u64) -> u64 {
+    let st = common::wait_status(d, Duration::from_secs(60), "progress", |st| {
+        st[0]["sinks"][sink]["next_offset"].as_u64() > Some(than)
+    })
+    .await;
+    st[0]["sinks"][sink]["next_offset"].as_u64().unwrap()
+}
+
 /// The history's (op, id) in offset order, next to the file sink's: the same events, each
 /// once.
 async fn check_history(s: &Stores) {
@@ -438,16 +452,18 @@ async fn sinks_follow_the_source_through_kill_9_and_dropped_target_connections()
     let s = stores().await;
     let stop = Arc::new(AtomicBool::new(false));
     let writing = writer(&s.source, stop.clone());
+    // Each fault lands once the warehouse has applied more since the last one.
+    let mut applied = 0;
     for round in 0..3u64 {
         let mut d = s.setup.start();
-        tokio::time::sleep(Duration::from_millis(700 + round * 300)).await;
+        applied = progress(&d, "warehouse", applied + 20 + round * 30).await;
         d.kill_9().unwrap();
     }
     let mut d = s.setup.start();
     let admin = s.target.client().await.unwrap();
     let mut cache = s.cache.conn().await.unwrap();
     for _ in 0..3 {
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        applied = progress(&d, "warehouse", applied + 20).await;
         admin
             .execute(
                 "select pg_terminate_backend(pid) from pg_stat_activity where datname = $1 and application_name = 'siphon'",
@@ -460,11 +476,21 @@ async fn sinks_follow_the_source_through_kill_9_and_dropped_target_connections()
             .query_async(&mut cache)
             .await;
     }
-    // The search cluster down for a while (every request 503), then back.
+    // The search cluster down (every request 503) until its sink has retried a few times,
+    // then back.
+    let retries = |st: &Json| st[0]["sinks"]["search"]["retries"].as_u64().unwrap_or(0);
+    let before =
+        retries(&common::wait_status(&d, Duration::from_secs(10), "status", |_| true).await);
     s.search.set_fault(Some(503));
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    common::wait_status(
+        &d,
+        Duration::from_secs(60),
+        "the search sink to retry",
+        |st| retries(st) >= before + 3,
+    )
+    .await;
     s.search.set_fault(None);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    progress(&d, "search", 0).await;
     stop.store(true, Ordering::Relaxed);
     let written = writing.await.unwrap();
     assert!(
@@ -762,8 +788,13 @@ async fn an_offline_replay_goes_on_through_a_target_outage_to_the_log_end() {
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    // Down until the replay has retried a few times (each retry is a request answered 503).
     search.set_fault(Some(503));
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    let faulted = search.requests();
+    while search.requests() < faulted + 3 {
+        assert!(Instant::now() < deadline, "the replay never retried");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     search.set_fault(None);
     let status = replay.await.unwrap().unwrap();
     assert!(

@@ -31,6 +31,18 @@ fn lines(dir: &std::path::Path) -> usize {
     std::fs::read_to_string(dir.join("out/events-000001.jsonl")).map_or(0, |t| t.lines().count())
 }
 
+/// Waits until the output holds at least `n` lines, or panics after a while.
+async fn wait_for_lines(dir: &std::path::Path, n: usize) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while lines(dir) < n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the output never reached {n} lines"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 fn cursor(dir: &std::path::Path) -> u64 {
     let bytes = std::fs::read(dir.join("data/pipelines/p/offsets/sink-f.json")).unwrap();
     serde_json::from_slice::<serde_json::Value>(&bytes).unwrap()["next_offset"]
@@ -43,9 +55,7 @@ async fn cancelling_the_token_stops_everything_with_cursors_saved() {
     let dir = tempfile::tempdir().unwrap();
     let cancel = CancellationToken::new();
     let run = tokio::spawn(super::run(config(dir.path(), 100_000), cancel.clone()));
-    while lines(dir.path()) < 50 {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_for_lines(dir.path(), 50).await;
     cancel.cancel();
     tokio::time::timeout(Duration::from_secs(10), run)
         .await
@@ -63,9 +73,7 @@ async fn cancelling_the_token_stops_everything_with_cursors_saved() {
     let cancel = CancellationToken::new();
     let target = written + 30;
     let run = tokio::spawn(super::run(config(dir.path(), 100_000), cancel.clone()));
-    while lines(dir.path()) < target {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_for_lines(dir.path(), target).await;
     cancel.cancel();
     run.await.unwrap().unwrap();
     let text = std::fs::read_to_string(dir.path().join("out/events-000001.jsonl")).unwrap();
