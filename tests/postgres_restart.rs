@@ -76,7 +76,16 @@ async fn postgres_restart_mid_stream_loses_nothing() {
             }
         })
     };
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // Restart once updates are streaming through.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while setup.output().iter().filter(|e| e["op"] == "u").count() < 50 {
+        assert!(
+            Instant::now() < deadline,
+            "no update reached the sink:\n{}",
+            d.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     restart_postgres();
     let after_restart = committed.load(Ordering::Relaxed);
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -307,12 +307,17 @@ async fn restart_resumes_without_loss_or_duplicates() {
     let mut next_id = 10_000;
     for round in 0..4 {
         let (run, stop) = h.start();
+        let before = h.events().len();
         // Changes while it runs, then stop it mid-stream.
         for _ in 0..20 {
             client.batch_execute(&format!("insert into orders values ({next_id}, 'r{round}', 1, null); update orders set amount = amount + 1 where id = {}", next_id % 500 + 1)).await.unwrap();
             next_id += 1;
         }
-        tokio::time::sleep(Duration::from_millis(100 * round)).await;
+        // Stopped after a different share of them reached the log each round.
+        h.wait_for("some of the round's changes", |e| {
+            e.len() >= before + round as usize * 5
+        })
+        .await;
         stop.cancel();
         run.await.unwrap().unwrap();
         // Changes while it is down.
