@@ -526,6 +526,72 @@ fn compaction_never_marks_the_first_half_of_a_key_change_as_a_transaction_end() 
 }
 
 #[test]
+fn readers_see_only_durable_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = FileLog::open(dir.path(), small_config()).unwrap();
+    log.append_blocking(&[rec("a", "durable")]).unwrap();
+    log.append_unsynced_blocking(&[rec("b", "written, not fsynced")])
+        .unwrap();
+    let mut reader = log.file_reader(0).unwrap();
+    let seen: Vec<u64> = reader
+        .read_available(10)
+        .unwrap()
+        .iter()
+        .map(|r| r.offset)
+        .collect();
+    assert_eq!(seen, [0], "a reader saw a record that was not durable");
+    assert_eq!(log.last_record_blocking().unwrap().unwrap().offset, 0);
+    log.append_blocking(&[rec("c", "commit")]).unwrap();
+    let seen: Vec<u64> = reader
+        .read_available(10)
+        .unwrap()
+        .iter()
+        .map(|r| r.offset)
+        .collect();
+    assert_eq!(seen, [1, 2]);
+}
+
+#[test]
+fn time_retention_deletes_only_what_every_sink_has_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = FileLogConfig {
+        retention: Some(HumanDuration(Duration::ZERO)),
+        compaction: false,
+        ..small_config()
+    };
+    let log = FileLog::open(dir.path(), config).unwrap();
+    for i in 0..40 {
+        log.append_blocking(&[rec("k", &format!("{i}:{}", "r".repeat(400)))])
+            .unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(2)); // older than "0s" by a millisecond
+    let behind = Consumer {
+        name: "slow".into(),
+        next_offset: 12,
+        keeps_history: false,
+    };
+    let report = log
+        .maintain_blocking(std::slice::from_ref(&behind))
+        .unwrap();
+    let start = ChangeLog::start_offset(&log);
+    assert!(report.segments_deleted > 0, "{report:?}");
+    assert!(
+        start > 0 && start <= 12,
+        "retention went past an unread record: {start}"
+    );
+    assert!(report.lost.is_empty());
+    let everyone = Consumer {
+        next_offset: 40,
+        ..behind
+    };
+    log.maintain_blocking(&[everyone]).unwrap();
+    // All but the segment that holds the last record, which a source resumes from.
+    let left = read_all(&log, ChangeLog::start_offset(&log));
+    assert_eq!(left.last().unwrap().offset, 39);
+    assert!(log.stats().segments <= 2, "{:?}", log.stats());
+}
+
+#[test]
 fn torn_tail_is_cut_on_reopen_and_appends_continue() {
     let dir = tempfile::tempdir().unwrap();
     let log = FileLog::open(dir.path(), small_config()).unwrap();
