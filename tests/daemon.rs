@@ -692,3 +692,140 @@ async fn records_lost_to_max_size_mark_the_sink_for_a_replay() {
     drain_and_stop(d, 2000).await;
     assert_exactly_once(&setup, 2000);
 }
+
+/// A sink stuck in a request to its store holds the shutdown no longer than
+/// `shutdown_timeout`, and a second signal ends the process at once; neither loses what the
+/// stuck sink had not committed, nor makes the other sink repeat anything.
+#[tokio::test(flavor = "multi_thread")]
+async fn shutdown_timeout_and_a_second_signal_bound_a_stuck_sink() {
+    let search = siphon_test_support::search::SearchStandIn::start()
+        .await
+        .unwrap();
+    let setup = Setup::new(
+        600,
+        "5ms",
+        &format!(
+            "\n[pipelines.demo.sinks.search]\nkind = \"elasticsearch\"\nurl = \"{}\"\nbatch_size = 20\n",
+            search.url
+        ),
+    );
+    let set_shutdown_timeout = |timeout: &str| {
+        let text = std::fs::read_to_string(&setup.config).unwrap();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("shutdown_timeout"))
+            .unwrap()
+            .to_owned();
+        let text = text.replace(&line, &format!("shutdown_timeout = \"{timeout}\""));
+        std::fs::write(&setup.config, text).unwrap();
+    };
+    let wait_held = |d: &siphon_test_support::Daemon| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while search.held() == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no request reached the stalled cluster:\n{}",
+                d.log()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+
+    // Round 1: the cluster hangs while the search sink writes a batch.
+    set_shutdown_timeout("2s");
+    let mut d = setup.start();
+    wait_status(
+        &d,
+        Duration::from_secs(30),
+        "the search sink to apply",
+        |s| s[0]["sinks"]["search"]["next_offset"].as_u64() > Some(40),
+    )
+    .await;
+    search.set_stall(true);
+    wait_held(&d);
+    let asked = std::time::Instant::now();
+    d.signal("TERM").unwrap();
+    let status = d.wait(Duration::from_secs(30)).unwrap();
+    let took = asked.elapsed();
+    let log = d.log();
+    assert!(status.success(), "exit status {status}; log:\n{log}");
+    assert!(
+        log.contains("shutdown timeout reached"),
+        "the stuck sink did not hold the shutdown:\n{log}"
+    );
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(12),
+        "the shutdown took {took:?} with shutdown_timeout = 2s"
+    );
+
+    // Round 2: stuck again (it cannot open its store); a second signal ends it at once,
+    // although the timeout is a minute.
+    set_shutdown_timeout("60s");
+    let mut d = setup.start();
+    wait_held(&d);
+    let applied = setup.output().len() as u64;
+    wait_status(&d, Duration::from_secs(30), "the file sink to go on", |s| {
+        sink(s)["next_offset"].as_u64() > Some(applied + 20)
+    })
+    .await;
+    d.signal("TERM").unwrap();
+    // Signals sent together arrive as one: the second goes once the first has been seen (the
+    // log holds round 1's line too).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while d.log().matches("a second signal exits at once").count() < 2 {
+        assert!(std::time::Instant::now() < deadline, "{}", d.log());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let asked = std::time::Instant::now();
+    d.signal("TERM").unwrap();
+    let status = d
+        .wait(Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("{e}; log:\n{}", d.log()));
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "the second signal took {:?}",
+        asked.elapsed()
+    );
+    assert_eq!(status.code(), Some(130), "log:\n{}", d.log());
+
+    // Round 3: the cluster answers again; both stores end with every row, the file sink
+    // with every event once.
+    search.set_stall(false);
+    let d = setup.start();
+    wait_status(
+        &d,
+        Duration::from_secs(60),
+        "the search sink to catch up",
+        |s| s[0]["sinks"]["search"]["next_offset"].as_u64() == Some(600),
+    )
+    .await;
+    drain_and_stop(d, 600).await;
+    assert_exactly_once(&setup, 600);
+    let mut documents = std::collections::BTreeMap::new();
+    for table in ["orders", "customers"] {
+        for (id, doc) in search.documents(table) {
+            documents.insert((table.to_owned(), id.parse::<i64>().unwrap()), doc);
+        }
+    }
+    let want = expected_rows(&setup, 600);
+    let differing: Vec<String> = want
+        .keys()
+        .chain(documents.keys())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .filter(|k| want.get(k) != documents.get(k))
+        .map(|k| {
+            format!(
+                "{k:?}: source {:?}, search {:?}",
+                want.get(k),
+                documents.get(k)
+            )
+        })
+        .collect();
+    assert!(
+        differing.is_empty(),
+        "the search documents differ from the source rows:\n{}\nlog:\n{}",
+        differing.join("\n"),
+        std::fs::read_to_string(setup.dir.path().join("daemon.log")).unwrap_or_default()
+    );
+}

@@ -7,9 +7,10 @@
 //! /{index}` (a comma-separated list, `*` wildcards, as Elasticsearch reads it) and `GET /`. Deletes leave a versioned
 //! tombstone (Elasticsearch keeps them for `index.gc_deletes`, 60 s by default; here for
 //! ever). Faults can be switched on: every request answered 429 or 503, as an overloaded or
-//! stopped cluster would.
+//! stopped cluster would, or held unanswered, as a hung one would.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
@@ -44,6 +45,10 @@ pub struct SearchStandIn {
     /// `http://127.0.0.1:PORT`.
     pub url: String,
     inner: Arc<Mutex<Inner>>,
+    /// While true, requests wait unanswered.
+    stall: Arc<tokio::sync::watch::Sender<bool>>,
+    /// Requests waiting on the stall now.
+    held: Arc<AtomicU64>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -145,6 +150,9 @@ impl SearchStandIn {
         L::Addr: std::fmt::Debug,
     {
         let inner = Arc::new(Mutex::new(Inner::default()));
+        let stall = Arc::new(tokio::sync::watch::Sender::new(false));
+        let held = Arc::new(AtomicU64::new(0));
+        let (gate, waiting) = (stall.clone(), held.clone());
         let app = Router::new()
             .route("/", get(root))
             .route("/_bulk", post(bulk))
@@ -160,11 +168,41 @@ impl SearchStandIn {
             .route("/{index}/_search", post(search))
             .route("/{index}/_refresh", post(refresh))
             .route("/_search/scroll", post(scroll).delete(clear_scroll))
-            .with_state(inner.clone());
+            .with_state(inner.clone())
+            .layer(axum::middleware::from_fn(
+                move |request: axum::extract::Request, next: axum::middleware::Next| {
+                    let (gate, waiting) = (gate.clone(), waiting.clone());
+                    async move {
+                        let mut released = gate.subscribe();
+                        if *released.borrow() {
+                            waiting.fetch_add(1, Ordering::SeqCst);
+                            let _ = released.wait_for(|stalled| !stalled).await;
+                            waiting.fetch_sub(1, Ordering::SeqCst);
+                        }
+                        next.run(request).await
+                    }
+                },
+            ));
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        SearchStandIn { url, inner, task }
+        SearchStandIn {
+            url,
+            inner,
+            stall,
+            held,
+            task,
+        }
+    }
+
+    /// Holds every request unanswered (a hung cluster) until called with `false`.
+    pub fn set_stall(&self, on: bool) {
+        self.stall.send_replace(on);
+    }
+
+    /// Requests held by the stall right now.
+    pub fn held(&self) -> u64 {
+        self.held.load(Ordering::SeqCst)
     }
 
     /// Answers every request with `status` (429, 503, …) until called with `None`.
