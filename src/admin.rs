@@ -145,11 +145,10 @@ fn host_name(host: &str) -> &str {
 /// Refuses a request whose `Host` names a host other than an IP address, `localhost` or
 /// one of `allowed_hosts`: that is how a page reaches the API through DNS rebinding.
 async fn known_host(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    if let Some(host) = request
-        .headers()
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-    {
+    if let Some(host) = request.headers().get(header::HOST) {
+        let Ok(host) = host.to_str() else {
+            return forbidden("the Host header is not readable text");
+        };
         let name = host_name(host).to_ascii_lowercase();
         let known = name.parse::<std::net::IpAddr>().is_ok()
             || name == "localhost"

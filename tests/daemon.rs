@@ -574,6 +574,17 @@ async fn the_admin_api_refuses_cross_origin_and_rebound_requests() {
             .send()
     };
     assert_eq!(read(evil.clone()).await.unwrap().status(), 403);
+    // A Host that is not text is no name this API answers to.
+    let unreadable = http
+        .get(format!("{}/api/pipelines", d.admin))
+        .header(
+            "Host",
+            reqwest::header::HeaderValue::from_bytes(b"evil\xff.example").unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unreadable.status(), 403);
     // A scraper reaching /metrics by a service's name is answered.
     let scrape = http
         .get(format!("{}/metrics", d.admin))

@@ -432,10 +432,12 @@ impl ElasticsearchSink {
                 .as_array()
                 .map(Vec::as_slice)
                 .unwrap_or_default();
-            let scroll_id = reply["_scroll_id"].as_str().map(str::to_owned);
-            if hits.is_empty() || scroll_id.is_none() {
+            let (false, Some(scroll_id)) = (
+                hits.is_empty(),
+                reply["_scroll_id"].as_str().map(str::to_owned),
+            ) else {
                 break;
-            }
+            };
             let mut body = String::new();
             for hit in hits {
                 let meta = json!({"_index": index, "_id": hit["_id"], "version": version, "version_type": "external"});
@@ -446,7 +448,6 @@ impl ElasticsearchSink {
                     return Err(change.rejected(reason));
                 }
             }
-            let scroll_id = scroll_id.expect("checked above");
             page = self
                 .send(
                     self.request(reqwest::Method::POST, "/_search/scroll")
