@@ -228,22 +228,6 @@ pub async fn leaves(client: &Client, oid: u32, key: &[String]) -> Result<Vec<Lea
     Ok(leaves)
 }
 
-/// The columns of table `oid`'s replica identity index, in index order.
-async fn identity_columns(client: &Client, oid: u32) -> Result<Vec<String>> {
-    Ok(client
-        .query(
-            "select a.attname::text from pg_index i join pg_attribute a \
-             on a.attrelid = i.indrelid and a.attnum = any(i.indkey) \
-             where i.indrelid = $1 and i.indisreplident order by array_position(i.indkey, a.attnum)",
-            &[&oid],
-        )
-        .await
-        .map_err(|e| pg_error("reading the replica identity", &e))?
-        .iter()
-        .map(|r| r.get(0))
-        .collect())
-}
-
 /// Whether replica identity columns are the primary key's (in any order).
 pub fn identity_is_key(identity: &[String], key: &[String]) -> bool {
     let mut identity = identity.to_vec();
@@ -271,15 +255,33 @@ pub fn identity_error(name: &str, quoted: &str, identity: &[String], key: &[Stri
 
 /// The primary-key columns of table `oid`, in key order; empty without a primary key.
 pub async fn primary_key(client: &Client, oid: u32) -> Result<Vec<String>> {
+    index_columns(client, oid, "indisprimary", "reading a primary key").await
+}
+
+/// The columns of table `oid`'s replica identity index, in index order.
+async fn identity_columns(client: &Client, oid: u32) -> Result<Vec<String>> {
+    index_columns(
+        client,
+        oid,
+        "indisreplident",
+        "reading the replica identity",
+    )
+    .await
+}
+
+/// The columns of table `oid`'s index marked by `pg_index`'s boolean column `flag`.
+async fn index_columns(client: &Client, oid: u32, flag: &str, what: &str) -> Result<Vec<String>> {
     Ok(client
         .query(
-            "select a.attname::text from pg_index i join pg_attribute a \
-             on a.attrelid = i.indrelid and a.attnum = any(i.indkey) \
-             where i.indrelid = $1 and i.indisprimary order by array_position(i.indkey, a.attnum)",
+            &format!(
+                "select a.attname::text from pg_index i join pg_attribute a \
+                 on a.attrelid = i.indrelid and a.attnum = any(i.indkey) \
+                 where i.indrelid = $1 and i.{flag} order by array_position(i.indkey, a.attnum)"
+            ),
             &[&oid],
         )
         .await
-        .map_err(|e| pg_error("reading a primary key", &e))?
+        .map_err(|e| pg_error(what, &e))?
         .iter()
         .map(|r| r.get(0))
         .collect())

@@ -71,6 +71,18 @@ async fn postgres_at(admin_url: &str) -> anyhow::Result<PgDatabase> {
         .await
         .map_err(|e| unreachable("PostgreSQL", "SIPHON_TEST_PG_URL", admin_url, e))?;
     tokio::spawn(conn);
+    // A server that runs but was never prepared would otherwise show up as a source that
+    // waits for a snapshot until the test times out.
+    let wal_level: String = client
+        .query_one("show wal_level", &[])
+        .await
+        .context("reading wal_level")?
+        .get(0);
+    anyhow::ensure!(
+        wal_level == "logical",
+        "PostgreSQL at {admin_url} has wal_level = {wal_level}; the tests need logical. Prepare it \
+         with `scripts/services` (as root)."
+    );
     let name = unique_name("siphon_test");
     client
         .batch_execute(&format!("create database {name}"))
