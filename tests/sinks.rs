@@ -228,7 +228,7 @@ async fn events_rows(db: &PgDatabase, schema: &str) -> BTreeMap<i64, Json> {
 async fn mirror_rows(s: &Stores) -> BTreeMap<i64, Json> {
     json_rows(
         &s.target,
-        "select id, jsonb_strip_nulls(to_jsonb(t) - '_siphon_offset') from shop.items t",
+        "select id::bigint, jsonb_strip_nulls(to_jsonb(t) - '_siphon_offset') from shop.items t",
     )
     .await
 }
@@ -846,7 +846,7 @@ async fn a_record_the_target_refuses_goes_to_the_dead_letter_file_and_the_sink_g
     let ids = async || -> Vec<i64> {
         let client = target.client().await.unwrap();
         client
-            .query("select id from notes order by id", &[])
+            .query("select id::bigint from notes order by id", &[])
             .await
             .unwrap()
             .iter()

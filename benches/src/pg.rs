@@ -12,8 +12,9 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use siphon_core::log::ChangeLog;
+use siphon_core::Event;
 use siphon_core::log::file::FileLog;
+use siphon_core::log::{ChangeLog, LogReader};
 use siphon_core::offsets::OffsetStore;
 use siphon_core::source::{Source, SourceContext};
 use siphon_source_postgres::{PostgresConfig, PostgresSource, SnapshotMode};
@@ -75,7 +76,17 @@ async fn siphon(
     snapshot: SnapshotMode,
     records: u64,
 ) -> anyhow::Result<Duration> {
-    let dir = tempfile::tempdir()?;
+    siphon_in(&tempfile::tempdir()?, url, slot, snapshot, records).await
+}
+
+/// [`siphon`] with its log in `dir`.
+async fn siphon_in(
+    dir: &tempfile::TempDir,
+    url: &str,
+    slot: &str,
+    snapshot: SnapshotMode,
+    records: u64,
+) -> anyhow::Result<Duration> {
     let log = FileLog::open(dir.path().join("log"), Default::default())?;
     let cancel = CancellationToken::new();
     let ctx = SourceContext {
@@ -224,7 +235,9 @@ pub fn run(url: &str, rows: u64, txns: u64) -> anyhow::Result<()> {
             .status()?;
         anyhow::ensure!(status.success(), "COPY failed");
         let reference = started.elapsed();
-        let ours = rt.block_on(siphon(
+        let dir = tempfile::tempdir()?;
+        let ours = rt.block_on(siphon_in(
+            &dir,
             &db_url,
             "siphon_snapshot",
             SnapshotMode::Initial,
@@ -235,6 +248,18 @@ pub fn run(url: &str, rows: u64, txns: u64) -> anyhow::Result<()> {
             rate(count, reference),
             rate(count, ours),
             reference.as_secs_f64() / ours.as_secs_f64()
+        );
+        let (compact, named) = log_bytes(&dir)?;
+        let copy_bytes: f64 = psql(
+            &db_url,
+            "select sum(octet_length(o::text) - 1) from orders o",
+        )?
+        .parse()?;
+        println!(
+            "\nlog bytes per row of the snapshot: {:.0} (values and schema id), {:.0} with column names as before the schema records; COPY's text: {:.0}",
+            compact / count as f64,
+            named / count as f64,
+            copy_bytes / count as f64
         );
         println!("\npeak RSS after streaming the {rows}-row transaction: {rss:.0} MiB");
         Ok(())
@@ -247,6 +272,31 @@ pub fn run(url: &str, rows: u64, txns: u64) -> anyhow::Result<()> {
     );
     let _ = psql(url, &format!("drop database if exists {db}"));
     result
+}
+
+/// Bytes of the log in `dir` on disk, and what the same records would take with their events
+/// encoded with column names (the format before schema records), frames and keys included.
+fn log_bytes(dir: &tempfile::TempDir) -> anyhow::Result<(f64, f64)> {
+    let log = FileLog::open_read_only(dir.path().join("log"), Default::default())?;
+    let on_disk = log.stats().size_bytes as f64;
+    let mut reader = log.file_reader(0)?;
+    let mut saved = 0f64;
+    loop {
+        let batch = reader.read_available(10_000)?;
+        if batch.is_empty() {
+            break;
+        }
+        for r in batch {
+            let event = Event::decode(&r.value, log.schemas())?;
+            let named = Event {
+                schema: None,
+                ..event
+            }
+            .encode()?;
+            saved += named.len() as f64 - r.value.len() as f64;
+        }
+    }
+    Ok((on_disk, on_disk + saved))
 }
 
 /// Two slots for the reference and two for siphon, on the same changes.

@@ -10,6 +10,7 @@ use futures_util::SinkExt;
 use siphon_core::event::{Event, Op, Row, SnapshotMarker, SourceInfo, SourcePosition, Value};
 use siphon_core::log::file::{FileLog, FileLogConfig};
 use siphon_core::log::{NewRecord, RecordFlags};
+use siphon_core::schema::NoSchemas;
 use siphon_core::sink::{Sink, SinkBatch, SinkRecord};
 use siphon_core::source::TableInfo;
 use siphon_sink_postgres::{PostgresSink, PostgresSinkConfig};
@@ -61,6 +62,7 @@ fn events(rows: u64) -> anyhow::Result<Vec<Vec<u8>>> {
                 ts_ms: 1_700_000_000_000,
                 transaction: None,
                 key_change: None,
+                schema: None,
             };
             Ok(event.encode()?)
         })
@@ -85,7 +87,7 @@ async fn apply(sink: &mut dyn Sink, log: &[Vec<u8>], batch: usize) -> anyhow::Re
             .map(|(i, bytes)| {
                 Ok(SinkRecord {
                     offset: (n * batch + i) as u64,
-                    event: Event::decode(bytes)?,
+                    event: Event::decode(bytes, &NoSchemas)?,
                 })
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
@@ -211,7 +213,7 @@ async fn through_runtime(
         .iter()
         .map(|bytes| {
             Ok(NewRecord {
-                key: Event::decode(bytes)?.log_key(),
+                key: Event::decode(bytes, &NoSchemas)?.log_key(),
                 value: bytes.clone(),
                 flags: RecordFlags::TXN_END,
             })

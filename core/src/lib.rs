@@ -3,6 +3,7 @@
 //! - [`event`]: the change event (Debezium envelope semantics, exact values) and [`json`], its
 //!   Debezium-compatible JSON form;
 //! - [`log`]: the change log trait and the embedded [`log::file`] backend;
+//! - [`schema`]: table schemas and the log's registry of their versions;
 //! - [`offsets`]: sink cursors and source checkpoints, persisted atomically;
 //! - [`source`] and [`sink`]: the traits connectors and sinks implement, with their guarantees;
 //! - [`testing`] (feature `testing`): the sink compliance suite and event builders.
@@ -15,6 +16,7 @@ mod fsutil;
 pub mod json;
 pub mod log;
 pub mod offsets;
+pub mod schema;
 pub mod secret;
 pub mod sink;
 pub mod source;

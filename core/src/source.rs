@@ -11,6 +11,7 @@ use crate::Result;
 use crate::event::{Event, KeyChange, Op, Value};
 use crate::log::{ChangeLog, NewRecord, RecordFlags};
 use crate::offsets::OffsetStore;
+use crate::schema::TableSchema;
 
 /// A table a source captures, as sinks must know it before the first event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -212,9 +213,16 @@ impl SourceContext {
     /// The last event the log holds durably: where the source resumes.
     pub async fn last_event(&self) -> Result<Option<Event>> {
         match self.log.last_record().await? {
-            Some(rec) => Event::decode(&rec.value).map(Some),
+            Some(rec) => Event::decode(&rec.value, self.log.schemas()).map(Some),
             None => Ok(None),
         }
+    }
+
+    /// Registers a version of a table's schema in the log (durable on return) and gives it
+    /// back with its id, for the events that follow to refer to. An equal version already
+    /// registered is returned as it is.
+    pub fn register_schema(&self, schema: &TableSchema) -> Result<Arc<TableSchema>> {
+        self.log.schemas().register(schema)
     }
 }
 

@@ -64,6 +64,7 @@ pub fn event(table: &str, op: Op, id: i64, before: Option<Row>, after: Option<Ro
         ts_ms: 1_700_000_000_001,
         transaction: None,
         key_change: None,
+        schema: None,
     }
 }
 

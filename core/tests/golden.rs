@@ -31,6 +31,7 @@ fn customers_event(op: Op, tx_id: u64, lsn: u64, before: Option<Row>, after: Opt
         ts_ms: 1559033904863,
         transaction: None,
         key_change: None,
+        schema: None,
     }
 }
 

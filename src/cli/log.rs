@@ -8,6 +8,7 @@ use siphon_core::Event;
 use siphon_core::json::{envelope, row_json};
 use siphon_core::log::file::FileLog;
 use siphon_core::log::{ChangeLog, LogReader, LogRecord, RecordFlags};
+use siphon_core::schema::SchemaLookup;
 
 use crate::config::{Config, LogSpec};
 
@@ -24,8 +25,8 @@ fn open(config: &Config, pipeline: &str) -> anyhow::Result<FileLog> {
     }
 }
 
-fn pretty(record: &LogRecord) -> serde_json::Value {
-    let event = match Event::decode(&record.value) {
+fn pretty(record: &LogRecord, schemas: &dyn SchemaLookup) -> serde_json::Value {
+    let event = match Event::decode(&record.value, schemas) {
         Ok(event) => event,
         Err(e) => return serde_json::json!({"offset": record.offset, "error": e.to_string()}),
     };
@@ -54,7 +55,7 @@ pub(super) async fn tail(
     loop {
         let batch = reader.read_available(1000)?;
         for record in &batch {
-            let text = serde_json::to_string_pretty(&pretty(record))?;
+            let text = serde_json::to_string_pretty(&pretty(record, log.schemas()))?;
             // A closed pipe (`| head`) ends the command quietly.
             if writeln!(out, "{text}").and_then(|()| out.flush()).is_err() {
                 return Ok(ExitCode::SUCCESS);

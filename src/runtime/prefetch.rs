@@ -2,6 +2,7 @@
 //! costs about as much as a fast store's write, so doing both at once keeps both busy.
 
 use siphon_core::log::{LogRecord, RecordFlags};
+use siphon_core::schema::SchemaRegistry;
 use siphon_core::sink::routing::Routing;
 use siphon_core::sink::{SinkBatch, SinkRecord};
 use siphon_core::{Error, Event};
@@ -50,12 +51,12 @@ impl Drop for Prefetch {
 
 impl Prefetch {
     /// Starts reading `batcher`'s batches for a sink with `routing`.
-    pub fn start(mut batcher: Batcher, routing: Routing) -> Self {
+    pub fn start(mut batcher: Batcher, routing: Routing, schemas: SchemaRegistry) -> Self {
         let (tx, rx) = mpsc::channel(1);
         let task = tokio::spawn(async move {
             loop {
                 let fetched = match batcher.next().await {
-                    Ok(records) => match decode(&records, &routing) {
+                    Ok(records) => match decode(&records, &routing, &schemas) {
                         Some(fetched) => fetched,
                         None => continue,
                     },
@@ -80,7 +81,7 @@ impl Prefetch {
 
 /// Decodes and routes one batch (`None` for no records). The stretch ends a transaction when
 /// its last log record does, whether or not this sink takes that record.
-fn decode(records: &[LogRecord], routing: &Routing) -> Option<Fetched> {
+fn decode(records: &[LogRecord], routing: &Routing, schemas: &SchemaRegistry) -> Option<Fetched> {
     let (first, last) = (records.first()?, records.last()?);
     let mut decoded = DecodedBatch {
         first_offset: first.offset,
@@ -92,7 +93,7 @@ fn decode(records: &[LogRecord], routing: &Routing) -> Option<Fetched> {
         },
     };
     for r in records {
-        match Event::decode(&r.value) {
+        match Event::decode(&r.value, schemas) {
             Ok(event) if !routing.accepts_source(&event.source) => {}
             Ok(mut event) => {
                 routing.strip(&mut event);

@@ -307,6 +307,7 @@ impl SinkTask {
         Ok(Prefetch::start(
             Batcher::new(reader, self.delivery.batch_size, self.delivery.linger.0),
             self.routing.clone(),
+            self.log.schemas().clone(),
         ))
     }
 

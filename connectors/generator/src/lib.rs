@@ -88,6 +88,7 @@ impl GeneratorSource {
                 data_collection_order: n % c.transaction_size / tables + 1,
             }),
             key_change: None,
+            schema: None,
         }
     }
 
@@ -263,9 +264,15 @@ mod tests {
         let recs = siphon_core::log::LogReader::read_available(&mut reader, 100).unwrap();
         let seqs: Vec<u64> = recs
             .iter()
-            .map(|r| match Event::decode(&r.value).unwrap().source.position {
-                SourcePosition::Sequence(n) => n,
-                _ => unreachable!(),
+            .map(|r| {
+                match Event::decode(&r.value, &siphon_core::schema::NoSchemas)
+                    .unwrap()
+                    .source
+                    .position
+                {
+                    SourcePosition::Sequence(n) => n,
+                    _ => unreachable!(),
+                }
             })
             .collect();
         assert_eq!(seqs, (0..10).collect::<Vec<_>>());

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 
+use siphon_core::schema::{Column, ColumnKind};
 use siphon_core::{Error, Result};
 use tokio_postgres::Client;
 
@@ -18,8 +19,8 @@ pub struct Table {
     pub name: String,
     /// Primary-key columns, in key order; empty without a primary key.
     pub key: Vec<String>,
-    /// Columns and their type OIDs, in order.
-    pub columns: Vec<(String, u32)>,
+    /// Columns, in order.
+    pub columns: Vec<ColumnRef>,
     /// REPLICA IDENTITY: `d` default, `n` nothing, `f` full, `i` index.
     pub replica_identity: char,
     /// The planner's row estimate, for snapshot progress.
@@ -27,6 +28,17 @@ pub struct Table {
     /// Where its rows are: the table itself, or for a partitioned table each leaf partition
     /// (its changes come under the partitioned table's name, `publish_via_partition_root`).
     pub leaves: Vec<Leaf>,
+}
+
+/// A column as the catalog or a Relation message gives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColumnRef {
+    /// Its name.
+    pub name: String,
+    /// Its type's OID.
+    pub type_oid: u32,
+    /// Its type modifier (`atttypmod`; -1 for none).
+    pub type_modifier: i32,
 }
 
 /// A table that holds rows: a plain table, or a leaf partition of a partitioned one.
@@ -158,14 +170,18 @@ pub async fn tables(client: &Client, patterns: &[String]) -> Result<Vec<Table>> 
         let key = primary_key(client, oid).await?;
         let columns = client
             .query(
-                "select attname::text, atttypid from pg_attribute \
+                "select attname::text, atttypid, atttypmod from pg_attribute \
                  where attrelid = $1 and attnum > 0 and not attisdropped order by attnum",
                 &[&oid],
             )
             .await
             .map_err(|e| pg_error("reading columns", &e))?
             .iter()
-            .map(|r| (r.get(0), r.get(1)))
+            .map(|r| ColumnRef {
+                name: r.get(0),
+                type_oid: r.get(1),
+                type_modifier: r.get(2),
+            })
             .collect();
         let leaves = leaves(client, oid, &key).await?;
         out.push(Table {
@@ -401,6 +417,60 @@ pub async fn slot(client: &Client, slot: &str) -> Result<Option<SlotInfo>> {
     }))
 }
 
+/// The columns of table `oid` as its schema records them: each column's type as the server
+/// spells it (`format_type`), its kind, nullability and whether it is generated. Types come
+/// from `columns` (a Relation message is authoritative for the stream); nullability from the
+/// catalog now.
+pub async fn schema_columns(
+    client: &Client,
+    types: &mut TypeCache,
+    oid: u32,
+    columns: &[ColumnRef],
+) -> Result<Vec<Column>> {
+    let names: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
+    let oids: Vec<u32> = columns.iter().map(|c| c.type_oid).collect();
+    let mods: Vec<i32> = columns.iter().map(|c| c.type_modifier).collect();
+    let rows = client
+        .query(
+            "select format_type(c.oid, c.typmod), coalesce(a.attnotnull, false), \
+             coalesce(a.attgenerated <> '', false) \
+             from unnest($2::text[], $3::oid[], $4::int4[]) with ordinality as c(name, oid, typmod, n) \
+             left join pg_attribute a on a.attrelid = $1 and a.attname = c.name and not a.attisdropped \
+             order by c.n",
+            &[&oid, &names, &oids, &mods],
+        )
+        .await
+        .map_err(|e| pg_error("reading column types", &e))?;
+    let mut out = Vec::with_capacity(columns.len());
+    for (column, row) in columns.iter().zip(rows) {
+        let not_null: bool = row.get(1);
+        out.push(Column {
+            name: column.name.as_str().into(),
+            type_name: row.get(0),
+            type_id: column.type_oid,
+            type_modifier: column.type_modifier,
+            kind: types
+                .kind(client, column.type_oid, column.type_modifier)
+                .await?,
+            nullable: !not_null,
+            generated: row.get(2),
+        });
+    }
+    Ok(out)
+}
+
+/// Precision and scale of a `numeric(p,s)` type modifier.
+fn numeric_modifier(typmod: i32) -> (Option<u32>, Option<u32>) {
+    if typmod < 4 {
+        return (None, None);
+    }
+    let m = typmod - 4;
+    let precision = (m >> 16) & 0xffff;
+    // PostgreSQL 15 allows a negative scale, kept in 11 bits.
+    let scale = ((m & 0x7ff) ^ 1024) - 1024;
+    (u32::try_from(precision).ok(), u32::try_from(scale).ok())
+}
+
 /// Resolves column types, asking the catalog for the ones that are not built in.
 #[derive(Debug, Default)]
 pub struct TypeCache {
@@ -437,5 +507,58 @@ impl TypeCache {
         };
         self.known.insert(oid, resolved.clone());
         Ok(resolved)
+    }
+
+    /// What values of type `oid` with modifier `typmod` are, for the table's schema.
+    pub async fn kind(&mut self, client: &Client, oid: u32, typmod: i32) -> Result<ColumnKind> {
+        let length = || u32::try_from(typmod - 4).ok().filter(|_| typmod >= 4);
+        Ok(match oid {
+            16 => ColumnKind::Bool,
+            21 => ColumnKind::Int16,
+            23 => ColumnKind::Int32,
+            20 => ColumnKind::Int64,
+            700 => ColumnKind::Float32,
+            701 => ColumnKind::Float64,
+            1700 => {
+                let (precision, scale) = numeric_modifier(typmod);
+                ColumnKind::Decimal { precision, scale }
+            }
+            25 | 19 | 18 => ColumnKind::Text { length: None },
+            1043 | 1042 => ColumnKind::Text { length: length() },
+            17 => ColumnKind::Bytes,
+            114 => ColumnKind::Json { binary: false },
+            3802 => ColumnKind::Json { binary: true },
+            2950 => ColumnKind::Uuid,
+            1082 => ColumnKind::Date,
+            1083 => ColumnKind::Time,
+            1266 => ColumnKind::TimeTz,
+            1114 => ColumnKind::Timestamp,
+            1184 => ColumnKind::TimestampTz,
+            1186 => ColumnKind::Interval,
+            _ => {
+                let row = client
+                    .query_opt(
+                        "select typtype::text, typelem, typbasetype, typtypmod, typcategory::text, \
+                         array(select enumlabel::text from pg_enum where enumtypid = t.oid order by enumsortorder) \
+                         from pg_type t where oid = $1",
+                        &[&oid],
+                    )
+                    .await
+                    .map_err(|e| pg_error("reading a type", &e))?;
+                let Some(row) = row else {
+                    return Ok(ColumnKind::Other);
+                };
+                let (kind, elem, base, base_mod, category): (String, u32, u32, i32, String) =
+                    (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
+                match kind.as_str() {
+                    "e" => ColumnKind::Enum { labels: row.get(5) },
+                    "d" => Box::pin(self.kind(client, base, base_mod)).await?,
+                    _ if category == "A" && elem != 0 => ColumnKind::Array(Box::new(
+                        Box::pin(self.kind(client, elem, typmod)).await?,
+                    )),
+                    _ => ColumnKind::Other,
+                }
+            }
+        })
     }
 }

@@ -2,15 +2,17 @@
 
 use std::borrow::Cow;
 use std::collections::HashSet;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use siphon_core::event::{
     Event, Name, Op, Row, SnapshotMarker, SourceInfo, SourcePosition, TransactionInfo, Value,
 };
 
 use siphon_core::Result;
+use siphon_core::schema::{SchemaId, TableSchema};
+use siphon_core::source::SourceContext;
 
-use crate::catalog::TypeCache;
+use crate::catalog::{self, ColumnRef, TypeCache};
 use crate::values::{PgType, decode_cow};
 
 /// Microseconds from the Unix epoch to PostgreSQL's (2000-01-01).
@@ -27,34 +29,54 @@ pub struct Shape {
     pub columns: Vec<(Name, PgType)>,
     /// Positions of the primary-key columns; empty for a table without one.
     pub key: Vec<usize>,
+    /// The table's schema as registered in the log, which its events refer to.
+    pub table_schema: Arc<TableSchema>,
 }
 
 /// Columns whose values could not be decoded, so each is warned about once.
 static WARNED: Mutex<Option<HashSet<String>>> = Mutex::new(None);
 
 impl Shape {
-    /// The shape of table `schema.table` with these columns (name, type OID) and primary key,
-    /// asking the catalog for types that are not built in.
+    /// The shape of table `oid` (`schema.table`) with these columns and primary key, asking
+    /// the catalog for types that are not built in; its schema is registered in the log.
     pub async fn resolve(
         client: &tokio_postgres::Client,
         types: &mut TypeCache,
-        (schema, table): (&str, &str),
-        columns: &[(String, u32)],
+        (ctx, factory): (&SourceContext, &EventFactory),
+        (oid, schema, table): (u32, &str, &str),
+        columns: &[ColumnRef],
         primary_key: &[String],
     ) -> Result<Shape> {
-        let mut resolved: Vec<(Name, PgType)> = Vec::new();
-        for (name, oid) in columns {
-            resolved.push((name.as_str().into(), types.resolve(client, *oid).await?));
-        }
+        let described = catalog::schema_columns(client, types, oid, columns).await?;
         let key = primary_key
             .iter()
-            .filter_map(|k| resolved.iter().position(|(c, _)| &**c == k))
+            .filter_map(|k| described.iter().position(|c| &*c.name == k))
             .collect();
-        Ok(Shape {
-            schema: schema.into(),
+        let table_schema = ctx.register_schema(&TableSchema {
+            id: SchemaId::UNREGISTERED,
+            connector: "postgresql".into(),
+            server: factory.name.clone(),
+            database: factory.db.clone(),
+            schema: Some(schema.into()),
             table: table.into(),
-            columns: resolved,
+            columns: described,
             key,
+        })?;
+        let mut decoded = Vec::with_capacity(columns.len());
+        // The registered schema's names, so that events share them (and encode by position
+        // at a pointer comparison).
+        for (column, described) in columns.iter().zip(&table_schema.columns) {
+            decoded.push((
+                described.name.clone(),
+                types.resolve(client, column.type_oid).await?,
+            ));
+        }
+        Ok(Shape {
+            schema: table_schema.schema.clone().unwrap_or_else(|| schema.into()),
+            table: table_schema.table.clone(),
+            columns: decoded,
+            key: table_schema.key.clone(),
+            table_schema,
         })
     }
 
@@ -188,6 +210,7 @@ impl EventFactory {
                 data_collection_order: at.table_order,
             }),
             key_change: None,
+            schema: Some(shape.table_schema.clone()),
         }
     }
 }

@@ -265,17 +265,24 @@ impl PostgresSource {
         Ok(())
     }
 
+    /// The tables' shapes, their schemas registered in the log.
     async fn shapes(
-        &self,
+        context: (&SourceContext, &EventFactory),
         client: &tokio_postgres::Client,
         tables: &[catalog::Table],
     ) -> Result<Vec<(catalog::Table, Shape)>> {
         let mut types = catalog::TypeCache::default();
         let mut out = Vec::with_capacity(tables.len());
         for t in tables {
-            let shape =
-                Shape::resolve(client, &mut types, (&t.schema, &t.name), &t.columns, &t.key)
-                    .await?;
+            let shape = Shape::resolve(
+                client,
+                &mut types,
+                context,
+                (t.oid, &t.schema, &t.name),
+                &t.columns,
+                &t.key,
+            )
+            .await?;
             out.push((t.clone(), shape));
         }
         Ok(out)
@@ -377,7 +384,8 @@ impl Source for PostgresSource {
             .await
             .map_err(|e| catalog::pg_error("reading the server version", &e))?
             .get(0);
-        let mut shapes = self.shapes(&client, &tables).await?;
+        let factory = self.factory(&pg);
+        let mut shapes = Self::shapes((ctx, &factory), &client, &tables).await?;
         let binary = self.binary_allowed
             && version >= 140_000
             && shapes.iter().all(|(_, s)| s.binary_decodable());
@@ -387,7 +395,6 @@ impl Source for PostgresSource {
             .await
             .map_err(|e| replication_error(&e))?;
         ctx.metrics.connected();
-        let factory = self.factory(&pg);
         if need_snapshot {
             let (consistent_point, snapshot_name) = self.create_slot(&mut repl, true).await?;
             let snapshot_name =

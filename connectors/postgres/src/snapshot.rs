@@ -399,6 +399,16 @@ mod tests {
                 table: "t".into(),
                 columns: vec![],
                 key: vec![],
+                table_schema: std::sync::Arc::new(siphon_core::schema::TableSchema {
+                    id: siphon_core::schema::SchemaId::UNREGISTERED,
+                    connector: "postgresql".into(),
+                    server: "p".into(),
+                    database: "d".into(),
+                    schema: Some("s".into()),
+                    table: "t".into(),
+                    columns: vec![],
+                    key: vec![],
+                }),
             },
         )
     }

@@ -11,7 +11,7 @@ use siphon_core::source::SourceContext;
 use siphon_core::{Error, Event, KeyChange, Result, Row, Value};
 use tokio_postgres::Client;
 
-use crate::catalog::{self, TypeCache, pg_error};
+use crate::catalog::{self, ColumnRef, TypeCache, pg_error};
 use crate::events::{EventFactory, PG_EPOCH_MICROS, Place, Shape};
 use crate::pgoutput::{self, Message, Relation, TupleValue};
 
@@ -297,12 +297,24 @@ impl Stream<'_> {
                 return Err(catalog::identity_error(&name, &quoted, &identity, &key));
             }
         }
-        let columns: Vec<(String, u32)> = r
+        let columns: Vec<ColumnRef> = r
             .columns
             .iter()
-            .map(|c| (c.name.clone(), c.type_oid))
+            .map(|c| ColumnRef {
+                name: c.name.clone(),
+                type_oid: c.type_oid,
+                type_modifier: c.type_modifier,
+            })
             .collect();
-        Shape::resolve(self.client, types, (&r.namespace, &r.name), &columns, &key).await
+        Shape::resolve(
+            self.client,
+            types,
+            (self.ctx, &self.factory),
+            (r.id, &r.namespace, &r.name),
+            &columns,
+            &key,
+        )
+        .await
     }
 }
 

@@ -294,7 +294,11 @@ impl Capture {
             if batch.is_empty() {
                 return out;
             }
-            out.extend(batch.iter().map(|r| Event::decode(&r.value).unwrap()));
+            out.extend(
+                batch
+                    .iter()
+                    .map(|r| Event::decode(&r.value, self.log.schemas()).unwrap()),
+            );
         }
     }
 

@@ -114,11 +114,13 @@ impl Harness {
             if batch.is_empty() {
                 return out;
             }
-            out.extend(
-                batch
-                    .into_iter()
-                    .map(|r| (r.offset, r.flags, Event::decode(&r.value).unwrap())),
-            );
+            out.extend(batch.into_iter().map(|r| {
+                (
+                    r.offset,
+                    r.flags,
+                    Event::decode(&r.value, self.log.schemas()).unwrap(),
+                )
+            }));
         }
     }
 

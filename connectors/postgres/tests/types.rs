@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use siphon_core::event::SnapshotMarker;
-use siphon_core::log::LogReader;
 use siphon_core::log::file::FileLog;
+use siphon_core::log::{ChangeLog, LogReader};
 use siphon_core::offsets::OffsetStore;
 use siphon_core::source::{Source, SourceContext};
 use siphon_core::{Event, Value};
@@ -220,7 +220,7 @@ async fn check_every_type(binary: bool) {
             .read_available(100)
             .unwrap()
             .iter()
-            .map(|r| Event::decode(&r.value).unwrap())
+            .map(|r| Event::decode(&r.value, log.schemas()).unwrap())
             .collect()
     };
     let deadline = Instant::now() + Duration::from_secs(60);

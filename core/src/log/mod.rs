@@ -15,6 +15,7 @@ use tokio::sync::watch;
 pub use record::{LogRecord, NewRecord, RecordFlags};
 
 use crate::Result;
+use crate::schema::SchemaRegistry;
 
 /// The identity of a change log, made when the log is created. Every cursor a sink keeps
 /// carries it, so a store that followed another log (one that was lost, or made anew) is
@@ -119,6 +120,9 @@ pub trait ChangeLog: Send + Sync + std::fmt::Debug + 'static {
 
     /// The log's identity.
     fn id(&self) -> &LogId;
+
+    /// The log's table schemas, which its records refer to.
+    fn schemas(&self) -> &SchemaRegistry;
 
     /// First offset the log holds.
     fn start_offset(&self) -> u64;

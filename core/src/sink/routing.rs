@@ -1,6 +1,10 @@
 //! What a sink takes from the log (tables, columns) and the names it writes them under.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use crate::event::{Event, SourceInfo};
+use crate::schema::{SchemaId, TableSchema};
 
 /// Which tables a sink takes and which columns it leaves out (`tables` and
 /// `exclude_columns`, settings every sink has).
@@ -8,6 +12,18 @@ use crate::event::{Event, SourceInfo};
 pub struct Routing {
     tables: Vec<TablePattern>,
     exclude: Vec<(Option<TablePattern>, String)>,
+    stripped: StrippedSchemas,
+}
+
+/// The schemas of tables that lose columns to `exclude_columns`, made once per version.
+#[derive(Debug, Clone, Default)]
+struct StrippedSchemas(Arc<Mutex<HashMap<SchemaId, Arc<TableSchema>>>>);
+
+impl PartialEq for StrippedSchemas {
+    /// A cache: routings are equal by their settings.
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 /// `schema.table`, `schema.*` or `*`.
@@ -62,7 +78,11 @@ impl Routing {
                 )),
             })
             .collect::<Result<_, _>>()?;
-        Ok(Routing { tables, exclude })
+        Ok(Routing {
+            tables,
+            exclude,
+            stripped: StrippedSchemas::default(),
+        })
     }
 
     /// Whether the sink takes `schema.table` (or `db.table`).
@@ -80,7 +100,8 @@ impl Routing {
         self.tables.is_empty() || self.tables.iter().any(|p| p.matches(schema, table))
     }
 
-    /// Removes the excluded columns from the event's rows (never from its key).
+    /// Removes the excluded columns from the event's rows (never from its key) and from its
+    /// schema, so that a sink creates no column for them.
     pub fn strip(&self, event: &mut Event) {
         if self.exclude.is_empty() {
             return;
@@ -96,6 +117,26 @@ impl Routing {
         };
         for row in [&mut event.before, &mut event.after].into_iter().flatten() {
             row.0.retain(|(c, _)| !excluded(c));
+        }
+        if let Some(schema) = &mut event.schema {
+            let mut cache = self.stripped.0.lock().unwrap();
+            *schema = cache
+                .entry(schema.id)
+                .or_insert_with(|| {
+                    let kept: Vec<usize> = (0..schema.columns.len())
+                        .filter(|&i| schema.key.contains(&i) || !excluded(&schema.columns[i].name))
+                        .collect();
+                    Arc::new(TableSchema {
+                        columns: kept.iter().map(|&i| schema.columns[i].clone()).collect(),
+                        key: schema
+                            .key
+                            .iter()
+                            .filter_map(|k| kept.iter().position(|i| i == k))
+                            .collect(),
+                        ..(**schema).clone()
+                    })
+                })
+                .clone();
         }
     }
 }

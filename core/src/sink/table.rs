@@ -17,6 +17,17 @@ pub enum TableMode {
     History,
 }
 
+/// What a SQL store does with a column its source table dropped (`dropped_columns`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DroppedColumns {
+    /// Keep it, with its values (new rows leave it NULL).
+    #[default]
+    Keep,
+    /// Drop it too.
+    Drop,
+}
+
 /// A store's SQL names for the types of the columns siphon adds.
 #[derive(Debug, Clone, Copy)]
 pub struct MetaTypes {
@@ -92,11 +103,19 @@ pub fn new_columns<'r>(
 
 /// The inside of `CREATE TABLE t (…)`: `leading` columns (name and full definition), then
 /// `columns`, then `PRIMARY KEY (key…)` when there is a key.
-pub fn definition(leading: &[(&str, String)], columns: &[(&str, &str)], key: &[&str]) -> String {
+pub fn definition(
+    leading: &[(&str, String)],
+    columns: &[(&str, impl AsRef<str>)],
+    key: &[&str],
+) -> String {
     let mut defs: Vec<String> = leading
         .iter()
         .map(|(c, ty)| format!("{} {ty}", quote(c)))
-        .chain(columns.iter().map(|(c, ty)| format!("{} {ty}", quote(c))))
+        .chain(
+            columns
+                .iter()
+                .map(|(c, ty)| format!("{} {}", quote(c), ty.as_ref())),
+        )
         .collect();
     if !key.is_empty() {
         let key: Vec<String> = key.iter().map(|c| quote(c)).collect();

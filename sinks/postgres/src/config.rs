@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 use siphon_core::sink::routing::NameTemplate;
-pub use siphon_core::sink::table::TableMode;
+pub use siphon_core::sink::table::{DroppedColumns, TableMode};
 use siphon_core::tls::TlsMode;
 use siphon_core::{ConnectionUrl, Secret};
 
@@ -38,6 +38,10 @@ pub struct PostgresSinkConfig {
     /// CA certificates (PEM) for `verify_ca` and `verify_full`.
     #[serde(default)]
     pub tls_ca_file: Option<PathBuf>,
+    /// A column the source table dropped: "keep" it in the target (the default; new rows
+    /// leave it NULL) or "drop" it there too.
+    #[serde(default)]
+    pub dropped_columns: DroppedColumns,
 }
 
 fn default_schema() -> String {
@@ -59,6 +63,7 @@ impl PostgresSinkConfig {
             table: default_table(),
             tls: None,
             tls_ca_file: None,
+            dropped_columns: DroppedColumns::default(),
         }
     }
 

@@ -4,6 +4,7 @@ use std::borrow::Cow;
 
 use siphon_core::Value;
 use siphon_core::json::value_json;
+use siphon_core::schema::{Column, ColumnKind};
 use siphon_core::sink::changes::value_text;
 
 /// The column type a new column gets from its first non-null value. Arrays become `jsonb`
@@ -28,6 +29,74 @@ pub(crate) fn column_type(value: &Value) -> Option<&'static str> {
         Value::Interval { .. } => "interval",
         Value::Text(_) | Value::Enum(_) | Value::Other { .. } => "text",
     })
+}
+
+/// The type a column of a source table gets in the target: the source's own where it is
+/// built into PostgreSQL (`numeric(10,2)`, `character varying(20)`, `text[]`, `inet`, …, as
+/// `format_type` spelled it), else the closest built-in type: enums, domains and extension
+/// types (whose definitions the target lacks) as their kind says, `text` for the rest.
+pub(crate) fn pg_type(column: &Column) -> String {
+    // OIDs below FirstNormalObjectId are the server's own types.
+    if column.type_id != 0 && column.type_id < 16384 {
+        return column.type_name.clone();
+    }
+    kind_type(&column.kind)
+}
+
+fn kind_type(kind: &ColumnKind) -> String {
+    match kind {
+        ColumnKind::Bool => "boolean".into(),
+        ColumnKind::Int16 => "smallint".into(),
+        ColumnKind::Int32 => "integer".into(),
+        ColumnKind::Int64 => "bigint".into(),
+        ColumnKind::Float32 => "real".into(),
+        ColumnKind::Float64 => "double precision".into(),
+        ColumnKind::Decimal {
+            precision: Some(p),
+            scale: Some(s),
+        } => format!("numeric({p},{s})"),
+        ColumnKind::Decimal { .. } => "numeric".into(),
+        ColumnKind::Text { .. } | ColumnKind::Enum { .. } | ColumnKind::Other => "text".into(),
+        ColumnKind::Bytes => "bytea".into(),
+        ColumnKind::Json { binary: true } => "jsonb".into(),
+        ColumnKind::Json { binary: false } => "json".into(),
+        ColumnKind::Uuid => "uuid".into(),
+        ColumnKind::Date => "date".into(),
+        ColumnKind::Time => "time without time zone".into(),
+        ColumnKind::TimeTz => "time with time zone".into(),
+        ColumnKind::Timestamp => "timestamp without time zone".into(),
+        ColumnKind::TimestampTz => "timestamp with time zone".into(),
+        ColumnKind::Interval => "interval".into(),
+        ColumnKind::Array(element) => format!("{}[]", kind_type(element)),
+    }
+}
+
+/// An array in PostgreSQL's array input syntax (`{1,NULL,"a b"}`), nested arrays nested.
+pub(crate) fn pg_array(items: &[Value]) -> String {
+    let mut out = String::from("{");
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        match item {
+            Value::Array(inner) => out.push_str(&pg_array(inner)),
+            other => match pg_text(other) {
+                None => out.push_str("NULL"),
+                Some(text) => {
+                    out.push('"');
+                    for ch in text.chars() {
+                        if ch == '"' || ch == '\\' {
+                            out.push('\\');
+                        }
+                        out.push(ch);
+                    }
+                    out.push('"');
+                }
+            },
+        }
+    }
+    out.push('}');
+    out
 }
 
 /// The value as PostgreSQL reads it back with a cast from text; `None` for NULL.
@@ -88,5 +157,16 @@ mod tests {
             "01:00:00+00"
         );
         assert_eq!(pg_text(&Value::Null), None);
+        let nested = Value::Array(vec![
+            Value::Array(vec![Value::Text("a\"b\\c".into()), Value::Null]),
+            Value::Array(vec![
+                Value::Text("{x,y}".into()),
+                Value::Text(String::new()),
+            ]),
+        ]);
+        let Value::Array(items) = &nested else {
+            unreachable!()
+        };
+        assert_eq!(pg_array(items), r#"{{"a\"b\\c",NULL},{"{x,y}",""}}"#);
     }
 }

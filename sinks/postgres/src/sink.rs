@@ -3,13 +3,14 @@
 use std::collections::HashMap;
 
 use async_trait::async_trait;
-use siphon_core::event::{Event, Row};
+use siphon_core::event::{Event, Row, Value};
 use siphon_core::log::LogId;
+use siphon_core::schema::{SchemaId, TableSchema};
 use siphon_core::sink::changes::{
     Change, FromStored, by_table, by_written_columns, from_stored, history_row, net_changes,
 };
 use siphon_core::sink::routing::NameTemplate;
-use siphon_core::sink::table::{self, MetaTypes, TableMode, new_columns, quote};
+use siphon_core::sink::table::{self, DroppedColumns, MetaTypes, TableMode, new_columns, quote};
 use siphon_core::sink::{Sink, SinkBatch, SinkRecord, StoreCursor};
 use siphon_core::source::TableInfo;
 use siphon_core::{Error, Result};
@@ -17,7 +18,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, NoTls};
 
 use crate::config::{NAME_PLACEHOLDERS, PostgresSinkConfig};
-use crate::encode::{column_type, pg_text};
+use crate::encode::{column_type, pg_array, pg_text, pg_type};
 
 /// PostgreSQL's names for the types of the columns siphon adds.
 const META_TYPES: MetaTypes = MetaTypes {
@@ -56,9 +57,22 @@ struct Target {
     name: String,
     /// Column name → type, as `format_type` prints it without its modifier: values are cast
     /// to `character varying`, not `character varying(5)`, since an explicit cast to the
-    /// latter would cut a longer value where the insert must refuse it.
+    /// latter would cut a longer value where the insert must refuse it (`bit` and
+    /// `character` are cast to `bit varying` and `bpchar`: bare, they are `bit(1)` and
+    /// `character(1)`).
     columns: HashMap<String, String>,
+    /// Column name → type with its modifier (`character varying(5)`), to compare with the
+    /// source's.
+    declared: HashMap<String, String>,
+    /// The source table's schema version the table was last brought in line with.
+    schema: Option<SchemaId>,
+    /// siphon made the table (its comment says so), so its column types follow the source
+    /// table's; a table made by hand keeps its own and only gets the columns it lacks.
+    owned: bool,
 }
+
+/// The comment of the tables siphon makes: they follow their source tables' column types.
+const OWNED_COMMENT: &str = "made by siphon: its columns follow the source table";
 
 impl PostgresSink {
     /// A sink for sink `sink` of pipeline `pipeline` (they name its cursor row).
@@ -163,39 +177,97 @@ impl PostgresSink {
             .map_err(|e| self.error(&e, what))
     }
 
-    /// The target table of an event's source table, created or given new columns so that it
-    /// can take `rows`.
+    /// The target table of an event's source table, created or changed so that it can take
+    /// `rows`: from the event's table schema where it has one (the source's column types, in
+    /// the source's order), else from the values.
     async fn target(&mut self, event: &Event, rows: &[&Row]) -> Result<Target> {
         let source = &event.source;
         let id = (source.namespace().to_owned(), source.table.to_string());
-        let target = match self.targets.get(&id) {
+        let mut target = match self.targets.get(&id) {
             Some(t) => t.clone(),
             None => self.load_target(event, rows).await?,
         };
-        let missing = new_columns(None, rows, column_type, |c| target.columns.contains_key(c));
-        let target = if missing.is_empty() {
-            target
-        } else {
-            let adds: Vec<String> = missing
-                .iter()
-                .map(|(c, ty)| format!("ADD COLUMN IF NOT EXISTS {} {ty}", quote(c)))
-                .collect();
-            self.batch(
-                &format!("ALTER TABLE {} {}", target.name, adds.join(", ")),
-                "adding columns",
-            )
-            .await?;
-            tracing::info!(table = %target.name, columns = ?missing, "added columns to the target table");
-            let mut t = target;
-            t.columns.extend(
-                missing
-                    .iter()
-                    .map(|(c, ty)| ((*c).to_owned(), (*ty).to_owned())),
-            );
-            t
-        };
+        match &event.schema {
+            Some(schema) if target.schema != Some(schema.id) => {
+                self.follow_schema(&mut target, schema).await?;
+            }
+            Some(_) => {}
+            None => self.add_value_columns(&mut target, rows).await?,
+        }
         self.targets.insert(id, target.clone());
         Ok(target)
+    }
+
+    /// Adds the columns of `rows` that the table lacks, typed by their values.
+    async fn add_value_columns(&mut self, target: &mut Target, rows: &[&Row]) -> Result<()> {
+        let missing = new_columns(None, rows, column_type, |c| target.columns.contains_key(c));
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let adds: Vec<String> = missing
+            .iter()
+            .map(|(c, ty)| format!("ADD COLUMN IF NOT EXISTS {} {ty}", quote(c)))
+            .collect();
+        self.batch(
+            &format!("ALTER TABLE {} {}", target.name, adds.join(", ")),
+            "adding columns",
+        )
+        .await?;
+        tracing::info!(table = %target.name, columns = ?missing, "added columns to the target table");
+        self.reload(target).await
+    }
+
+    /// Brings the table in line with a version of its source table: adds the columns it
+    /// lacks and, in a table siphon made, changes the type of those whose type differs and
+    /// drops (or keeps, per `dropped_columns`) those the source no longer has.
+    async fn follow_schema(&mut self, target: &mut Target, schema: &TableSchema) -> Result<()> {
+        let mut changes = Vec::new();
+        for column in &schema.columns {
+            let ty = pg_type(column);
+            let name = quote(&column.name);
+            match target.declared.get(&*column.name) {
+                None => changes.push(format!("ADD COLUMN {name} {ty}")),
+                Some(have) if *have != ty && target.owned => {
+                    changes.push(format!(
+                        "ALTER COLUMN {name} TYPE {ty} USING {name}::text::{ty}"
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+        let dropped: Vec<&String> = target
+            .declared
+            .keys()
+            .filter(|c| !c.starts_with("_siphon_") && schema.position(c).is_none())
+            .collect();
+        if !dropped.is_empty() && target.owned {
+            match self.config.dropped_columns {
+                DroppedColumns::Drop => {
+                    changes.extend(dropped.iter().map(|c| format!("DROP COLUMN {}", quote(c))));
+                }
+                DroppedColumns::Keep => {
+                    tracing::info!(table = %target.name, columns = ?dropped, "the source table has no such columns any more: kept (dropped_columns = \"keep\")");
+                }
+            }
+        }
+        if !changes.is_empty() {
+            self.batch(
+                &format!("ALTER TABLE {} {}", target.name, changes.join(", ")),
+                "changing the target table as its source table changed",
+            )
+            .await?;
+            tracing::info!(table = %target.name, changes = ?changes, "changed the target table as its source table changed");
+            self.reload(target).await?;
+        }
+        target.schema = Some(schema.id);
+        Ok(())
+    }
+
+    /// Reads the table's columns from the catalog again.
+    async fn reload(&self, target: &mut Target) -> Result<()> {
+        (target.columns, target.declared, target.owned) =
+            self.catalog_columns(&target.name).await?;
+        Ok(())
     }
 
     /// Reads a target table from the catalog, creating it if it does not exist.
@@ -204,27 +276,53 @@ impl PostgresSink {
         let names = [("schema", source.namespace()), ("table", &*source.table)];
         let (schema, table) = (self.schema.render(&names), self.table.render(&names));
         let name = format!("{}.{}", quote(&schema), quote(&table));
+        let (columns, declared, owned) = self.catalog_columns(&name).await?;
         let mut target = Target {
-            columns: self.catalog_columns(&name).await?,
+            columns,
+            declared,
             name,
+            schema: None,
+            owned,
         };
         if target.columns.is_empty() {
             let key = event.key.as_ref();
             let (leading, key_names) = self.config.mode.layout(META_TYPES, key);
-            let columns = new_columns(key, rows, column_type, |_| false);
-            let defs = table::definition(&leading, &columns, &key_names);
+            let defs = match &event.schema {
+                Some(source) => {
+                    let columns: Vec<(&str, String)> = source
+                        .columns
+                        .iter()
+                        .map(|c| (&*c.name, pg_type(c)))
+                        .collect();
+                    let key_names: Vec<&str> = match self.config.mode {
+                        TableMode::Mirror => source
+                            .key
+                            .iter()
+                            .map(|&i| &*source.columns[i].name)
+                            .collect(),
+                        TableMode::History => key_names,
+                    };
+                    target.schema = Some(source.id);
+                    table::definition(&leading, &columns, &key_names)
+                }
+                None => {
+                    let columns = new_columns(key, rows, column_type, |_| false);
+                    table::definition(&leading, &columns, &key_names)
+                }
+            };
             self.batch(
                 &format!(
-                    "CREATE SCHEMA IF NOT EXISTS {}; CREATE TABLE IF NOT EXISTS {} ({})",
+                    "CREATE SCHEMA IF NOT EXISTS {}; CREATE TABLE IF NOT EXISTS {} ({}); COMMENT ON TABLE {} IS '{OWNED_COMMENT}'",
                     quote(&schema),
                     target.name,
-                    defs
+                    defs,
+                    target.name,
                 ),
                 "creating the target table",
             )
             .await?;
             tracing::info!(table = %target.name, mode = ?self.config.mode, "created the target table");
-            target.columns = self.catalog_columns(&target.name).await?;
+            self.reload(&mut target).await?;
         } else if !target.columns.contains_key("_siphon_offset") {
             return Err(Error::permanent(format!(
                 "the target table {} exists but was not made by siphon (it has no _siphon_offset column); drop it, or map the source table to another name with `table`",
@@ -234,17 +332,39 @@ impl PostgresSink {
         Ok(target)
     }
 
-    async fn catalog_columns(&self, name: &str) -> Result<HashMap<String, String>> {
+    /// A table's columns: the types values are cast to, and the declared types; and whether
+    /// siphon made it.
+    async fn catalog_columns(
+        &self,
+        name: &str,
+    ) -> Result<(HashMap<String, String>, HashMap<String, String>, bool)> {
         let rows = self
             .client()?
             .query(
-                "SELECT a.attname::text, format_type(a.atttypid, NULL) FROM pg_attribute a \
+                "SELECT a.attname::text, \
+                 CASE a.atttypid WHEN 1560 THEN 'bit varying' WHEN 1561 THEN 'bit varying[]' \
+                 WHEN 1042 THEN 'bpchar' WHEN 1014 THEN 'bpchar[]' \
+                 ELSE format_type(a.atttypid, NULL) END, format_type(a.atttypid, a.atttypmod) \
+                 FROM pg_attribute a \
                  WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped",
                 &[&name],
             )
             .await
             .map_err(|e| self.error(&e, "reading the catalog"))?;
-        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+        let comment: Option<String> = self
+            .client()?
+            .query_one(
+                "SELECT obj_description(to_regclass($1), 'pg_class')",
+                &[&name],
+            )
+            .await
+            .map_err(|e| self.error(&e, "reading the catalog"))?
+            .get(0);
+        Ok((
+            rows.iter().map(|r| (r.get(0), r.get(1))).collect(),
+            rows.iter().map(|r| (r.get(0), r.get(2))).collect(),
+            comment.as_deref() == Some(OWNED_COMMENT),
+        ))
     }
 
     /// Applies records (inside the open transaction).
@@ -327,7 +447,11 @@ impl PostgresSink {
         names: &[&str],
         rows: &[(&Row, u64)],
     ) -> Result<()> {
-        let columns = column_texts(names, &rows.iter().map(|(r, _)| *r).collect::<Vec<_>>());
+        let columns = column_texts(
+            names,
+            &rows.iter().map(|(r, _)| *r).collect::<Vec<_>>(),
+            target,
+        );
         let offsets: Vec<i64> = rows.iter().map(|(_, o)| *o as i64).collect();
         let updates: Vec<String> = names
             .iter()
@@ -373,10 +497,15 @@ impl PostgresSink {
             taken,
             rows,
         } = group;
-        let mut columns = column_texts(written, &rows.iter().map(|(r, ..)| *r).collect::<Vec<_>>());
+        let mut columns = column_texts(
+            written,
+            &rows.iter().map(|(r, ..)| *r).collect::<Vec<_>>(),
+            target,
+        );
         columns.extend(column_texts(
             key,
             &rows.iter().map(|(_, from, _)| *from).collect::<Vec<_>>(),
+            target,
         ));
         let offsets: Vec<i64> = rows.iter().map(|(.., o)| *o as i64).collect();
         let (n, k) = (written.len(), key.len());
@@ -447,6 +576,7 @@ impl PostgresSink {
         let columns = column_texts(
             &names,
             &key_rows.iter().map(|(r, _)| *r).collect::<Vec<_>>(),
+            target,
         );
         let offsets: Vec<i64> = key_rows.iter().map(|(_, o)| *o as i64).collect();
         let n = names.len();
@@ -502,7 +632,7 @@ impl PostgresSink {
             .iter()
             .map(|r| history_row(&r.event).unwrap_or(&empty))
             .collect();
-        let columns = column_texts(names, &rows);
+        let columns = column_texts(names, &rows, target);
         let offsets: Vec<i64> = records.iter().map(|r| r.offset as i64).collect();
         let ops: Vec<&str> = records.iter().map(|r| r.event.op.code()).collect();
         let positions: Vec<String> = records
@@ -636,13 +766,18 @@ fn alias_list(n: usize) -> String {
 }
 
 /// Per column of `names`, its text in each row (`NULL` where a row lacks the column): one
-/// text array per statement parameter.
-fn column_texts(names: &[&str], rows: &[&Row]) -> Vec<Vec<Option<String>>> {
+/// text array per statement parameter. Arrays go to an array column in PostgreSQL's array
+/// syntax, to any other (a `jsonb` column made from values) as JSON.
+fn column_texts(names: &[&str], rows: &[&Row], target: &Target) -> Vec<Vec<Option<String>>> {
     names
         .iter()
         .map(|c| {
+            let array_column = target.columns.get(*c).is_some_and(|t| t.ends_with("[]"));
             rows.iter()
-                .map(|r| r.get(c).and_then(pg_text).map(|t| t.into_owned()))
+                .map(|r| match r.get(c) {
+                    Some(Value::Array(items)) if array_column => Some(pg_array(items)),
+                    value => value.and_then(pg_text).map(|t| t.into_owned()),
+                })
                 .collect()
         })
         .collect()

@@ -36,6 +36,7 @@ use crate::log::record::{FRAME_FIXED, check_size, encode_frame, frame_header};
 use crate::log::{
     ChangeLog, Consumer, LogId, LogReader, LogRecord, LogStats, MaintenanceReport, NewRecord,
 };
+use crate::schema::SchemaRegistry;
 use crate::{Error, Result, fsutil};
 
 /// The embedded file log. Cheap to clone; all clones share one log.
@@ -48,6 +49,7 @@ pub struct FileLog {
 struct Inner {
     dir: PathBuf,
     id: LogId,
+    schemas: SchemaRegistry,
     config: FileLogConfig,
     /// Closed segments and, last, the active one.
     segments: RwLock<Vec<Segment>>,
@@ -141,10 +143,12 @@ impl FileLog {
             last_sync: Instant::now(),
             _lock: lock,
         };
+        let schemas = SchemaRegistry::open(&dir)?;
         let log = FileLog {
             inner: Arc::new(Inner {
                 dir,
                 id,
+                schemas,
                 config,
                 segments: RwLock::new(segments),
                 writer: Some(Mutex::new(writer)),
@@ -177,10 +181,12 @@ impl FileLog {
                 dir.display()
             ))
         })?;
+        let schemas = SchemaRegistry::open_read_only(&dir)?;
         Ok(FileLog {
             inner: Arc::new(Inner {
                 dir,
                 id,
+                schemas,
                 config,
                 segments: RwLock::new(segments),
                 writer: None,
@@ -591,6 +597,10 @@ impl ChangeLog for FileLog {
     async fn append_unsynced(&self, records: Vec<NewRecord>) -> Result<Range<u64>> {
         let log = self.clone();
         blocking(move || log.append_unsynced_blocking(&records)).await
+    }
+
+    fn schemas(&self) -> &SchemaRegistry {
+        &self.inner.schemas
     }
 
     fn id(&self) -> &LogId {
