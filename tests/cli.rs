@@ -116,6 +116,18 @@ async fn log_tail_prints_the_events_as_json() {
     assert_eq!(docs[6]["ends_transaction"], true);
     assert_eq!(docs[5]["ends_transaction"], false);
 
+    // One envelope a line: the same events.
+    let out = setup.cli(&["log", "tail", "demo", "--from", "0", "--format", "jsonl"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 30);
+    for (line, doc) in lines.iter().zip(&docs) {
+        assert_eq!(*line, doc["event"]);
+    }
+
     let out = setup.cli(&["log", "stats"]);
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("demo"),

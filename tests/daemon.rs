@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Setup, drain_and_stop, expected_rows, fold, sink, wait_status};
+use common::{Setup, drain_and_stop, expected_rows, expected_store_rows, fold, sink, wait_status};
 
 fn assert_exactly_once(setup: &Setup, n: u64) {
     let seq = setup.output_sequence();
@@ -818,7 +818,7 @@ async fn shutdown_timeout_and_a_second_signal_bound_a_stuck_sink() {
             documents.insert((table.to_owned(), id.parse::<i64>().unwrap()), doc);
         }
     }
-    let want = expected_rows(&setup, 600);
+    let want = expected_store_rows(&setup, 600);
     let differing: Vec<String> = want
         .keys()
         .chain(documents.keys())

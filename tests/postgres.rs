@@ -20,7 +20,8 @@ fn setup(db: &PgDatabase) -> Setup {
         "kind = \"postgres\"\nurl = \"{}\"\ntables = [\"public.accounts\"]\nslot = \"{}_slot\"\nstatus_interval = \"200ms\"",
         db.url, db.name
     );
-    Setup::with_source(&source, 0, "")
+    // The transaction block's order numbers show a repeated change.
+    Setup::with_source(&source, 0, "transaction_metadata = true")
 }
 
 const SCHEMA: &str = "create table accounts (id bigint primary key, owner text not null, balance numeric(14,2) not null, version bigint not null);

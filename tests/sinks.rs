@@ -971,7 +971,7 @@ async fn an_offline_replay_goes_on_through_a_target_outage_to_the_log_end() {
     let live = common::fold(
         &events
             .iter()
-            .map(siphon_core::json::envelope)
+            .map(common::store_envelope)
             .collect::<Vec<_>>(),
     );
     let documents: BTreeMap<(String, i64), Json> = search

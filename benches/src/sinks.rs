@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 
 use futures_util::SinkExt;
 use siphon_core::event::{Event, Op, Row, SnapshotMarker, SourceInfo, SourcePosition, Value};
+use siphon_core::log::ChangeLog;
 use siphon_core::log::file::{FileLog, FileLogConfig};
 use siphon_core::log::{NewRecord, RecordFlags};
-use siphon_core::schema::NoSchemas;
+use siphon_core::schema::{Column, ColumnKind, SchemaId, SchemaRegistry, TableSchema};
 use siphon_core::sink::{Sink, SinkBatch, SinkRecord};
 use siphon_core::source::TableInfo;
 use siphon_sink_postgres::{PostgresSink, PostgresSinkConfig};
@@ -38,9 +39,67 @@ fn row(i: u64) -> Row {
     ])
 }
 
-/// The warm log: `rows` upserts of `public.orders`, encoded.
-fn events(rows: u64) -> anyhow::Result<Vec<Vec<u8>>> {
-    (1..=rows)
+/// The warm log: encoded events, with the registry of the table schema they refer to.
+struct WarmLog {
+    records: Vec<Vec<u8>>,
+    schemas: SchemaRegistry,
+    _dir: tempfile::TempDir,
+}
+
+impl std::ops::Deref for WarmLog {
+    type Target = [Vec<u8>];
+
+    fn deref(&self) -> &[Vec<u8>] {
+        &self.records
+    }
+}
+
+/// `public.orders` as the PostgreSQL source would register it (the reference tables' types).
+fn orders_schema() -> TableSchema {
+    let column = |name: &str, type_name: &str, type_id: u32, kind: ColumnKind| Column {
+        name: name.into(),
+        type_name: type_name.into(),
+        type_id,
+        type_modifier: -1,
+        kind,
+        nullable: name != "id",
+        generated: false,
+    };
+    let text = || ColumnKind::Text { length: None };
+    TableSchema {
+        id: SchemaId::UNREGISTERED,
+        connector: "postgresql".into(),
+        server: "bench".into(),
+        database: "bench".into(),
+        schema: Some("public".into()),
+        table: "orders".into(),
+        columns: vec![
+            column("id", "bigint", 20, ColumnKind::Int64),
+            column("customer_id", "bigint", 20, ColumnKind::Int64),
+            column("city", "text", 25, text()),
+            column(
+                "amount",
+                "numeric",
+                1700,
+                ColumnKind::Decimal {
+                    precision: None,
+                    scale: None,
+                },
+            ),
+            column("status", "text", 25, text()),
+            column("note", "text", 25, text()),
+        ],
+        key: vec![0],
+    }
+}
+
+/// The warm log: `rows` upserts of `public.orders`, encoded as the log stores them (values
+/// and the schema's id).
+fn events(rows: u64) -> anyhow::Result<WarmLog> {
+    let dir = tempfile::tempdir()?;
+    let schemas = SchemaRegistry::open(dir.path())?;
+    let schema = schemas.register(&orders_schema())?;
+    let records = (1..=rows)
         .map(|i| {
             let after = row(i);
             let event = Event {
@@ -62,15 +121,20 @@ fn events(rows: u64) -> anyhow::Result<Vec<Vec<u8>>> {
                 ts_ms: 1_700_000_000_000,
                 transaction: None,
                 key_change: None,
-                schema: None,
+                schema: Some(schema.clone()),
             };
             Ok(event.encode()?)
         })
-        .collect()
+        .collect::<anyhow::Result<_>>()?;
+    Ok(WarmLog {
+        records,
+        schemas,
+        _dir: dir,
+    })
 }
 
 /// Applies the log in batches of `batch`; returns the elapsed time.
-async fn apply(sink: &mut dyn Sink, log: &[Vec<u8>], batch: usize) -> anyhow::Result<Duration> {
+async fn apply(sink: &mut dyn Sink, log: &WarmLog, batch: usize) -> anyhow::Result<Duration> {
     let table = TableInfo {
         name: "public.orders".into(),
         key_columns: vec!["id".into()],
@@ -87,7 +151,7 @@ async fn apply(sink: &mut dyn Sink, log: &[Vec<u8>], batch: usize) -> anyhow::Re
             .map(|(i, bytes)| {
                 Ok(SinkRecord {
                     offset: (n * batch + i) as u64,
-                    event: Event::decode(bytes, &NoSchemas)?,
+                    event: Event::decode(bytes, &log.schemas)?,
                 })
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
@@ -205,7 +269,7 @@ async fn remove_keys(url: &str, pattern: &str) -> anyhow::Result<()> {
 async fn through_runtime(
     name: &str,
     sink_toml: &str,
-    log: &[Vec<u8>],
+    log: &WarmLog,
     batch: usize,
 ) -> anyhow::Result<Duration> {
     let dir = tempfile::tempdir()?;
@@ -213,7 +277,7 @@ async fn through_runtime(
         .iter()
         .map(|bytes| {
             Ok(NewRecord {
-                key: Event::decode(bytes, &NoSchemas)?.log_key(),
+                key: Event::decode(bytes, &log.schemas)?.log_key(),
                 value: bytes.clone(),
                 flags: RecordFlags::TXN_END,
             })
@@ -223,6 +287,8 @@ async fn through_runtime(
         dir.path().join("pipelines/bench/log"),
         FileLogConfig::default(),
     )?;
+    // The same schema, under the same id (the first), in this log's registry.
+    file_log.schemas().register(&orders_schema())?;
     for chunk in records.chunks(50_000) {
         file_log.append_blocking(chunk)?;
     }
@@ -287,7 +353,7 @@ pub fn run(
 }
 
 /// The Redis sink vs redis-benchmark, pipelined, with one field and with the row's six.
-async fn redis(redis_url: &str, log: &[Vec<u8>], rows: u64, batch: usize) -> anyhow::Result<()> {
+async fn redis(redis_url: &str, log: &WarmLog, rows: u64, batch: usize) -> anyhow::Result<()> {
     let one_field = redis_benchmark(rows, &[])?;
     // The same six fields a sink row has, under keys of their own (removed below).
     let same_rows = redis_benchmark(
@@ -354,7 +420,7 @@ async fn redis(redis_url: &str, log: &[Vec<u8>], rows: u64, batch: usize) -> any
     Ok(())
 }
 
-async fn postgres(pg_url: &str, log: &[Vec<u8>], rows: u64, batch: usize) -> anyhow::Result<()> {
+async fn postgres(pg_url: &str, log: &WarmLog, rows: u64, batch: usize) -> anyhow::Result<()> {
     let db = "siphon_bench_sinks";
     let admin = crate::pg::with_db(pg_url, "postgres");
     crate::pg::psql(&admin, &format!("drop database if exists {db}"))?;
@@ -400,7 +466,7 @@ async fn postgres(pg_url: &str, log: &[Vec<u8>], rows: u64, batch: usize) -> any
 
 /// The DuckDB sink into a fresh file vs DuckDB's appender loading the same rows into a keyed
 /// table of the same column types in another file.
-async fn duckdb(log: &[Vec<u8>], rows: u64, batch: usize) -> anyhow::Result<()> {
+async fn duckdb(log: &WarmLog, rows: u64, batch: usize) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let conn = duckdb::Connection::open(dir.path().join("reference.duckdb"))?;
     conn.execute_batch(

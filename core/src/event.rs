@@ -194,6 +194,8 @@ pub enum SnapshotMarker {
     True,
     /// The last row of the snapshot.
     Last,
+    /// The first row of the snapshot.
+    First,
 }
 
 /// Debezium's `source` block: where the change comes from.

@@ -22,12 +22,14 @@ const MAX_SAFE_INT: i64 = 1 << 53;
 pub struct JsonFormat {
     /// Include Kafka Connect's `schema` next to the payload.
     pub schemas: bool,
+    /// Fill the `transaction` block (Debezium's `provide.transaction.metadata`).
+    pub transactions: bool,
 }
 
 impl JsonFormat {
     /// The event as one JSON document in this format.
     pub fn encode(self, event: &Event) -> Json {
-        let payload = envelope(event);
+        let payload = envelope_with(event, self.transactions);
         if self.schemas {
             json!({ "schema": envelope_schema(event), "payload": payload })
         } else {
@@ -36,20 +38,33 @@ impl JsonFormat {
     }
 }
 
-/// The Debezium change event envelope (the `payload`).
+/// The Debezium change event envelope (the `payload`), its values as Debezium writes them
+/// ([`crate::debezium`]), without transaction metadata (`transaction` is `null`, as in
+/// Debezium by default).
 pub fn envelope(event: &Event) -> Json {
-    let row = |r: &Option<Row>| r.as_ref().map_or(Json::Null, row_json);
+    envelope_with(event, false)
+}
+
+/// [`envelope`], with the `transaction` block filled when `transactions` is set.
+pub fn envelope_with(event: &Event, transactions: bool) -> Json {
+    let schema = event.schema.as_deref();
+    let row = |r: &Option<Row>| {
+        r.as_ref()
+            .map_or(Json::Null, |r| crate::debezium::row(r, schema))
+    };
     json!({
         "before": row(&event.before),
         "after": row(&event.after),
         "source": source_json(event),
-        "op": event.op.code(),
-        "ts_ms": event.ts_ms,
-        "transaction": event.transaction.as_ref().map_or(Json::Null, |t| json!({
+        "transaction": event.transaction.as_ref().filter(|_| transactions).map_or(Json::Null, |t| json!({
             "id": t.id,
             "total_order": t.total_order,
             "data_collection_order": t.data_collection_order,
         })),
+        "op": event.op.code(),
+        "ts_ms": event.ts_ms,
+        "ts_us": event.ts_ms * 1000,
+        "ts_ns": i128::from(event.ts_ms) * 1_000_000,
     })
 }
 
@@ -76,9 +91,12 @@ fn source_json(event: &Event) -> Json {
         SnapshotMarker::False => "false",
         SnapshotMarker::True => "true",
         SnapshotMarker::Last => "last",
+        SnapshotMarker::First => "first",
     };
     m.insert("snapshot".into(), json!(snapshot));
     m.insert("db".into(), json!(s.db));
+    m.insert("ts_us".into(), json!(s.ts_ms * 1000));
+    m.insert("ts_ns".into(), json!(i128::from(s.ts_ms) * 1_000_000));
     match &s.position {
         SourcePosition::Postgres {
             commit_lsn, lsn, ..
@@ -92,6 +110,8 @@ fn source_json(event: &Event) -> Json {
             m.insert("txId".into(), json!(s.tx_id));
             m.insert("lsn".into(), json!(lsn));
             m.insert("xmin".into(), Json::Null);
+            m.insert("origin".into(), Json::Null);
+            m.insert("origin_lsn".into(), Json::Null);
         }
         SourcePosition::Mysql {
             file,

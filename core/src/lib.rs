@@ -1,7 +1,8 @@
 //! siphon-core: the contracts between siphon's parts.
 //!
-//! - [`event`]: the change event (Debezium envelope semantics, exact values) and [`json`], its
-//!   Debezium-compatible JSON form;
+//! - [`event`]: the change event (Debezium envelope semantics, exact values), [`json`], its
+//!   envelope and the store encoding of values, and [`debezium`], values, keys and topics as
+//!   Debezium writes them;
 //! - [`log`]: the change log trait and the embedded [`log::file`] backend;
 //! - [`schema`]: table schemas and the log's registry of their versions;
 //! - [`offsets`]: sink cursors and source checkpoints, persisted atomically;
@@ -10,6 +11,7 @@
 //!
 //! No database client lives here.
 
+pub mod debezium;
 pub mod error;
 pub mod event;
 mod fsutil;

@@ -10,6 +10,7 @@ use siphon_core::log::file::FileLog;
 use siphon_core::log::{ChangeLog, LogReader, LogRecord, RecordFlags};
 use siphon_core::schema::SchemaLookup;
 
+use super::TailFormat;
 use crate::config::{Config, LogSpec};
 
 fn open(config: &Config, pipeline: &str) -> anyhow::Result<FileLog> {
@@ -22,6 +23,15 @@ fn open(config: &Config, pipeline: &str) -> anyhow::Result<FileLog> {
                 dir.display()
             )
         }),
+    }
+}
+
+/// The event's Debezium envelope (or, for a record that does not decode, its offset and
+/// the error).
+fn line(record: &LogRecord, schemas: &dyn SchemaLookup) -> serde_json::Value {
+    match Event::decode(&record.value, schemas) {
+        Ok(event) => envelope(&event),
+        Err(e) => serde_json::json!({"offset": record.offset, "error": e.to_string()}),
     }
 }
 
@@ -44,6 +54,7 @@ pub(super) async fn tail(
     pipeline: &str,
     from: Option<u64>,
     follow: bool,
+    format: TailFormat,
 ) -> anyhow::Result<ExitCode> {
     let log = open(config, pipeline)?;
     let start = log.start_offset();
@@ -55,7 +66,22 @@ pub(super) async fn tail(
     loop {
         let batch = reader.read_available(1000)?;
         for record in &batch {
-            let text = serde_json::to_string_pretty(&pretty(record, log.schemas()))?;
+            let text = match format {
+                TailFormat::Pretty => serde_json::to_string_pretty(&pretty(record, log.schemas()))?,
+                TailFormat::Jsonl => serde_json::to_string(&line(record, log.schemas()))?,
+                TailFormat::Records => match Event::decode(&record.value, log.schemas()) {
+                    Ok(event) => siphon_core::debezium::records(&event)
+                        .iter()
+                        .map(serde_json::to_string)
+                        .collect::<Result<Vec<_>, _>>()?
+                        .join("\n"),
+                    Err(e) => serde_json::json!({"offset": record.offset, "error": e.to_string()})
+                        .to_string(),
+                },
+            };
+            if text.is_empty() {
+                continue;
+            }
             // A closed pipe (`| head`) ends the command quietly.
             if writeln!(out, "{text}").and_then(|()| out.flush()).is_err() {
                 return Ok(ExitCode::SUCCESS);

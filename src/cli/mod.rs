@@ -79,6 +79,18 @@ enum Command {
     },
 }
 
+/// How `siphon log tail` prints events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum TailFormat {
+    /// Indented JSON with the record's offset, flags and key.
+    Pretty,
+    /// One compact Debezium envelope a line.
+    Jsonl,
+    /// The records Debezium would emit, one a line: `{"topic", "key", "value"}`, a tombstone
+    /// after each delete, truncates skipped (Debezium's defaults).
+    Records,
+}
+
 #[derive(Debug, Subcommand)]
 enum LogCommand {
     /// Print events of a pipeline's log as pretty JSON.
@@ -91,6 +103,11 @@ enum LogCommand {
         /// Keep printing new events as they are appended.
         #[arg(long, short)]
         follow: bool,
+        /// `pretty`: each record with its offset, flags and key, as indented JSON; `jsonl`:
+        /// each event's Debezium envelope on one line, ready for `jq`; `records`: topic, key
+        /// and value as Debezium emits them, with tombstones.
+        #[arg(long, value_enum, default_value_t = TailFormat::Pretty)]
+        format: TailFormat,
     },
     /// Size, offsets and segments of each pipeline's log.
     Stats,
@@ -145,7 +162,8 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             pipeline,
             from,
             follow,
-        }) => log::tail(&config, &pipeline, from, follow).await,
+            format,
+        }) => log::tail(&config, &pipeline, from, follow, format).await,
         Command::Log(LogCommand::Stats) => log::stats(&config),
         Command::Snapshot { pipeline, table } => {
             config.pipeline(&pipeline)?;

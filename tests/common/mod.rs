@@ -187,13 +187,34 @@ pub fn fold(events: &[Json]) -> BTreeMap<(String, i64), Json> {
     rows
 }
 
-/// The rows the first `n` generator events leave, as the source tables would hold them.
+/// The rows the first `n` generator events leave, as the source tables would hold them, in
+/// the events' (Debezium's) encoding: what the file sink's output folds to.
 pub fn expected_rows(setup: &Setup, n: u64) -> BTreeMap<(String, i64), Json> {
     let g = setup.generator();
     let events: Vec<Json> = (0..n)
         .map(|i| siphon_core::json::envelope(&g.event(i)))
         .collect();
     fold(&events)
+}
+
+/// [`expected_rows`] in the stores' encoding of values (`siphon_core::json::value_json`):
+/// what a search index or a cache holds.
+pub fn expected_store_rows(setup: &Setup, n: u64) -> BTreeMap<(String, i64), Json> {
+    let g = setup.generator();
+    let events: Vec<Json> = (0..n).map(|i| store_envelope(&g.event(i))).collect();
+    fold(&events)
+}
+
+/// An event's envelope with its rows in the stores' encoding of values, for [`fold`] into
+/// what a store holds.
+pub fn store_envelope(event: &siphon_core::Event) -> Json {
+    let mut json = siphon_core::json::envelope(event);
+    for (field, row) in [("before", &event.before), ("after", &event.after)] {
+        if let Some(row) = row {
+            json[field] = siphon_core::json::row_json(row);
+        }
+    }
+    json
 }
 
 /// Polls the admin API until `done` holds for the status JSON, or panics after `timeout`.

@@ -205,7 +205,7 @@ impl EventFactory {
             },
             ts_ms: now_ms(),
             transaction: at.xid.map(|xid| TransactionInfo {
-                id: format!("{xid}:{}", at.commit_lsn),
+                id: xid.to_string(),
                 total_order: at.index + 1,
                 data_collection_order: at.table_order,
             }),

@@ -128,6 +128,17 @@ impl Snapshot {
             };
             let Some(item) = next else { break };
             let mut batch = item?;
+            if rows == 0 {
+                // The snapshot's first row is marked `first`, as Debezium marks it.
+                let mut first = batch.first_event.clone();
+                first.source.snapshot = SnapshotMarker::First;
+                let flags = batch.records[0].flags;
+                batch.records[0] = encode_events(&[first.clone()], &[])?.remove(0);
+                batch.records[0].flags = flags;
+                if batch.records.len() == 1 {
+                    batch.last_event = first;
+                }
+            }
             rows += batch.records.len() as u64;
             let last = batch.records.pop().expect("batches are not empty");
             if let Some((record, _)) = held.replace((last, batch.last_event)) {
@@ -176,9 +187,11 @@ impl Snapshot {
 }
 
 /// A batch of rows of one table, encoded for the log; its last record ends a "transaction"
-/// (so sinks may apply it), and its last event is kept to be re-marked if it is the very last.
+/// (so sinks may apply it), and its first and last events are kept to be re-marked if they
+/// are the snapshot's very first or last.
 struct Encoded {
     records: Vec<NewRecord>,
+    first_event: Event,
     last_event: Event,
 }
 
@@ -257,9 +270,11 @@ impl Reader {
             })
             .collect();
         let records = encode_events(&events, &[events.len() - 1])?;
+        let first_event = events[0].clone();
         let last_event = events.into_iter().last().expect("not empty");
         Ok(Encoded {
             records,
+            first_event,
             last_event,
         })
     }

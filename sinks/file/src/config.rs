@@ -13,6 +13,10 @@ pub struct StdoutSinkConfig {
     /// schemas enabled) instead of the payload alone.
     #[serde(default)]
     pub schemas: bool,
+    /// Fill each event's `transaction` block (id, total and per-table order), as Debezium
+    /// does with `provide.transaction.metadata = true`; off, it is `null`, as by default.
+    #[serde(default)]
+    pub transaction_metadata: bool,
 }
 
 /// `kind = "file"`: JSON lines in rotating files.
@@ -34,6 +38,10 @@ pub struct FileSinkConfig {
     /// Wrap each event as `{"schema":…,"payload":…}`.
     #[serde(default)]
     pub schemas: bool,
+    /// Fill each event's `transaction` block, as Debezium's
+    /// `provide.transaction.metadata = true` (off: `null`).
+    #[serde(default)]
+    pub transaction_metadata: bool,
 }
 
 fn default_prefix() -> String {

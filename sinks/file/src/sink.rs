@@ -46,14 +46,20 @@ impl std::fmt::Debug for JsonLinesSink {
 impl JsonLinesSink {
     /// A sink printing to standard output.
     pub fn stdout(config: &StdoutSinkConfig) -> Self {
-        Self::writer(Box::new(std::io::stdout()), config.schemas)
+        Self::writer(
+            Box::new(std::io::stdout()),
+            JsonFormat {
+                schemas: config.schemas,
+                transactions: config.transaction_metadata,
+            },
+        )
     }
 
     /// A sink writing to any writer (tests, pipes).
-    pub fn writer(writer: Box<dyn Write + Send>, schemas: bool) -> Self {
+    pub fn writer(writer: Box<dyn Write + Send>, format: JsonFormat) -> Self {
         JsonLinesSink {
             target: Target::Writer(writer),
-            format: JsonFormat { schemas },
+            format,
             next_offset: 0,
             saved: None,
             log: None,
@@ -63,11 +69,14 @@ impl JsonLinesSink {
     /// A sink writing rotating files. Opens them at once, cutting lines written after the
     /// last saved cursor.
     pub fn files(config: FileSinkConfig) -> Result<Self> {
-        let schemas = config.schemas;
+        let format = JsonFormat {
+            schemas: config.schemas,
+            transactions: config.transaction_metadata,
+        };
         let (files, saved) = RotatingFiles::open(config)?;
         Ok(JsonLinesSink {
             target: Target::Files(files),
-            format: JsonFormat { schemas },
+            format,
             next_offset: saved.as_ref().map_or(0, |c| c.next_offset),
             saved,
             log: None,
@@ -224,6 +233,7 @@ mod tests {
             max_file_size: siphon_core::units::ByteSize(2048),
             max_files: 0,
             schemas: false,
+            transaction_metadata: false,
         }
     }
 
@@ -232,7 +242,7 @@ mod tests {
         run_compliance_suite(async || {
             let out = Shared::default();
             WriterHarness {
-                sink: JsonLinesSink::writer(Box::new(out.clone()), false),
+                sink: JsonLinesSink::writer(Box::new(out.clone()), JsonFormat::default()),
                 out,
             }
         })

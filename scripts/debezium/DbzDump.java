@@ -1,0 +1,81 @@
+import io.debezium.engine.ChangeEvent;
+import io.debezium.engine.DebeziumEngine;
+import io.debezium.engine.format.Json;
+import java.io.BufferedWriter;
+import java.io.FileWriter;
+import java.util.List;
+import java.util.Properties;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.atomic.AtomicLong;
+
+/**
+ * Runs Debezium's embedded PostgreSQL connector and writes every record it emits, as one JSON
+ * object a line: {"topic":…,"key":<key JSON or null>,"value":<value JSON or null>} (a null value
+ * is a tombstone). It stops after N records, or once no record has come for IDLE seconds (env
+ * DBZ_IDLE_S, default 15) after the first one.
+ * Arguments: DB TABLE_INCLUDE_LIST SLOT SNAPSHOT_MODE N OUT_FILE [key=value ...]
+ * Extra key=value pairs are Debezium connector properties, e.g. decimal.handling.mode=string
+ * time.precision.mode=isostring interval.handling.mode=string converter.schemas.enable=true.
+ */
+public class DbzDump {
+    public static void main(String[] a) throws Exception {
+        String db = a[0], tables = a[1], slot = a[2], snapshot = a[3], out = a[5];
+        long n = Long.parseLong(a[4]);
+        long idleMs = Long.parseLong(System.getenv().getOrDefault("DBZ_IDLE_S", "15")) * 1000;
+        Properties p = new Properties();
+        p.setProperty("name", "dump");
+        p.setProperty("connector.class", "io.debezium.connector.postgresql.PostgresConnector");
+        p.setProperty("offset.storage", "org.apache.kafka.connect.storage.MemoryOffsetBackingStore");
+        p.setProperty("offset.flush.interval.ms", "60000");
+        p.setProperty("topic.prefix", "dbz");
+        p.setProperty("database.hostname", "127.0.0.1");
+        p.setProperty("database.port", "5432");
+        p.setProperty("database.user", "postgres");
+        p.setProperty("database.password", "");
+        p.setProperty("database.dbname", db);
+        p.setProperty("plugin.name", "pgoutput");
+        p.setProperty("slot.name", slot);
+        p.setProperty("publication.autocreate.mode", "filtered");
+        p.setProperty("publication.name", slot + "_pub");
+        p.setProperty("table.include.list", tables);
+        p.setProperty("snapshot.mode", snapshot);
+        p.setProperty("converter.schemas.enable", "false");
+        for (int i = 6; i < a.length; i++) {
+            int eq = a[i].indexOf('=');
+            p.setProperty(a[i].substring(0, eq), a[i].substring(eq + 1));
+        }
+        String schemas = p.getProperty("converter.schemas.enable");
+        p.setProperty("key.converter.schemas.enable", schemas);
+        p.setProperty("value.converter.schemas.enable", schemas);
+        AtomicLong seen = new AtomicLong();
+        AtomicLong last = new AtomicLong(0);
+        BufferedWriter w = new BufferedWriter(new FileWriter(out));
+        DebeziumEngine<ChangeEvent<String, String>> engine = DebeziumEngine.create(Json.class).using(p)
+            .notifying((List<ChangeEvent<String, String>> records, DebeziumEngine.RecordCommitter<ChangeEvent<String, String>> c) -> {
+                for (ChangeEvent<String, String> r : records) {
+                    synchronized (w) {
+                        try {
+                            w.write("{\"topic\":\"" + r.destination() + "\",\"key\":" + (r.key() == null ? "null" : r.key())
+                                + ",\"value\":" + (r.value() == null ? "null" : r.value()) + "}\n");
+                        } catch (java.io.IOException e) { throw new RuntimeException(e); }
+                    }
+                    seen.incrementAndGet();
+                    last.set(System.currentTimeMillis());
+                    c.markProcessed(r);
+                }
+                c.markBatchFinished();
+            }).using((boolean ok, String message, Throwable error) -> {
+                System.err.println("debezium: engine stopped: " + message);
+                if (error != null) error.printStackTrace();
+            }).build();
+        ExecutorService ex = Executors.newSingleThreadExecutor();
+        ex.execute(engine);
+        while (seen.get() < n && (last.get() == 0 || System.currentTimeMillis() - last.get() < idleMs)) Thread.sleep(100);
+        synchronized (w) { w.close(); }
+        System.out.printf("debezium: %d records written to %s%n", seen.get(), out);
+        engine.close();
+        ex.shutdown();
+        System.exit(0);
+    }
+}

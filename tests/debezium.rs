@@ -1,0 +1,336 @@
+//! siphon's records next to the real Debezium's, record by record: the same workload (every
+//! type the PostgreSQL source supports; a snapshot, then inserts, an update leaving a TOASTed
+//! column unchanged, a primary-key change, a delete and a truncate) through Debezium 3.6.3's
+//! embedded PostgreSQL connector (`scripts/debezium/dump`, with the handling modes siphon's
+//! default equals) and through the daemon (`siphon log tail --format records`).
+//!
+//! They must agree on the number of records, topics, keys, tombstones, every envelope and
+//! `source` field, and every value, except: Debezium's version, timestamps, LSNs and
+//! `sequence`, the snapshot's `txId` (each snapshot is a transaction of its own; siphon has
+//! none) and the values the README's table "siphon vs Debezium encodings" lists, each named
+//! in [`allowed`]. Debezium's snapshot and its stream are two runs: its embedded engine ends
+//! after an `initial` snapshot here, so the stream comes from a second connector with
+//! `snapshot.mode = no_data`.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value as Json;
+use siphon_test_support::{Daemon, PgDatabase, free_port, postgres};
+
+const WORKLOAD: &str = r#"
+create type mood as enum ('sad', 'ok', 'happy');
+create table everything (
+    id int8 primary key,
+    b bool, i2 int2, i4 int4, i8 int8, f4 float4, f8 float8,
+    n numeric, n10_2 numeric(10,2), t text, v20 varchar(20), c3 char(3),
+    by bytea, d date, tm time, tm3 time(3), ttz timetz, ts timestamp, ts3 timestamp(3),
+    tstz timestamptz, iv interval,
+    u uuid, j json, jb jsonb, m mood,
+    ai int4[], at text[], an numeric[],
+    ip inet, net cidr, mac macaddr, money money, bit1 bit(1), bits bit(12), vbits varbit, o oid,
+    big text
+);
+alter table everything alter column big set storage external;
+insert into everything values
+ (1, true, 1, 2, 9007199254740993, 1.5, 0.1, 12.3400, 12.34, 'hello', 'v', 'ab',
+  '\x00ff10', '2024-02-29', '10:11:12.123456', '10:11:12.123', '10:11:12.5+05:30',
+  '2024-02-29 10:11:12.5', '2024-02-29 10:11:12.123', '2024-02-29 10:11:12.123456+00',
+  '1 year 2 mons 3 days 04:05:06.789', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '{"a": 1}',
+  '{"b": [1, 2]}', 'ok', '{1,NULL,3}', '{"a \"q\"",b}', '{1.5,2.25}',
+  '192.168.0.1', '10.0.0.0/8', '08:00:2b:01:02:03', 1234.56, B'1', B'101000000001', B'10101',
+  4000000000, repeat('x', 10000)),
+ (2, null, null, null, null, null, null, null, null, null, null, null, null, null, null, null,
+  null, null, null, null, null, null, null, null, null, null, null, null, null, null, null,
+  null, null, null, null, null, null),
+ (3, false, -32768, -2147483648, -9223372036854775808, 'NaN', '-Infinity', 'NaN', -0.01, '',
+  'x', 'x', '', '-infinity', '24:00:00', '00:00:00', '00:00:00-12', 'infinity',
+  '1900-01-01 00:00:00', '-infinity', '-1 year -2 days -00:00:00.000001',
+  '00000000-0000-0000-0000-000000000000', '[]', 'null', 'sad', '{}', '{}', '{1.5,NaN}',
+  '::1', '::/0', '00:00:00:00:00:00', -0.5, B'0', B'100000000000', B'', 0, 'small');
+"#;
+
+const STREAM: &str = r#"
+insert into everything (id, t, d, ts, n, by, at, big)
+    values (10, 'streamed', '1999-12-31', '1999-12-31 23:59:59.999999', '1e-5', '\x01', '{a}',
+            repeat('y', 9000));
+update everything set t = 'updated' where id = 1;
+update everything set id = 11 where id = 10;
+delete from everything where id = 3;
+truncate everything;
+insert into everything (id, money, bits) values (20, 0.01, B'000000000001');
+"#;
+
+/// The Debezium properties siphon's default output equals.
+const MODES: [&str; 5] = [
+    "decimal.handling.mode=string",
+    "time.precision.mode=isostring",
+    "interval.handling.mode=string",
+    "binary.handling.mode=base64",
+    "hstore.handling.mode=json",
+];
+
+fn dump(db: &PgDatabase, slot: &str, mode: &str, out: &Path, idle_s: u32) -> Command {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/debezium/dump");
+    let mut cmd = Command::new(script);
+    cmd.args([&db.name, "public.everything", slot, mode, "1000"])
+        .arg(out)
+        .args(MODES)
+        .env("DBZ_IDLE_S", idle_s.to_string())
+        .stdout(Stdio::null());
+    cmd
+}
+
+fn lines(path: &Path) -> Vec<Json> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+async fn slot_active(db: &PgDatabase, slot: &str) -> bool {
+    db.client()
+        .await
+        .unwrap()
+        .query_opt(
+            "select 1 from pg_replication_slots where slot_name = $1 and active",
+            &[&slot],
+        )
+        .await
+        .unwrap()
+        .is_some()
+}
+
+/// Why siphon may print `ours` where Debezium printed `theirs` for `column`, if it may:
+/// the rows of the README's table "siphon vs Debezium encodings".
+fn allowed(column: &str, theirs: &Json, ours: &Json) -> Option<&'static str> {
+    let (t, o) = (theirs.as_str().unwrap_or(""), ours.as_str().unwrap_or(""));
+    let far_year = |s: &str| {
+        s.strip_prefix(['+', '-'])
+            .is_some_and(|rest| rest.chars().take_while(char::is_ascii_digit).count() > 4)
+    };
+    if (o == "infinity" || o == "-infinity") && far_year(t) {
+        return Some("an infinite date or timestamp (Debezium: a date 292 million years away)");
+    }
+    if o == "24:00:00Z" && t == "00:00:00Z" {
+        return Some("24:00:00 (Debezium: midnight)");
+    }
+    if theirs.is_null()
+        && column == "an"
+        && ours
+            .as_array()
+            .is_some_and(|a| a.iter().any(|v| v.as_str() == Some("NAN")))
+    {
+        return Some("a numeric array holding NaN (Debezium: null)");
+    }
+    None
+}
+
+/// Differences between Debezium's record and siphon's that are not allowed.
+fn differences(what: &str, theirs: &Json, ours: &Json, out: &mut Vec<String>) {
+    let mut differ = |path: &str, t: &Json, o: &Json| {
+        out.push(format!("{what} {path}: Debezium {t}, siphon {o}"));
+    };
+    for field in ["topic", "key"] {
+        if theirs[field] != ours[field] {
+            differ(field, &theirs[field], &ours[field]);
+        }
+    }
+    let (t, o) = (&theirs["value"], &ours["value"]);
+    if t.is_null() || o.is_null() {
+        if t.is_null() != o.is_null() {
+            differ("value (tombstone)", t, o);
+        }
+        return;
+    }
+    for field in ["op", "transaction"] {
+        if t[field] != o[field] {
+            differ(field, &t[field], &o[field]);
+        }
+    }
+    for field in ["ts_ms", "ts_us", "ts_ns"] {
+        if !o[field].is_number() {
+            differ(field, &t[field], &o[field]);
+        }
+    }
+    let snapshot = t["op"] == "r";
+    let (ts, os) = (&t["source"], &o["source"]);
+    for (field, tv) in ts.as_object().unwrap() {
+        let ov = &os[field];
+        let free = match field.as_str() {
+            "version" | "lsn" | "sequence" | "ts_ms" | "ts_us" | "ts_ns" => true,
+            "txId" => snapshot,
+            _ => false,
+        };
+        if os.get(field).is_none() || (!free && tv != ov) {
+            differ(&format!("source.{field}"), tv, ov);
+        }
+    }
+    for row in ["before", "after"] {
+        let (tr, or) = (&t[row], &o[row]);
+        let (Some(tm), Some(om)) = (tr.as_object(), or.as_object()) else {
+            if tr != or {
+                differ(row, tr, or);
+            }
+            continue;
+        };
+        let (tk, ok): (Vec<&String>, Vec<&String>) = (tm.keys().collect(), om.keys().collect());
+        if tk != ok {
+            differ(&format!("{row} columns"), &json_keys(tk), &json_keys(ok));
+        }
+        for (column, tv) in tm {
+            let ov = om.get(column).unwrap_or(&Json::Null);
+            if tv != ov && allowed(column, tv, ov).is_none() {
+                differ(&format!("{row}.{column}"), tv, ov);
+            }
+        }
+    }
+}
+
+fn json_keys(keys: Vec<&String>) -> Json {
+    Json::from(keys.into_iter().cloned().collect::<Vec<_>>())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn siphon_emits_what_debezium_emits() {
+    let db = postgres().await.unwrap();
+    db.execute(WORKLOAD).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (snap_out, stream_out) = (
+        dir.path().join("snapshot.jsonl"),
+        dir.path().join("stream.jsonl"),
+    );
+
+    // Debezium's snapshot, to its end.
+    let status = dump(
+        &db,
+        &format!("{}_dbz_snap", db.name),
+        "initial",
+        &snap_out,
+        5,
+    )
+    .status()
+    .expect(
+        "scripts/debezium/dump runs (java and javac are needed: scripts/services installs them)",
+    );
+    assert!(status.success(), "Debezium's snapshot run failed: {status}");
+
+    // Debezium's stream and siphon side by side, then the changes.
+    let stream_slot = format!("{}_dbz_stream", db.name);
+    let mut debezium = dump(&db, &stream_slot, "no_data", &stream_out, 10)
+        .spawn()
+        .unwrap();
+    let admin_port = free_port();
+    let siphon_slot = format!("{}_siphon", db.name);
+    let config = dir.path().join("siphon.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"data_dir = "{data}"
+[admin]
+listen = "127.0.0.1:{admin_port}"
+[pipelines.dbz.source]
+kind = "postgres"
+url = "{url}"
+tables = ["public.everything"]
+slot = "{siphon_slot}"
+status_interval = "200ms"
+[pipelines.dbz.sinks.out]
+kind = "file"
+path = "{out}"
+"#,
+            data = dir.path().join("data").display(),
+            url = db.url,
+            out = dir.path().join("out").display(),
+        ),
+    )
+    .unwrap();
+    let mut daemon = Daemon::start(
+        Path::new(common::BIN),
+        &config,
+        admin_port,
+        &dir.path().join("daemon.log"),
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !(slot_active(&db, &stream_slot).await && slot_active(&db, &siphon_slot).await) {
+        assert!(
+            Instant::now() < deadline,
+            "Debezium's and siphon's slots never became active\n{}",
+            daemon.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Each statement a transaction of its own.
+    let client = db.client().await.unwrap();
+    for statement in STREAM.split(";\n").filter(|s| !s.trim().is_empty()) {
+        client.execute(statement, &[]).await.unwrap();
+    }
+    let status = debezium.wait().unwrap();
+    assert!(status.success(), "Debezium's stream run failed: {status}");
+
+    let theirs_snapshot = lines(&snap_out);
+    let theirs_stream = lines(&stream_out);
+    let tail = || {
+        let out = Command::new(common::BIN)
+            .args([
+                "log", "tail", "dbz", "--from", "0", "--format", "records", "--config",
+            ])
+            .arg(&config)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str::<Json>(l).unwrap())
+            .collect::<Vec<_>>()
+    };
+    let expected = theirs_snapshot.len() + theirs_stream.len();
+    let mut ours = tail();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while ours.len() < expected && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        ours = tail();
+    }
+    daemon.signal("TERM").unwrap();
+    daemon.wait(Duration::from_secs(15)).unwrap();
+
+    let is_snapshot = |r: &&Json| r["value"]["op"] == "r";
+    let (ours_snapshot, ours_stream): (Vec<&Json>, Vec<&Json>) = ours.iter().partition(is_snapshot);
+    assert_eq!(theirs_snapshot.len(), 3, "Debezium's snapshot records");
+    assert_eq!(
+        (ours_snapshot.len(), ours_stream.len()),
+        (theirs_snapshot.len(), theirs_stream.len()),
+        "records (snapshot, stream): siphon's against Debezium's\nDebezium's stream: {theirs_stream:#?}\nsiphon's: {ours:#?}"
+    );
+    let mut found = Vec::new();
+    let by_key = |records: Vec<&Json>| -> BTreeMap<String, Json> {
+        records
+            .into_iter()
+            .map(|r| (r["key"].to_string(), r.clone()))
+            .collect()
+    };
+    let ours_by_key = by_key(ours_snapshot);
+    for theirs in &theirs_snapshot {
+        let key = theirs["key"].to_string();
+        let ours = ours_by_key.get(&key).unwrap_or(&Json::Null);
+        differences(&format!("snapshot record {key}:"), theirs, ours, &mut found);
+    }
+    for (i, (theirs, ours)) in theirs_stream.iter().zip(ours_stream).enumerate() {
+        differences(&format!("stream record {i}:"), theirs, ours, &mut found);
+    }
+    assert!(
+        found.is_empty(),
+        "siphon differs from Debezium beyond the allowed differences:\n{}",
+        found.join("\n")
+    );
+}
