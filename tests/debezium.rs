@@ -65,21 +65,50 @@ truncate everything;
 insert into everything (id, money, bits) values (20, 0.01, B'000000000001');
 "#;
 
-/// The Debezium properties siphon's default output equals.
-const MODES: [&str; 5] = [
-    "decimal.handling.mode=string",
-    "time.precision.mode=isostring",
-    "interval.handling.mode=string",
-    "binary.handling.mode=base64",
-    "hstore.handling.mode=json",
+/// Debezium's handling modes, each set compared: siphon's default (first), Debezium's own
+/// defaults, and the other alternatives. siphon takes the same properties
+/// (`log tail --debezium`, a sink's `debezium` table).
+const MODES: [&[&str]; 4] = [
+    &[
+        "decimal.handling.mode=string",
+        "time.precision.mode=isostring",
+        "interval.handling.mode=string",
+        "binary.handling.mode=base64",
+    ],
+    &[
+        "decimal.handling.mode=precise",
+        "time.precision.mode=adaptive",
+        "interval.handling.mode=numeric",
+        "binary.handling.mode=bytes",
+    ],
+    &[
+        "decimal.handling.mode=double",
+        "time.precision.mode=connect",
+        "interval.handling.mode=string",
+        "binary.handling.mode=hex",
+    ],
+    &[
+        "decimal.handling.mode=string",
+        "time.precision.mode=adaptive_time_microseconds",
+        "interval.handling.mode=numeric",
+        "binary.handling.mode=base64-url-safe",
+    ],
 ];
 
-fn dump(db: &PgDatabase, slot: &str, mode: &str, out: &Path, idle_s: u32) -> Command {
+fn dump(
+    db: &PgDatabase,
+    slot: &str,
+    mode: &str,
+    out: &Path,
+    modes: &[&str],
+    idle_s: u32,
+) -> Command {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/debezium/dump");
     let mut cmd = Command::new(script);
     cmd.args([&db.name, "public.everything", slot, mode, "1000"])
         .arg(out)
-        .args(MODES)
+        .args(modes)
+        .arg("hstore.handling.mode=json")
         .env("DBZ_IDLE_S", idle_s.to_string())
         .stdout(Stdio::null());
     cmd
@@ -117,14 +146,26 @@ fn allowed(column: &str, theirs: &Json, ours: &Json) -> Option<&'static str> {
     if (o == "infinity" || o == "-infinity") && far_year(t) {
         return Some("an infinite date or timestamp (Debezium: a date 292 million years away)");
     }
+    let extreme = [
+        i64::from(i32::MIN),
+        i64::from(i32::MAX),
+        i64::MIN,
+        i64::MAX,
+        i64::MIN.div_euclid(1000),
+        i64::MAX / 1000,
+    ];
+    if theirs.is_number() && ours.as_i64().is_some_and(|v| extreme.contains(&v)) {
+        return Some("an infinite date or timestamp as a number: the type's extreme value");
+    }
     if o == "24:00:00Z" && t == "00:00:00Z" {
         return Some("24:00:00 (Debezium: midnight)");
     }
     if theirs.is_null()
         && column == "an"
-        && ours
-            .as_array()
-            .is_some_and(|a| a.iter().any(|v| v.as_str() == Some("NAN")))
+        && ours.as_array().is_some_and(|a| {
+            a.iter()
+                .any(|v| v.is_null() || v.as_str() == Some("NAN") || v.as_str() == Some("NaN"))
+        })
     {
         return Some("a numeric array holding NaN (Debezium: null)");
     }
@@ -197,34 +238,43 @@ fn json_keys(keys: Vec<&String>) -> Json {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn siphon_emits_what_debezium_emits() {
+async fn siphon_emits_what_debezium_emits_in_every_mode() {
     let db = postgres().await.unwrap();
     db.execute(WORKLOAD).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let (snap_out, stream_out) = (
-        dir.path().join("snapshot.jsonl"),
-        dir.path().join("stream.jsonl"),
-    );
+    let out = |what: &str, i: usize| dir.path().join(format!("{what}-{i}.jsonl"));
 
-    // Debezium's snapshot, to its end.
-    let status = dump(
-        &db,
-        &format!("{}_dbz_snap", db.name),
-        "initial",
-        &snap_out,
-        5,
-    )
-    .status()
-    .expect(
-        "scripts/debezium/dump runs (java and javac are needed: scripts/services installs them)",
-    );
-    assert!(status.success(), "Debezium's snapshot run failed: {status}");
+    // Debezium's snapshots, one per mode set, each to its end.
+    for (i, modes) in MODES.iter().enumerate() {
+        let slot = format!("{}_dbz_snap_{i}", db.name);
+        let status = dump(&db, &slot, "initial", &out("snapshot", i), modes, 5)
+            .status()
+            .expect(
+                "scripts/debezium/dump runs (java and javac are needed: scripts/services installs them)",
+            );
+        assert!(status.success(), "Debezium's snapshot run failed: {status}");
+    }
 
-    // Debezium's stream and siphon side by side, then the changes.
-    let stream_slot = format!("{}_dbz_stream", db.name);
-    let mut debezium = dump(&db, &stream_slot, "no_data", &stream_out, 10)
-        .spawn()
-        .unwrap();
+    // Debezium's streams (one per mode set) and siphon side by side, then the changes.
+    let stream_slots: Vec<String> = (0..MODES.len())
+        .map(|i| format!("{}_dbz_stream_{i}", db.name))
+        .collect();
+    let mut streams: Vec<std::process::Child> = MODES
+        .iter()
+        .enumerate()
+        .map(|(i, modes)| {
+            dump(
+                &db,
+                &stream_slots[i],
+                "no_data",
+                &out("stream", i),
+                modes,
+                10,
+            )
+            .spawn()
+            .unwrap()
+        })
+        .collect();
     let admin_port = free_port();
     let siphon_slot = format!("{}_siphon", db.name);
     let config = dir.path().join("siphon.toml");
@@ -257,8 +307,15 @@ path = "{out}"
         &dir.path().join("daemon.log"),
     )
     .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !(slot_active(&db, &stream_slot).await && slot_active(&db, &siphon_slot).await) {
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let mut ready = slot_active(&db, &siphon_slot).await;
+        for slot in &stream_slots {
+            ready = ready && slot_active(&db, slot).await;
+        }
+        if ready {
+            break;
+        }
         assert!(
             Instant::now() < deadline,
             "Debezium's and siphon's slots never became active\n{}",
@@ -271,19 +328,21 @@ path = "{out}"
     for statement in STREAM.split(";\n").filter(|s| !s.trim().is_empty()) {
         client.execute(statement, &[]).await.unwrap();
     }
-    let status = debezium.wait().unwrap();
-    assert!(status.success(), "Debezium's stream run failed: {status}");
+    for stream in &mut streams {
+        let status = stream.wait().unwrap();
+        assert!(status.success(), "Debezium's stream run failed: {status}");
+    }
 
-    let theirs_snapshot = lines(&snap_out);
-    let theirs_stream = lines(&stream_out);
-    let tail = || {
-        let out = Command::new(common::BIN)
-            .args([
-                "log", "tail", "dbz", "--from", "0", "--format", "records", "--config",
-            ])
-            .arg(&config)
-            .output()
-            .unwrap();
+    let tail = |modes: &[&str]| {
+        let mut cmd = Command::new(common::BIN);
+        cmd.args([
+            "log", "tail", "dbz", "--from", "0", "--format", "records", "--config",
+        ])
+        .arg(&config);
+        for property in modes {
+            cmd.args(["--debezium", property]);
+        }
+        let out = cmd.output().unwrap();
         assert!(
             out.status.success(),
             "{}",
@@ -294,39 +353,54 @@ path = "{out}"
             .map(|l| serde_json::from_str::<Json>(l).unwrap())
             .collect::<Vec<_>>()
     };
-    let expected = theirs_snapshot.len() + theirs_stream.len();
-    let mut ours = tail();
+    let expected = lines(&out("snapshot", 0)).len() + lines(&out("stream", 0)).len();
     let deadline = Instant::now() + Duration::from_secs(60);
-    while ours.len() < expected && Instant::now() < deadline {
+    while tail(MODES[0]).len() < expected && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        ours = tail();
     }
     daemon.signal("TERM").unwrap();
     daemon.wait(Duration::from_secs(15)).unwrap();
 
-    let is_snapshot = |r: &&Json| r["value"]["op"] == "r";
-    let (ours_snapshot, ours_stream): (Vec<&Json>, Vec<&Json>) = ours.iter().partition(is_snapshot);
-    assert_eq!(theirs_snapshot.len(), 3, "Debezium's snapshot records");
-    assert_eq!(
-        (ours_snapshot.len(), ours_stream.len()),
-        (theirs_snapshot.len(), theirs_stream.len()),
-        "records (snapshot, stream): siphon's against Debezium's\nDebezium's stream: {theirs_stream:#?}\nsiphon's: {ours:#?}"
-    );
     let mut found = Vec::new();
-    let by_key = |records: Vec<&Json>| -> BTreeMap<String, Json> {
-        records
+    for (i, modes) in MODES.iter().enumerate() {
+        let theirs_snapshot = lines(&out("snapshot", i));
+        let theirs_stream = lines(&out("stream", i));
+        let ours = tail(modes);
+        let is_snapshot = |r: &&Json| r["value"]["op"] == "r";
+        let (ours_snapshot, ours_stream): (Vec<&Json>, Vec<&Json>) =
+            ours.iter().partition(is_snapshot);
+        assert_eq!(
+            theirs_snapshot.len(),
+            3,
+            "Debezium's snapshot records in {modes:?}"
+        );
+        assert_eq!(
+            (ours_snapshot.len(), ours_stream.len()),
+            (theirs_snapshot.len(), theirs_stream.len()),
+            "records (snapshot, stream) in {modes:?}: siphon's against Debezium's\nDebezium's stream: {theirs_stream:#?}\nsiphon's: {ours:#?}"
+        );
+        let ours_by_key: BTreeMap<String, &Json> = ours_snapshot
             .into_iter()
-            .map(|r| (r["key"].to_string(), r.clone()))
-            .collect()
-    };
-    let ours_by_key = by_key(ours_snapshot);
-    for theirs in &theirs_snapshot {
-        let key = theirs["key"].to_string();
-        let ours = ours_by_key.get(&key).unwrap_or(&Json::Null);
-        differences(&format!("snapshot record {key}:"), theirs, ours, &mut found);
-    }
-    for (i, (theirs, ours)) in theirs_stream.iter().zip(ours_stream).enumerate() {
-        differences(&format!("stream record {i}:"), theirs, ours, &mut found);
+            .map(|r| (r["key"].to_string(), r))
+            .collect();
+        for theirs in &theirs_snapshot {
+            let key = theirs["key"].to_string();
+            let ours = ours_by_key.get(&key).copied().unwrap_or(&Json::Null);
+            differences(
+                &format!("{modes:?} snapshot record {key}:"),
+                theirs,
+                ours,
+                &mut found,
+            );
+        }
+        for (n, (theirs, ours)) in theirs_stream.iter().zip(ours_stream).enumerate() {
+            differences(
+                &format!("{modes:?} stream record {n}:"),
+                theirs,
+                ours,
+                &mut found,
+            );
+        }
     }
     assert!(
         found.is_empty(),

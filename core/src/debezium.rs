@@ -13,13 +13,117 @@
 //! exact values in their own form; this module is what consumers of the event stream read.
 
 use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::engine::general_purpose::{STANDARD as BASE64, URL_SAFE};
 use chrono::{DateTime, NaiveDate, NaiveTime};
 use serde_json::{Map, Value as Json, json};
 
 use crate::event::{Event, Row, Value};
 use crate::json::UNAVAILABLE;
 use crate::schema::{Column, ColumnKind, TableSchema};
+
+/// Debezium's handling modes, as its connector properties of the same names set them. The
+/// default is siphon's (and Debezium's string/isostring settings); a team running Debezium
+/// with its own defaults sets `decimal = "precise"`, `time = "adaptive"`,
+/// `interval = "numeric"`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Modes {
+    /// `decimal.handling.mode`: "string" (default), "precise" or "double".
+    #[serde(default)]
+    pub decimal: DecimalMode,
+    /// `time.precision.mode`: "isostring" (default), "adaptive",
+    /// "adaptive_time_microseconds" or "connect".
+    #[serde(default)]
+    pub time: TimeMode,
+    /// `binary.handling.mode`: "base64" (default), "base64-url-safe" or "hex".
+    #[serde(default)]
+    pub binary: BinaryMode,
+    /// `interval.handling.mode`: "string" (default) or "numeric".
+    #[serde(default)]
+    pub interval: IntervalMode,
+}
+
+/// `decimal.handling.mode`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecimalMode {
+    /// Exact decimal text.
+    #[default]
+    String,
+    /// Kafka Connect's Decimal (bytes), or Debezium's VariableScaleDecimal.
+    Precise,
+    /// A JSON number (may lose digits).
+    Double,
+}
+
+/// `time.precision.mode`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimeMode {
+    /// ISO 8601 strings.
+    #[default]
+    Isostring,
+    /// Numbers in the column's precision: days, milli- or microseconds.
+    Adaptive,
+    /// As adaptive, but times always in microseconds.
+    AdaptiveTimeMicroseconds,
+    /// Kafka Connect's logical types: days and milliseconds.
+    Connect,
+}
+
+/// `binary.handling.mode` (as JSON shows bytes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum BinaryMode {
+    /// Standard base64 (what Debezium's `bytes` mode shows in JSON too).
+    #[default]
+    #[serde(rename = "base64", alias = "bytes")]
+    Base64,
+    /// URL-safe base64.
+    #[serde(rename = "base64-url-safe")]
+    Base64UrlSafe,
+    /// Lower-case hexadecimal.
+    #[serde(rename = "hex")]
+    Hex,
+}
+
+/// `interval.handling.mode`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IntervalMode {
+    /// ISO 8601 durations.
+    #[default]
+    String,
+    /// Microseconds, a month counted as 365.25 / 12 days.
+    Numeric,
+}
+
+impl Modes {
+    /// Sets one mode from a Debezium connector property (`time.precision.mode=adaptive`), as
+    /// `siphon log tail --debezium` takes them; the error names the allowed properties or
+    /// values.
+    pub fn set(&mut self, property: &str) -> Result<(), String> {
+        let (key, value) = property
+            .split_once('=')
+            .ok_or_else(|| format!("{property:?}: write property=value"))?;
+        let parse = |field: &str| {
+            serde_json::from_value::<Modes>(json!({ field: value }))
+                .map_err(|e| format!("{key}: {e}"))
+        };
+        match key {
+            "decimal.handling.mode" => self.decimal = parse("decimal")?.decimal,
+            "time.precision.mode" => self.time = parse("time")?.time,
+            "binary.handling.mode" => self.binary = parse("binary")?.binary,
+            "interval.handling.mode" => self.interval = parse("interval")?.interval,
+            other => {
+                return Err(format!(
+                    "{other:?} is not a mode siphon follows; allowed: decimal.handling.mode, \
+                     time.precision.mode, binary.handling.mode, interval.handling.mode"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
 
 /// PostgreSQL's type OIDs that Debezium encodes apart from their text.
 const MONEY: u32 = 790;
@@ -30,11 +134,11 @@ const VARBIT: u32 = 1562;
 /// A row as Debezium's JSON object, each value typed by its column where the schema has it.
 /// With a schema every column is there, in the table's order, as in Debezium: one the row
 /// lacks (the non-key columns of a delete's old row) is `null`.
-pub fn row(row: &Row, schema: Option<&TableSchema>) -> Json {
+pub fn row(row: &Row, schema: Option<&TableSchema>, modes: &Modes) -> Json {
     let Some(schema) = schema else {
         return Json::Object(
             row.iter()
-                .map(|(c, v)| (c.to_owned(), value(v, None)))
+                .map(|(c, v)| (c.to_owned(), value(v, None, modes)))
                 .collect::<Map<_, _>>(),
         );
     };
@@ -44,7 +148,7 @@ pub fn row(row: &Row, schema: Option<&TableSchema>) -> Json {
             .iter()
             .map(|column| {
                 let v = row.get(&column.name).unwrap_or(&Value::Null);
-                (column.name.to_string(), value(v, Some(column)))
+                (column.name.to_string(), value(v, Some(column), modes))
             })
             .collect::<Map<_, _>>(),
     )
@@ -54,15 +158,16 @@ pub fn row(row: &Row, schema: Option<&TableSchema>) -> Json {
 /// (`tombstones.on.delete = true`, `skipped.operations = t`): `{"topic", "key", "value"}`,
 /// a delete followed by its tombstone (a `null` value, for Kafka's log compaction), nothing
 /// for a truncate.
-pub fn records(event: &Event) -> Vec<Json> {
-    let (topic, key) = (topic(event), self::key(event));
+pub fn records(event: &Event, modes: &Modes) -> Vec<Json> {
+    let (topic, key) = (topic(event), self::key(event, modes));
+    let value = || crate::json::envelope_in(event, false, modes);
     match event.op {
         crate::event::Op::Truncate => Vec::new(),
         crate::event::Op::Delete => vec![
-            json!({"topic": topic, "key": key, "value": crate::json::envelope(event)}),
+            json!({"topic": topic, "key": key, "value": value()}),
             json!({"topic": topic, "key": key, "value": null}),
         ],
-        _ => vec![json!({"topic": topic, "key": key, "value": crate::json::envelope(event)})],
+        _ => vec![json!({"topic": topic, "key": key, "value": value()})],
     }
 }
 
@@ -73,24 +178,32 @@ pub fn topic(event: &Event) -> String {
 }
 
 /// Debezium's record key: the primary-key columns, or `null` for a table without one.
-pub fn key(event: &Event) -> Json {
+pub fn key(event: &Event, modes: &Modes) -> Json {
     let Some(key) = &event.key else {
         return Json::Null;
     };
     let schema = event.schema.as_deref();
     Json::Object(
         key.iter()
-            .map(|(c, v)| (c.to_owned(), value(v, schema.and_then(|s| s.column(c)))))
+            .map(|(c, v)| {
+                let column = schema.and_then(|s| s.column(c));
+                (c.to_owned(), value(v, column, modes))
+            })
             .collect::<Map<_, _>>(),
     )
 }
 
-/// One value.
-pub fn value(value: &Value, column: Option<&Column>) -> Json {
+/// One value, in `modes`.
+pub fn value(value: &Value, column: Option<&Column>, modes: &Modes) -> Json {
     let kind = column.map(|c| &c.kind);
+    // Digits of fractional seconds the column keeps (time(3), timestamp(3)); 6 unless said.
+    let precision = column
+        .map(|c| c.type_modifier)
+        .filter(|&m| (0..6).contains(&m))
+        .unwrap_or(6);
     match value {
         Value::Null => Json::Null,
-        Value::Unchanged => unavailable(kind),
+        Value::Unchanged => unavailable(kind, modes),
         Value::Array(items) => {
             let element = match kind {
                 Some(ColumnKind::Array(element)) => Some(element),
@@ -104,7 +217,7 @@ pub fn value(value: &Value, column: Option<&Column>) -> Json {
             Json::Array(
                 items
                     .iter()
-                    .map(|v| self::value(v, element_column.as_ref()))
+                    .map(|v| self::value(v, element_column.as_ref(), modes))
                     .collect(),
             )
         }
@@ -114,13 +227,21 @@ pub fn value(value: &Value, column: Option<&Column>) -> Json {
         // Through its shortest text so that 0.1f32 prints "0.1", not 0.10000000149011612.
         Value::Float32(f) => float(f.to_string().parse().unwrap_or(f64::from(*f))),
         Value::Float64(f) => float(*f),
-        Value::Decimal(s) => json!(decimal(s)),
+        Value::Decimal(s) => decimal(s, kind, modes.decimal),
         Value::Text(s) | Value::Json(s) | Value::Enum(s) => json!(s),
-        Value::Bytes(b) => json!(BASE64.encode(b)),
+        Value::Bytes(b) => bytes(b, modes.binary),
         // The hyphenated text, as in the store encoding.
         Value::Uuid(_) => crate::json::value_json(value),
-        Value::Date(days) => json!(date(*days)),
-        Value::Time(micros) => json!(format!("{}Z", time(*micros))),
+        Value::Date(days) => match modes.time {
+            TimeMode::Isostring => json!(date(*days)),
+            _ => json!(days),
+        },
+        Value::Time(micros) => match modes.time {
+            TimeMode::Isostring => json!(format!("{}Z", time(*micros))),
+            TimeMode::Connect => json!(micros / 1000),
+            TimeMode::Adaptive if precision <= 3 => json!(micros / 1000),
+            TimeMode::Adaptive | TimeMode::AdaptiveTimeMicroseconds => json!(micros),
+        },
         Value::TimeTz {
             micros,
             offset_seconds,
@@ -128,24 +249,42 @@ pub fn value(value: &Value, column: Option<&Column>) -> Json {
             let utc = (micros - i64::from(*offset_seconds) * 1_000_000).rem_euclid(DAY_MICROS);
             json!(format!("{}Z", time(utc)))
         }
-        Value::Timestamp(us) | Value::TimestampTz(us) => json!(timestamp(*us)),
+        Value::Timestamp(us) => match modes.time {
+            TimeMode::Isostring => json!(timestamp(*us)),
+            TimeMode::Connect => json!(us.div_euclid(1000)),
+            _ if precision <= 3 => json!(us.div_euclid(1000)),
+            _ => json!(us),
+        },
+        Value::TimestampTz(us) => json!(timestamp(*us)),
         Value::Interval {
             months,
             days,
             micros,
-        } => json!(interval(*months, *days, *micros)),
-        Value::Other { type_name, text } => other(type_name, text, column),
+        } => match modes.interval {
+            IntervalMode::String => json!(interval(*months, *days, *micros)),
+            IntervalMode::Numeric => json!(interval_micros(*months, *days, *micros)),
+        },
+        Value::Other { type_name, text } => other(type_name, text, column, modes),
     }
 }
 
 const DAY_MICROS: i64 = 86_400_000_000;
 
 /// Debezium's placeholder for a value PostgreSQL did not send, in the column's own type.
-fn unavailable(kind: Option<&ColumnKind>) -> Json {
+fn unavailable(kind: Option<&ColumnKind>, modes: &Modes) -> Json {
     match kind {
-        Some(ColumnKind::Bytes) => json!(BASE64.encode(UNAVAILABLE)),
-        Some(ColumnKind::Array(element)) => Json::Array(vec![unavailable(Some(element))]),
+        Some(ColumnKind::Bytes) => bytes(UNAVAILABLE.as_bytes(), modes.binary),
+        Some(ColumnKind::Array(element)) => Json::Array(vec![unavailable(Some(element), modes)]),
         _ => json!(UNAVAILABLE),
+    }
+}
+
+/// Bytes as `binary.handling.mode` writes them.
+fn bytes(b: &[u8], mode: BinaryMode) -> Json {
+    match mode {
+        BinaryMode::Base64 => json!(BASE64.encode(b)),
+        BinaryMode::Base64UrlSafe => json!(URL_SAFE.encode(b)),
+        BinaryMode::Hex => json!(b.iter().map(|x| format!("{x:02x}")).collect::<String>()),
     }
 }
 
@@ -159,24 +298,133 @@ fn float(v: f64) -> Json {
     }
 }
 
-/// A decimal as Debezium's string mode prints it (NaN in capitals, as Java's BigDecimal
-/// cannot hold it and Debezium spells the special value itself).
-fn decimal(s: &str) -> String {
-    match s {
-        "NaN" => "NAN".into(),
-        other => other.to_owned(),
+/// A decimal as `decimal.handling.mode` writes it: `string` (NaN in capitals, as Debezium
+/// spells the special value Java's BigDecimal cannot hold), `double`, or `precise`: Kafka
+/// Connect's Decimal (the unscaled value's two's-complement bytes, base64) for a column with
+/// a declared scale, Debezium's VariableScaleDecimal (`{"scale", "value"}`) for one without.
+fn decimal(s: &str, kind: Option<&ColumnKind>, mode: DecimalMode) -> Json {
+    match mode {
+        DecimalMode::String => json!(match s {
+            "NaN" => "NAN",
+            other => other,
+        }),
+        DecimalMode::Double => float(s.parse().unwrap_or(f64::NAN)),
+        DecimalMode::Precise => {
+            let Some((negative, digits, scale)) = unscaled(s) else {
+                return Json::Null;
+            };
+            match kind {
+                Some(ColumnKind::Decimal {
+                    scale: Some(declared),
+                    ..
+                }) => {
+                    let (digits, _) = rescale(&digits, scale, *declared);
+                    json!(BASE64.encode(twos_complement(negative, &digits)))
+                }
+                _ => {
+                    // Without a declared scale, Debezium drops the fraction's trailing zeros.
+                    let zeros = digits.len() - digits.trim_end_matches('0').len();
+                    let cut = zeros.min(scale as usize);
+                    let digits = &digits[..digits.len() - cut];
+                    json!({
+                        "scale": scale - cut as u32,
+                        "value": BASE64.encode(twos_complement(negative, digits)),
+                    })
+                }
+            }
+        }
     }
+}
+
+/// `-12.3400` as (negative, "123400", 4); `None` for NaN and the infinities.
+fn unscaled(s: &str) -> Option<(bool, String, u32)> {
+    let (negative, s) = match s.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, s.strip_prefix('+').unwrap_or(s)),
+    };
+    let (whole, fraction) = s.split_once('.').unwrap_or((s, ""));
+    if whole.is_empty() && fraction.is_empty()
+        || !whole
+            .chars()
+            .chain(fraction.chars())
+            .all(|c| c.is_ascii_digit())
+    {
+        return None;
+    }
+    Some((
+        negative,
+        format!("{whole}{fraction}"),
+        fraction.len() as u32,
+    ))
+}
+
+/// The digits of an unscaled value at `scale` brought to scale `to` (zeros added; cut when
+/// smaller, which a value of a column with that scale never needs).
+fn rescale(digits: &str, scale: u32, to: u32) -> (String, u32) {
+    if to >= scale {
+        (format!("{digits}{}", "0".repeat((to - scale) as usize)), to)
+    } else {
+        let keep = digits.len().saturating_sub((scale - to) as usize);
+        (digits[..keep].to_owned(), to)
+    }
+}
+
+/// A decimal digit string as the big-endian two's-complement bytes Java's
+/// `BigInteger.toByteArray` gives (the shortest that holds the sign).
+fn twos_complement(negative: bool, digits: &str) -> Vec<u8> {
+    // Base-256 digits, least significant first, by repeated division of the decimal string.
+    let mut decimal: Vec<u32> = digits.bytes().map(|b| u32::from(b - b'0')).collect();
+    let mut magnitude = Vec::new();
+    while decimal.iter().any(|&d| d != 0) {
+        let mut rest = 0u32;
+        for d in &mut decimal {
+            let current = rest * 10 + *d;
+            *d = current / 256;
+            rest = current % 256;
+        }
+        magnitude.push(rest as u8);
+    }
+    let mut bytes: Vec<u8> = magnitude.into_iter().rev().collect();
+    if bytes.is_empty() {
+        bytes.push(0);
+    }
+    if bytes[0] & 0x80 != 0 {
+        bytes.insert(0, 0);
+    }
+    if negative && bytes.iter().any(|&b| b != 0) {
+        // Two's complement: invert and add one.
+        for b in &mut bytes {
+            *b = !*b;
+        }
+        for b in bytes.iter_mut().rev() {
+            let (sum, carry) = b.overflowing_add(1);
+            *b = sum;
+            if !carry {
+                break;
+            }
+        }
+        // Drop a redundant leading 0xff whose next byte already carries the sign.
+        while bytes.len() > 1 && bytes[0] == 0xff && bytes[1] & 0x80 != 0 {
+            bytes.remove(0);
+        }
+    }
+    bytes
 }
 
 /// A value of a type siphon keeps as text, as Debezium encodes it: money as a plain
 /// decimal, oid as a number, bit(1) as a boolean, other bit strings as bytes (the bits as an
 /// unsigned number, least significant byte first, without leading zero bytes); the rest as
 /// the text.
-fn other(type_name: &str, text: &str, column: Option<&Column>) -> Json {
+fn other(type_name: &str, text: &str, column: Option<&Column>, modes: &Modes) -> Json {
     let type_id = column.map_or(0, |c| c.type_id);
     let is = |id: u32, name: &str| type_id == id || (type_id == 0 && type_name == name);
     if is(MONEY, "money") {
-        return json!(money(text));
+        // Debezium reads money as a decimal of scale 2 (money.fraction.digits).
+        let money_kind = ColumnKind::Decimal {
+            precision: None,
+            scale: Some(2),
+        };
+        return decimal(&money(text), Some(&money_kind), modes.decimal);
     }
     if is(OID, "oid") {
         return text
@@ -190,6 +438,8 @@ fn other(type_name: &str, text: &str, column: Option<&Column>) -> Json {
         if single {
             return json!(text == "1");
         }
+        // Bit strings stay bytes whatever binary.handling.mode says (it is bytea's), so
+        // JSON shows them in base64.
         return json!(BASE64.encode(bits_le(text)));
     }
     json!(text)
@@ -297,6 +547,13 @@ fn interval(months: i32, days: i32, micros: i64) -> String {
         rest / 1_000_000,
         fraction(rest % 1_000_000)
     )
+}
+
+/// An interval in microseconds as Debezium's numeric mode counts it: a month is an average
+/// one (365.25 / 12 days).
+fn interval_micros(months: i32, days: i32, micros: i64) -> i64 {
+    const MONTH_MICROS: f64 = 365.25 / 12.0 * 86_400_000_000.0;
+    (f64::from(months) * MONTH_MICROS) as i64 + i64::from(days) * DAY_MICROS + micros
 }
 
 #[cfg(test)]
@@ -450,7 +707,106 @@ mod tests {
             ),
         ];
         for (v, c, want) in cases {
-            assert_eq!(value(&v, c.as_ref()), want, "{v:?}");
+            assert_eq!(value(&v, c.as_ref(), &Modes::default()), want, "{v:?}");
         }
+    }
+
+    /// Debezium's other modes, as the real one printed these values.
+    #[test]
+    fn the_other_modes_come_out_as_debezium_prints_them() {
+        let mut debezium_defaults = Modes::default();
+        for p in [
+            "decimal.handling.mode=precise",
+            "time.precision.mode=adaptive",
+            "interval.handling.mode=numeric",
+            "binary.handling.mode=bytes",
+        ] {
+            debezium_defaults.set(p).unwrap();
+        }
+        let numeric = |scale| {
+            column(
+                1700,
+                -1,
+                ColumnKind::Decimal {
+                    precision: None,
+                    scale,
+                },
+            )
+        };
+        let cases: Vec<(Value, Column, Json)> = vec![
+            (
+                Value::Decimal("12.3400".into()),
+                numeric(None),
+                json!({"scale": 2, "value": "BNI="}),
+            ),
+            (
+                Value::Decimal("0.00001".into()),
+                numeric(None),
+                json!({"scale": 5, "value": "AQ=="}),
+            ),
+            (
+                Value::Decimal("12.34".into()),
+                numeric(Some(2)),
+                json!("BNI="),
+            ),
+            (
+                Value::Decimal("-0.01".into()),
+                numeric(Some(2)),
+                json!("/w=="),
+            ),
+            (Value::Decimal("NaN".into()), numeric(None), Json::Null),
+            (
+                Value::Other {
+                    type_name: "money".into(),
+                    text: "-$0.50".into(),
+                },
+                column(MONEY, -1, ColumnKind::Other),
+                json!("zg=="),
+            ),
+            (
+                Value::Date(10_956),
+                column(1082, -1, ColumnKind::Date),
+                json!(10_956),
+            ),
+            (
+                Value::Time(36_672_123_456),
+                column(1083, -1, ColumnKind::Time),
+                json!(36_672_123_456_i64),
+            ),
+            (
+                Value::Time(36_672_123_000),
+                column(1083, 3, ColumnKind::Time),
+                json!(36_672_123),
+            ),
+            (
+                Value::Timestamp(1_709_201_472_123_000),
+                column(1114, 3, ColumnKind::Timestamp),
+                json!(1_709_201_472_123_i64),
+            ),
+            (
+                Value::Interval {
+                    months: 14,
+                    days: 3,
+                    micros: 14_706_789_000,
+                },
+                column(1186, -1, ColumnKind::Interval),
+                json!(37_091_106_789_000_i64),
+            ),
+        ];
+        for (v, c, want) in cases {
+            assert_eq!(value(&v, Some(&c), &debezium_defaults), want, "{v:?}");
+        }
+        let mut hex = Modes::default();
+        hex.set("binary.handling.mode=hex").unwrap();
+        assert_eq!(
+            value(&Value::Bytes(vec![0, 255, 16]), None, &hex),
+            json!("00ff10")
+        );
+        let err = Modes::default()
+            .set("time.precision.mode=nanos")
+            .unwrap_err();
+        assert!(err.contains("adaptive_time_microseconds"), "{err}");
+        let err = Modes::default().set("snapshot.mode=never").unwrap_err();
+        assert!(err.contains("allowed: decimal.handling.mode"), "{err}");
     }
 }

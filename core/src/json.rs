@@ -24,12 +24,14 @@ pub struct JsonFormat {
     pub schemas: bool,
     /// Fill the `transaction` block (Debezium's `provide.transaction.metadata`).
     pub transactions: bool,
+    /// Debezium's handling modes for the values.
+    pub modes: crate::debezium::Modes,
 }
 
 impl JsonFormat {
     /// The event as one JSON document in this format.
     pub fn encode(self, event: &Event) -> Json {
-        let payload = envelope_with(event, self.transactions);
+        let payload = envelope_in(event, self.transactions, &self.modes);
         if self.schemas {
             json!({ "schema": envelope_schema(event), "payload": payload })
         } else {
@@ -42,15 +44,16 @@ impl JsonFormat {
 /// ([`crate::debezium`]), without transaction metadata (`transaction` is `null`, as in
 /// Debezium by default).
 pub fn envelope(event: &Event) -> Json {
-    envelope_with(event, false)
+    envelope_in(event, false, &crate::debezium::Modes::default())
 }
 
-/// [`envelope`], with the `transaction` block filled when `transactions` is set.
-pub fn envelope_with(event: &Event, transactions: bool) -> Json {
+/// [`envelope`], with the `transaction` block filled when `transactions` is set, its values
+/// in `modes`.
+pub fn envelope_in(event: &Event, transactions: bool, modes: &crate::debezium::Modes) -> Json {
     let schema = event.schema.as_deref();
     let row = |r: &Option<Row>| {
         r.as_ref()
-            .map_or(Json::Null, |r| crate::debezium::row(r, schema))
+            .map_or(Json::Null, |r| crate::debezium::row(r, schema, modes))
     };
     json!({
         "before": row(&event.before),

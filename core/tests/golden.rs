@@ -104,6 +104,7 @@ fn check(event: &Event, debezium_file: &str, siphon_file: &str) {
     let with_schema = JsonFormat {
         schemas: true,
         transactions: false,
+        modes: Default::default(),
     }
     .encode(event);
     assert_eq!(with_schema["payload"], ours);

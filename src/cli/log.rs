@@ -5,7 +5,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use siphon_core::Event;
-use siphon_core::json::{envelope, row_json};
+use siphon_core::debezium::Modes;
+use siphon_core::json::{envelope, envelope_in, row_json};
 use siphon_core::log::file::FileLog;
 use siphon_core::log::{ChangeLog, LogReader, LogRecord, RecordFlags};
 use siphon_core::schema::SchemaLookup;
@@ -28,9 +29,9 @@ fn open(config: &Config, pipeline: &str) -> anyhow::Result<FileLog> {
 
 /// The event's Debezium envelope (or, for a record that does not decode, its offset and
 /// the error).
-fn line(record: &LogRecord, schemas: &dyn SchemaLookup) -> serde_json::Value {
+fn line(record: &LogRecord, schemas: &dyn SchemaLookup, modes: &Modes) -> serde_json::Value {
     match Event::decode(&record.value, schemas) {
-        Ok(event) => envelope(&event),
+        Ok(event) => envelope_in(&event, false, modes),
         Err(e) => serde_json::json!({"offset": record.offset, "error": e.to_string()}),
     }
 }
@@ -55,7 +56,14 @@ pub(super) async fn tail(
     from: Option<u64>,
     follow: bool,
     format: TailFormat,
+    debezium: &[String],
 ) -> anyhow::Result<ExitCode> {
+    let mut modes = Modes::default();
+    for property in debezium {
+        modes
+            .set(property)
+            .map_err(|e| anyhow::anyhow!("--debezium {e}"))?;
+    }
     let log = open(config, pipeline)?;
     let start = log.start_offset();
     let from = from
@@ -68,9 +76,9 @@ pub(super) async fn tail(
         for record in &batch {
             let text = match format {
                 TailFormat::Pretty => serde_json::to_string_pretty(&pretty(record, log.schemas()))?,
-                TailFormat::Jsonl => serde_json::to_string(&line(record, log.schemas()))?,
+                TailFormat::Jsonl => serde_json::to_string(&line(record, log.schemas(), &modes))?,
                 TailFormat::Records => match Event::decode(&record.value, log.schemas()) {
-                    Ok(event) => siphon_core::debezium::records(&event)
+                    Ok(event) => siphon_core::debezium::records(&event, &modes)
                         .iter()
                         .map(serde_json::to_string)
                         .collect::<Result<Vec<_>, _>>()?

@@ -108,6 +108,11 @@ enum LogCommand {
         /// and value as Debezium emits them, with tombstones.
         #[arg(long, value_enum, default_value_t = TailFormat::Pretty)]
         format: TailFormat,
+        /// A Debezium handling mode for the values, as its connector property
+        /// (`decimal.handling.mode=precise`, `time.precision.mode=adaptive`,
+        /// `binary.handling.mode=hex`, `interval.handling.mode=numeric`); repeatable.
+        #[arg(long, value_name = "PROPERTY=VALUE")]
+        debezium: Vec<String>,
     },
     /// Size, offsets and segments of each pipeline's log.
     Stats,
@@ -163,7 +168,8 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             from,
             follow,
             format,
-        }) => log::tail(&config, &pipeline, from, follow, format).await,
+            debezium,
+        }) => log::tail(&config, &pipeline, from, follow, format, &debezium).await,
         Command::Log(LogCommand::Stats) => log::stats(&config),
         Command::Snapshot { pipeline, table } => {
             config.pipeline(&pipeline)?;

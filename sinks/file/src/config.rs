@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
+use siphon_core::debezium::Modes;
 use siphon_core::units::ByteSize;
 
 /// `kind = "stdout"`: one JSON document per line on standard output.
@@ -17,6 +18,11 @@ pub struct StdoutSinkConfig {
     /// does with `provide.transaction.metadata = true`; off, it is `null`, as by default.
     #[serde(default)]
     pub transaction_metadata: bool,
+    /// Debezium's handling modes for the values: `decimal` ("string", "precise", "double"),
+    /// `time` ("isostring", "adaptive", "adaptive_time_microseconds", "connect"), `binary`
+    /// ("base64", "base64-url-safe", "hex"), `interval` ("string", "numeric").
+    #[serde(default)]
+    pub debezium: Modes,
 }
 
 /// `kind = "file"`: JSON lines in rotating files.
@@ -42,6 +48,9 @@ pub struct FileSinkConfig {
     /// `provide.transaction.metadata = true` (off: `null`).
     #[serde(default)]
     pub transaction_metadata: bool,
+    /// Debezium's handling modes for the values (as for `stdout`).
+    #[serde(default)]
+    pub debezium: Modes,
 }
 
 fn default_prefix() -> String {

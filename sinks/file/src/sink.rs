@@ -51,6 +51,7 @@ impl JsonLinesSink {
             JsonFormat {
                 schemas: config.schemas,
                 transactions: config.transaction_metadata,
+                modes: config.debezium,
             },
         )
     }
@@ -72,6 +73,7 @@ impl JsonLinesSink {
         let format = JsonFormat {
             schemas: config.schemas,
             transactions: config.transaction_metadata,
+            modes: config.debezium,
         };
         let (files, saved) = RotatingFiles::open(config)?;
         Ok(JsonLinesSink {
@@ -234,6 +236,7 @@ mod tests {
             max_files: 0,
             schemas: false,
             transaction_metadata: false,
+            debezium: Default::default(),
         }
     }
 
