@@ -370,13 +370,15 @@ fn envelope_schema(event: &Event) -> Json {
             row_schema(shape, &value_name, "after"),
             {"type": "struct", "fields": source_fields, "optional": false,
              "name": "io.siphon.connector.Source", "field": "source"},
-            {"type": "string", "optional": false, "field": "op"},
-            {"type": "int64", "optional": true, "field": "ts_ms"},
             {"type": "struct", "optional": true, "name": "event.block", "field": "transaction",
              "fields": [
                 {"type": "string", "optional": false, "field": "id"},
                 {"type": "int64", "optional": false, "field": "total_order"},
                 {"type": "int64", "optional": false, "field": "data_collection_order"}]},
+            {"type": "string", "optional": false, "field": "op"},
+            {"type": "int64", "optional": true, "field": "ts_ms"},
+            {"type": "int64", "optional": true, "field": "ts_us"},
+            {"type": "int64", "optional": true, "field": "ts_ns"},
         ],
     })
 }

@@ -114,10 +114,30 @@ fn check(event: &Event, debezium_file: &str, siphon_file: &str) {
         .iter()
         .map(|f| f["field"].as_str().unwrap())
         .collect();
+    // Debezium's order, and every field of the payload named.
     assert_eq!(
         fields,
-        ["before", "after", "source", "op", "ts_ms", "transaction"]
+        [
+            "before",
+            "after",
+            "source",
+            "transaction",
+            "op",
+            "ts_ms",
+            "ts_us",
+            "ts_ns"
+        ]
     );
+    let mut payload_fields: Vec<&str> = ours
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(|k| k.as_str())
+        .collect();
+    let mut named = fields.clone();
+    payload_fields.sort_unstable();
+    named.sort_unstable();
+    assert_eq!(payload_fields, named);
 }
 
 #[test]

@@ -158,13 +158,20 @@ pub struct Place {
 }
 
 impl Place {
-    /// A snapshot row's place: the slot's consistent point and a running index.
-    pub fn snapshot(consistent_point: u64, commit_time_micros: i64, index: u64) -> Place {
+    /// A snapshot row's place: the slot's consistent point, a running index, and the
+    /// snapshot's transaction id (no transaction block: a snapshot is not a source
+    /// transaction).
+    pub fn snapshot(
+        consistent_point: u64,
+        commit_time_micros: i64,
+        index: u64,
+        xid: Option<u32>,
+    ) -> Place {
         Place {
             commit_lsn: consistent_point,
             lsn: consistent_point,
             index,
-            xid: None,
+            xid,
             commit_time_micros,
             snapshot: SnapshotMarker::True,
             table_order: 0,
@@ -204,11 +211,14 @@ impl EventFactory {
                 snapshot: at.snapshot,
             },
             ts_ms: now_ms(),
-            transaction: at.xid.map(|xid| TransactionInfo {
-                id: xid.to_string(),
-                total_order: at.index + 1,
-                data_collection_order: at.table_order,
-            }),
+            transaction: at
+                .xid
+                .filter(|_| at.snapshot == SnapshotMarker::False)
+                .map(|xid| TransactionInfo {
+                    id: xid.to_string(),
+                    total_order: at.index + 1,
+                    data_collection_order: at.table_order,
+                }),
             key_change: None,
             schema: Some(shape.table_schema.clone()),
         }

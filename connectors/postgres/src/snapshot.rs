@@ -104,7 +104,7 @@ impl Snapshot {
             let truncates: Vec<Event> = shapes
                 .iter()
                 .map(|shape| {
-                    let at = Place::snapshot(self.consistent_point, now_pg, 0);
+                    let at = Place::snapshot(self.consistent_point, now_pg, 0, None);
                     self.factory
                         .event(shape, Op::Truncate, None, None, None, at)
                 })
@@ -251,7 +251,7 @@ struct Reader {
 
 impl Reader {
     /// Events of `rows` of table `shape`, encoded.
-    fn encode(&self, shape: &Shape, rows: Vec<Row>) -> Result<Encoded> {
+    fn encode(&self, shape: &Shape, rows: Vec<Row>, xid: Option<u32>) -> Result<Encoded> {
         let first = self
             .next_index
             .fetch_add(rows.len() as u64, Ordering::Relaxed);
@@ -264,6 +264,7 @@ impl Reader {
                     self.consistent_point,
                     self.commit_time_micros,
                     first + i as u64,
+                    xid,
                 );
                 self.factory
                     .event(shape, Op::Read, None, Some(row), key, at)
@@ -293,6 +294,18 @@ impl Reader {
                 ))
                 .await
                 .map_err(|e| pg_error("starting the snapshot transaction", &e))?;
+            // The snapshot rows' txId (Debezium gives one): the first transaction the
+            // exported snapshot does not see, as a 32-bit xid like the stream's.
+            let xid: Option<u32> = client
+                .query_one(
+                    "select (txid_snapshot_xmax(txid_current_snapshot()) % 4294967296)::bigint",
+                    &[],
+                )
+                .await
+                .map_err(|e| pg_error("reading the snapshot's transaction id", &e))?
+                .get::<_, i64>(0)
+                .try_into()
+                .ok();
             // Binary COPY: no text to parse. A column whose type siphon keeps as text is read
             // as its type's output function prints it, which is what pgoutput sends: not
             // `::text`, which for some types is a cast of its own (`'192.168.0.1'::inet::text`
@@ -361,7 +374,7 @@ impl Reader {
                         .collect();
                     out.push(shape.row(values));
                     if out.len() >= BATCH {
-                        let batch = self.encode(shape, std::mem::take(&mut out))?;
+                        let batch = self.encode(shape, std::mem::take(&mut out), xid)?;
                         if tx.send(Ok(batch)).await.is_err() {
                             return Ok(()); // the appender stopped
                         }
@@ -371,7 +384,7 @@ impl Reader {
                 carry.drain(..start);
             }
             if !out.is_empty() {
-                let batch = self.encode(shape, std::mem::take(&mut out))?;
+                let batch = self.encode(shape, std::mem::take(&mut out), xid)?;
                 if tx.send(Ok(batch)).await.is_err() {
                     return Ok(());
                 }
