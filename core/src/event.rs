@@ -196,6 +196,10 @@ pub enum SnapshotMarker {
     Last,
     /// The first row of the snapshot.
     First,
+    /// The first row of a table, other than the snapshot's first.
+    FirstInTable,
+    /// The last row of a table, other than the snapshot's last.
+    LastInTable,
 }
 
 /// Debezium's `source` block: where the change comes from.

@@ -95,6 +95,8 @@ fn source_json(event: &Event) -> Json {
         SnapshotMarker::True => "true",
         SnapshotMarker::Last => "last",
         SnapshotMarker::First => "first",
+        SnapshotMarker::FirstInTable => "first_in_data_collection",
+        SnapshotMarker::LastInTable => "last_in_data_collection",
     };
     m.insert("snapshot".into(), json!(snapshot));
     m.insert("db".into(), json!(s.db));

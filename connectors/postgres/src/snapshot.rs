@@ -1,7 +1,7 @@
 //! The consistent initial snapshot: every table read with COPY inside a REPEATABLE READ
 //! transaction that uses the slot's exported snapshot, several tables at once, row by row.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -52,11 +52,15 @@ impl Snapshot {
         let tables: Arc<Vec<Table>> =
             Arc::new(self.tables.iter().map(|(t, _)| t.clone()).collect());
         let work = chunks(&self.tables, self.parallelism);
+        let mut chunks_left: HashMap<usize, usize> = HashMap::new();
+        for chunk in &work {
+            *chunks_left.entry(chunk.table).or_default() += 1;
+        }
         // As many readers as there are chunks to read at once (a big table makes several).
         let readers = self.parallelism.min(work.len()).max(1);
         let queue: Arc<Mutex<VecDeque<Chunk>>> = Arc::new(Mutex::new(work));
         // Readers decode and encode rows in batches; the appender only writes them.
-        let (tx, mut rx) = mpsc::channel::<Result<Encoded>>(32);
+        let (tx, mut rx) = mpsc::channel::<Result<Piece>>(32);
         let next_index = Arc::new(AtomicU64::new(0));
         let now_pg = (std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -116,8 +120,13 @@ impl Snapshot {
         let mut synced_at = 0u64;
         let mut pending: Vec<NewRecord> = Vec::with_capacity(APPEND + BATCH);
         let mut last_progress = Instant::now();
-        // The newest batch's last event waits, so that the very last one can be marked `last`.
-        let mut held: Option<(NewRecord, Event)> = None;
+        // Debezium's markers: the snapshot's first row `first`, each other table's first
+        // `first_in_data_collection`, each table's last `last_in_data_collection` but the
+        // very last, `last`. A table's newest last row waits until the next batch of it
+        // comes or all its chunks are read, so that it can still be marked.
+        let mut held: HashMap<usize, (NewRecord, Event)> = HashMap::new();
+        let mut started_tables: HashSet<usize> = HashSet::new();
+        let mut tables_left = chunks_left.len();
         loop {
             let next = tokio::select! {
                 _ = ctx.cancel.cancelled() => {
@@ -127,11 +136,32 @@ impl Snapshot {
                 next = rx.recv() => next,
             };
             let Some(item) = next else { break };
-            let mut batch = item?;
-            if rows == 0 {
-                // The snapshot's first row is marked `first`, as Debezium marks it.
+            let mut batch = match item? {
+                Piece::Rows(batch) => *batch,
+                Piece::ChunkDone(table) => {
+                    let left = chunks_left.entry(table).or_default();
+                    *left = left.saturating_sub(1);
+                    if *left == 0 {
+                        tables_left = tables_left.saturating_sub(1);
+                        // The table is read; unless it is the last one to finish, its
+                        // last row is its own.
+                        if tables_left > 0
+                            && let Some((_, event)) = held.remove(&table)
+                        {
+                            pending.push(remark(event, SnapshotMarker::LastInTable)?);
+                        }
+                    }
+                    continue;
+                }
+            };
+            if started_tables.insert(batch.table) {
+                let marker = if started_tables.len() == 1 {
+                    SnapshotMarker::First
+                } else {
+                    SnapshotMarker::FirstInTable
+                };
                 let mut first = batch.first_event.clone();
-                first.source.snapshot = SnapshotMarker::First;
+                first.source.snapshot = marker;
                 let flags = batch.records[0].flags;
                 batch.records[0] = encode_events(&[first.clone()], &[])?.remove(0);
                 batch.records[0].flags = flags;
@@ -141,7 +171,7 @@ impl Snapshot {
             }
             rows += batch.records.len() as u64;
             let last = batch.records.pop().expect("batches are not empty");
-            if let Some((record, _)) = held.replace((last, batch.last_event)) {
+            if let Some((record, _)) = held.insert(batch.table, (last, batch.last_event)) {
                 pending.push(record);
             }
             pending.append(&mut batch.records);
@@ -169,9 +199,13 @@ impl Snapshot {
         while let Some(done) = workers.join_next().await {
             done.map_err(|e| Error::permanent(format!("a snapshot reader failed: {e}")))?;
         }
-        if let Some((_, mut last)) = held {
-            last.source.snapshot = SnapshotMarker::Last;
-            pending.extend(encode_events(&[last], &[0])?);
+        // What still waits is the last table's last row (and, had a reader stopped early,
+        // others, which keep their order by table): the very last is `last`.
+        let mut rest: Vec<(usize, (NewRecord, Event))> = held.into_iter().collect();
+        rest.sort_by_key(|(table, _)| *table);
+        if let Some((_, (_, last))) = rest.pop() {
+            pending.extend(rest.into_iter().map(|(_, (record, _))| record));
+            pending.push(remark(last, SnapshotMarker::Last)?);
         }
         if !pending.is_empty() {
             ctx.append_records(pending).await?;
@@ -186,10 +220,26 @@ impl Snapshot {
     }
 }
 
+/// The snapshot's last row of a table re-marked, ending its "transaction" as before.
+fn remark(mut event: Event, marker: SnapshotMarker) -> Result<NewRecord> {
+    event.source.snapshot = marker;
+    Ok(encode_events(&[event], &[0])?.remove(0))
+}
+
+/// What a reader sends the appender.
+enum Piece {
+    /// A batch of rows (boxed: a batch is large, the other variant an index).
+    Rows(Box<Encoded>),
+    /// A chunk of that table (by index) is read to its end.
+    ChunkDone(usize),
+}
+
 /// A batch of rows of one table, encoded for the log; its last record ends a "transaction"
 /// (so sinks may apply it), and its first and last events are kept to be re-marked if they
-/// are the snapshot's very first or last.
+/// are their table's or the snapshot's first or last.
 struct Encoded {
+    /// The table's index in the snapshot.
+    table: usize,
     records: Vec<NewRecord>,
     first_event: Event,
     last_event: Event,
@@ -251,7 +301,12 @@ struct Reader {
 
 impl Reader {
     /// Events of `rows` of table `shape`, encoded.
-    fn encode(&self, shape: &Shape, rows: Vec<Row>, xid: Option<u32>) -> Result<Encoded> {
+    fn encode(
+        &self,
+        (table, shape): (usize, &Shape),
+        rows: Vec<Row>,
+        xid: Option<u32>,
+    ) -> Result<Encoded> {
         let first = self
             .next_index
             .fetch_add(rows.len() as u64, Ordering::Relaxed);
@@ -274,19 +329,21 @@ impl Reader {
         let first_event = events[0].clone();
         let last_event = events.into_iter().last().expect("not empty");
         Ok(Encoded {
+            table,
             records,
             first_event,
             last_event,
         })
     }
 
-    async fn read_tables(&self, tx: &mpsc::Sender<Result<Encoded>>) -> Result<()> {
+    async fn read_tables(&self, tx: &mpsc::Sender<Result<Piece>>) -> Result<()> {
         let client = self.conn.connect().await?;
         loop {
             let Some(chunk) = self.queue.lock().unwrap().pop_front() else {
                 return Ok(());
             };
-            let (table, shape) = (&self.tables[chunk.table], &self.shapes[chunk.table]);
+            let table_index = chunk.table;
+            let (table, shape) = (&self.tables[table_index], &self.shapes[table_index]);
             client
                 .batch_execute(&format!(
                     "begin isolation level repeatable read read only; set transaction snapshot {}",
@@ -374,8 +431,9 @@ impl Reader {
                         .collect();
                     out.push(shape.row(values));
                     if out.len() >= BATCH {
-                        let batch = self.encode(shape, std::mem::take(&mut out), xid)?;
-                        if tx.send(Ok(batch)).await.is_err() {
+                        let batch =
+                            self.encode((table_index, shape), std::mem::take(&mut out), xid)?;
+                        if tx.send(Ok(Piece::Rows(Box::new(batch)))).await.is_err() {
                             return Ok(()); // the appender stopped
                         }
                     }
@@ -384,10 +442,13 @@ impl Reader {
                 carry.drain(..start);
             }
             if !out.is_empty() {
-                let batch = self.encode(shape, std::mem::take(&mut out), xid)?;
-                if tx.send(Ok(batch)).await.is_err() {
+                let batch = self.encode((table_index, shape), std::mem::take(&mut out), xid)?;
+                if tx.send(Ok(Piece::Rows(Box::new(batch)))).await.is_err() {
                     return Ok(());
                 }
+            }
+            if tx.send(Ok(Piece::ChunkDone(table_index))).await.is_err() {
+                return Ok(());
             }
             client
                 .batch_execute("commit")
