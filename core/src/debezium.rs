@@ -14,11 +14,12 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD as BASE64, URL_SAFE};
-use chrono::{DateTime, NaiveDate, NaiveTime};
 use serde_json::{Map, Value as Json, json};
 
 use crate::event::{Event, Row, Value};
-use crate::json::UNAVAILABLE;
+use crate::json::{
+    Fraction, UNAVAILABLE, float_json, format_date, format_interval, format_time, format_timestamp,
+};
 use crate::schema::{Column, ColumnKind, TableSchema};
 
 /// Debezium's handling modes, as its connector properties of the same names set them. The
@@ -225,8 +226,8 @@ pub fn value(value: &Value, column: Option<&Column>, modes: &Modes) -> Json {
         Value::Int(i) => json!(i),
         Value::UInt(u) => json!(u),
         // Through its shortest text so that 0.1f32 prints "0.1", not 0.10000000149011612.
-        Value::Float32(f) => float(f.to_string().parse().unwrap_or(f64::from(*f))),
-        Value::Float64(f) => float(*f),
+        Value::Float32(f) => float_json(f.to_string().parse().unwrap_or(f64::from(*f))),
+        Value::Float64(f) => float_json(*f),
         Value::Decimal(s) => decimal(s, kind, modes.decimal),
         Value::Text(s) | Value::Json(s) | Value::Enum(s) => json!(s),
         Value::Bytes(b) => bytes(b, modes.binary),
@@ -288,16 +289,6 @@ fn bytes(b: &[u8], mode: BinaryMode) -> Json {
     }
 }
 
-fn float(v: f64) -> Json {
-    if v.is_nan() {
-        json!("NaN")
-    } else if v.is_infinite() {
-        json!(if v > 0.0 { "Infinity" } else { "-Infinity" })
-    } else {
-        json!(v)
-    }
-}
-
 /// A decimal as `decimal.handling.mode` writes it: `string` (NaN in capitals, as Debezium
 /// spells the special value Java's BigDecimal cannot hold), `double`, or `precise`: Kafka
 /// Connect's Decimal (the unscaled value's two's-complement bytes, base64) for a column with
@@ -308,7 +299,7 @@ fn decimal(s: &str, kind: Option<&ColumnKind>, mode: DecimalMode) -> Json {
             "NaN" => "NAN",
             other => other,
         }),
-        DecimalMode::Double => float(s.parse().unwrap_or(f64::NAN)),
+        DecimalMode::Double => float_json(s.parse().unwrap_or(f64::NAN)),
         DecimalMode::Precise => {
             let Some((negative, digits, scale)) = unscaled(s) else {
                 return Json::Null;
@@ -480,73 +471,24 @@ fn bits_le(text: &str) -> Vec<u8> {
     bytes
 }
 
-const EPOCH: NaiveDate = NaiveDate::from_ymd_opt(1970, 1, 1).unwrap();
-
+/// `2024-02-29Z`; infinities as `infinity`, `-infinity`.
 fn date(days: i32) -> String {
     match days {
-        i32::MAX => "infinity".into(),
-        i32::MIN => "-infinity".into(),
-        d => EPOCH
-            .checked_add_signed(chrono::TimeDelta::days(i64::from(d)))
-            .map_or_else(
-                || d.to_string(),
-                |date| format!("{}Z", date.format("%Y-%m-%d")),
-            ),
+        i32::MAX | i32::MIN => format_date(days),
+        d => format!("{}Z", format_date(d)),
     }
 }
 
-/// `HH:MM:SS` and a fraction without trailing zeros.
 fn time(micros: i64) -> String {
-    if micros == DAY_MICROS {
-        return "24:00:00".into();
-    }
-    let secs = micros.div_euclid(1_000_000);
-    let t = NaiveTime::from_num_seconds_from_midnight_opt(secs as u32, 0).unwrap_or_default();
-    format!(
-        "{}{}",
-        t.format("%H:%M:%S"),
-        fraction(micros.rem_euclid(1_000_000))
-    )
-}
-
-/// `.123` for 123000 µs; nothing for 0.
-fn fraction(micros: i64) -> String {
-    if micros == 0 {
-        return String::new();
-    }
-    let digits = format!("{micros:06}");
-    format!(".{}", digits.trim_end_matches('0'))
+    format_time(micros, Fraction::Trimmed)
 }
 
 fn timestamp(micros: i64) -> String {
-    match micros {
-        i64::MAX => "infinity".into(),
-        i64::MIN => "-infinity".into(),
-        us => match DateTime::from_timestamp_micros(us) {
-            Some(dt) => format!(
-                "{}{}Z",
-                dt.naive_utc().format("%Y-%m-%dT%H:%M:%S"),
-                fraction(us.rem_euclid(1_000_000))
-            ),
-            None => us.to_string(),
-        },
-    }
+    format_timestamp(micros, "Z", Fraction::Trimmed)
 }
 
-/// ISO 8601 as Debezium's string mode prints an interval: every part, each with its sign,
-/// seconds with a fraction without trailing zeros (`P1Y2M3DT4H5M6.789S`,
-/// `P-1Y0M-2DT0H0M-0.000001S`).
 fn interval(months: i32, days: i32, micros: i64) -> String {
-    let (years, months) = (months / 12, months % 12);
-    let hours = micros / 3_600_000_000;
-    let minutes = micros % 3_600_000_000 / 60_000_000;
-    let rest = micros % 60_000_000;
-    let (sign, rest) = if rest < 0 { ("-", -rest) } else { ("", rest) };
-    format!(
-        "P{years}Y{months}M{days}DT{hours}H{minutes}M{sign}{}{}S",
-        rest / 1_000_000,
-        fraction(rest % 1_000_000)
-    )
+    format_interval(months, days, micros, Fraction::Trimmed)
 }
 
 /// An interval in microseconds as Debezium's numeric mode counts it: a month is an average

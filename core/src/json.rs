@@ -150,7 +150,8 @@ fn int_json(v: i128) -> Json {
     }
 }
 
-fn float_json(v: f64) -> Json {
+/// A float; NaN and the infinities as the strings Debezium writes.
+pub(crate) fn float_json(v: f64) -> Json {
     if v.is_nan() {
         json!("NaN")
     } else if v.is_infinite() {
@@ -175,24 +176,24 @@ pub fn value_json(value: &Value) -> Json {
         Value::Bytes(b) => json!(BASE64.encode(b)),
         Value::Uuid(u) => json!(format_uuid(u)),
         Value::Date(d) => json!(format_date(*d)),
-        Value::Time(us) => json!(format_time(*us)),
+        Value::Time(us) => json!(format_time(*us, Fraction::Micros)),
         Value::TimeTz {
             micros,
             offset_seconds,
         } => {
             json!(format!(
                 "{}{}",
-                format_time(*micros),
+                format_time(*micros, Fraction::Micros),
                 format_offset(*offset_seconds)
             ))
         }
-        Value::Timestamp(us) => json!(format_timestamp(*us, "")),
-        Value::TimestampTz(us) => json!(format_timestamp(*us, "Z")),
+        Value::Timestamp(us) => json!(format_timestamp(*us, "", Fraction::Micros)),
+        Value::TimestampTz(us) => json!(format_timestamp(*us, "Z", Fraction::Micros)),
         Value::Interval {
             months,
             days,
             micros,
-        } => json!(format_interval(*months, *days, *micros)),
+        } => json!(format_interval(*months, *days, *micros, Fraction::Micros)),
         Value::Array(items) => Json::Array(items.iter().map(value_json).collect()),
         Value::Unchanged => json!(UNAVAILABLE),
     }
@@ -212,7 +213,7 @@ fn format_uuid(u: &[u8; 16]) -> String {
 
 const EPOCH: NaiveDate = NaiveDate::from_ymd_opt(1970, 1, 1).unwrap();
 
-fn format_date(days: i32) -> String {
+pub(crate) fn format_date(days: i32) -> String {
     match days {
         i32::MAX => "infinity".into(),
         i32::MIN => "-infinity".into(),
@@ -222,22 +223,37 @@ fn format_date(days: i32) -> String {
     }
 }
 
-fn format_time(micros: i64) -> String {
-    // 24:00:00 is a valid SQL time that chrono cannot hold.
+/// How a fraction of a second is written: six digits (the store encoding, which parses
+/// back), or without trailing zeros (Debezium's ISO strings).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fraction {
+    Micros,
+    Trimmed,
+}
+
+/// `HH:MM:SS` and the fraction; `24:00:00`, a valid SQL time chrono cannot hold, as it is.
+pub(crate) fn format_time(micros: i64, style: Fraction) -> String {
     if micros == 86_400_000_000 {
         return "24:00:00".into();
     }
     let secs = micros.div_euclid(1_000_000);
-    let frac = micros.rem_euclid(1_000_000);
     let t = NaiveTime::from_num_seconds_from_midnight_opt(secs as u32, 0).unwrap_or_default();
-    format!("{}{}", t.format("%H:%M:%S"), format_fraction(frac))
+    format!(
+        "{}{}",
+        t.format("%H:%M:%S"),
+        format_fraction(micros.rem_euclid(1_000_000), style)
+    )
 }
 
-fn format_fraction(micros: i64) -> String {
+/// `.123456` (or `.123` trimmed) for 123456 µs; nothing for 0.
+fn format_fraction(micros: i64, style: Fraction) -> String {
     if micros == 0 {
-        String::new()
-    } else {
-        format!(".{micros:06}")
+        return String::new();
+    }
+    let digits = format!("{micros:06}");
+    match style {
+        Fraction::Micros => format!(".{digits}"),
+        Fraction::Trimmed => format!(".{}", digits.trim_end_matches('0')),
     }
 }
 
@@ -254,37 +270,35 @@ fn format_offset(seconds: i32) -> String {
     }
 }
 
-fn format_timestamp(micros: i64, zone: &str) -> String {
+/// An ISO timestamp followed by `zone`; infinities as `infinity`, `-infinity`.
+pub(crate) fn format_timestamp(micros: i64, zone: &str, style: Fraction) -> String {
     match micros {
         i64::MAX => "infinity".into(),
         i64::MIN => "-infinity".into(),
         us => match DateTime::from_timestamp_micros(us) {
-            Some(dt) => {
-                let dt = dt.naive_utc();
-                let frac = i64::from(dt.nanosecond() / 1000);
-                format!(
-                    "{}{}{zone}",
-                    dt.format("%Y-%m-%dT%H:%M:%S"),
-                    format_fraction(frac)
-                )
-            }
+            Some(dt) => format!(
+                "{}{}{zone}",
+                dt.naive_utc().format("%Y-%m-%dT%H:%M:%S"),
+                format_fraction(us.rem_euclid(1_000_000), style)
+            ),
             None => us.to_string(),
         },
     }
 }
 
-fn format_interval(months: i32, days: i32, micros: i64) -> String {
+/// ISO 8601 as Debezium's string mode prints an interval: every part, each with its sign
+/// (`P1Y2M3DT4H5M6.789S`, `P-1Y0M-2DT0H0M-0.000001S`).
+pub(crate) fn format_interval(months: i32, days: i32, micros: i64, style: Fraction) -> String {
     let (years, months) = (months / 12, months % 12);
     let hours = micros / 3_600_000_000;
     let minutes = micros % 3_600_000_000 / 60_000_000;
     let rest = micros % 60_000_000;
     let (sign, rest) = if rest < 0 { ("-", -rest) } else { ("", rest) };
-    let seconds = format!(
-        "{sign}{}{}",
+    format!(
+        "P{years}Y{months}M{days}DT{hours}H{minutes}M{sign}{}{}S",
         rest / 1_000_000,
-        format_fraction(rest % 1_000_000)
-    );
-    format!("P{years}Y{months}M{days}DT{hours}H{minutes}M{seconds}S")
+        format_fraction(rest % 1_000_000, style)
+    )
 }
 
 /// Kafka Connect's schema of one value, as [`decode_value`] reads it back.
