@@ -71,7 +71,7 @@ insert into other values (3, 'three');
 /// Debezium's handling modes, each set compared: siphon's default (first), Debezium's own
 /// defaults, and the other alternatives. siphon takes the same properties
 /// (`log tail --debezium`, a sink's `debezium` table).
-const MODES: [&[&str]; 4] = [
+const MODES: [&[&str]; 5] = [
     &[
         "decimal.handling.mode=string",
         "time.precision.mode=isostring",
@@ -96,7 +96,55 @@ const MODES: [&[&str]; 4] = [
         "interval.handling.mode=numeric",
         "binary.handling.mode=base64-url-safe",
     ],
+    // Kafka Connect's JSON converter with schemas: each key and value as {schema, payload}.
+    &[
+        "decimal.handling.mode=precise",
+        "time.precision.mode=adaptive",
+        "interval.handling.mode=numeric",
+        "binary.handling.mode=bytes",
+        SCHEMAS,
+    ],
 ];
+
+/// The Debezium property that turns schemas on; siphon's `log tail --schemas`.
+const SCHEMAS: &str = "converter.schemas.enable=true";
+
+/// With schemas: each topic's key and value schemas must be equal on both sides (they
+/// depend on the table only); every record is then reduced to its payloads, in place.
+fn unwrap_schemas(what: &str, theirs: &mut [Json], ours: &mut [Json], out: &mut Vec<String>) {
+    let schemas = |records: &[Json]| {
+        let mut by_topic: BTreeMap<(String, &str), Vec<Json>> = BTreeMap::new();
+        for r in records {
+            for part in ["key", "value"] {
+                if !r[part].is_null() {
+                    let found = by_topic.entry((r["topic"].to_string(), part)).or_default();
+                    if !found.contains(&r[part]["schema"]) {
+                        found.push(r[part]["schema"].clone());
+                    }
+                }
+            }
+        }
+        by_topic
+    };
+    let (t, o) = (schemas(theirs), schemas(ours));
+    if t != o {
+        for (k, ts) in &t {
+            let os = o.get(k).cloned().unwrap_or_default();
+            if *ts != os {
+                out.push(format!(
+                    "{what} {k:?} schema: Debezium {ts:?}, siphon {os:?}"
+                ));
+            }
+        }
+    }
+    for r in theirs.iter_mut().chain(ours.iter_mut()) {
+        for part in ["key", "value"] {
+            if !r[part].is_null() {
+                r[part] = r[part]["payload"].clone();
+            }
+        }
+    }
+}
 
 fn dump(
     db: &PgDatabase,
@@ -297,16 +345,23 @@ async fn siphon_emits_what_debezium_emits_in_every_mode() {
                 "scripts/debezium/dump runs (java and javac are needed: scripts/services installs them)",
             );
         assert!(status.success(), "Debezium's snapshot run failed: {status}");
+        // Its slot is left behind; slots are few (max_replication_slots).
+        db.client()
+            .await
+            .unwrap()
+            .execute("select pg_drop_replication_slot($1)", &[&slot])
+            .await
+            .unwrap();
     }
 
     // Debezium's streams (one per mode set) and siphon side by side, then the changes.
     let stream_slots: Vec<String> = (0..MODES.len())
         .map(|i| format!("{}_dbz_stream_{i}", db.name))
         .collect();
-    let mut streams: Vec<std::process::Child> = MODES
-        .iter()
-        .enumerate()
-        .map(|(i, modes)| {
+    // One after the other, each waited for: JVMs starting together on two cores are slow.
+    let mut streams: Vec<std::process::Child> = Vec::new();
+    for (i, modes) in MODES.iter().enumerate() {
+        streams.push(
             dump(
                 &db,
                 &stream_slots[i],
@@ -316,9 +371,17 @@ async fn siphon_emits_what_debezium_emits_in_every_mode() {
                 10,
             )
             .spawn()
-            .unwrap()
-        })
-        .collect();
+            .unwrap(),
+        );
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !slot_active(&db, &stream_slots[i]).await {
+            assert!(
+                Instant::now() < deadline,
+                "Debezium's stream connector {i} never made its slot active"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
     let admin_port = free_port();
     let siphon_slot = format!("{}_siphon", db.name);
     let config = dir.path().join("siphon.toml");
@@ -384,7 +447,11 @@ path = "{out}"
         ])
         .arg(&config);
         for property in modes {
-            cmd.args(["--debezium", property]);
+            if *property == SCHEMAS {
+                cmd.arg("--schemas");
+            } else {
+                cmd.args(["--debezium", property]);
+            }
         }
         let out = cmd.output().unwrap();
         assert!(
@@ -407,9 +474,19 @@ path = "{out}"
 
     let mut found = Vec::new();
     for (i, modes) in MODES.iter().enumerate() {
-        let theirs_snapshot = lines(&out("snapshot", i));
-        let theirs_stream = lines(&out("stream", i));
-        let ours = tail(modes);
+        let mut theirs_snapshot = lines(&out("snapshot", i));
+        let mut theirs_stream = lines(&out("stream", i));
+        let mut ours = tail(modes);
+        if modes.contains(&SCHEMAS) {
+            let mut theirs: Vec<Json> = theirs_snapshot
+                .iter()
+                .chain(&theirs_stream)
+                .cloned()
+                .collect();
+            unwrap_schemas(&format!("{modes:?}"), &mut theirs, &mut ours, &mut found);
+            theirs_stream = theirs.split_off(theirs_snapshot.len());
+            theirs_snapshot = theirs;
+        }
         let is_snapshot = |r: &&Json| r["value"]["op"] == "r";
         let (ours_snapshot, ours_stream): (Vec<&Json>, Vec<&Json>) =
             ours.iter().partition(is_snapshot);

@@ -32,11 +32,15 @@ impl JsonFormat {
     /// The event as one JSON document in this format.
     pub fn encode(self, event: &Event) -> Json {
         let payload = envelope_in(event, self.transactions, &self.modes);
-        if self.schemas {
-            json!({ "schema": envelope_schema(event), "payload": payload })
-        } else {
-            payload
+        if !self.schemas {
+            return payload;
         }
+        // From the table's schema record where the event has one, else from its values.
+        let schema = match event.schema.as_deref() {
+            Some(table) => crate::debezium::envelope_schema(event, table, &self.modes),
+            None => envelope_schema(event),
+        };
+        json!({ "schema": schema, "payload": payload })
     }
 }
 

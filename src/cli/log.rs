@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use siphon_core::Event;
 use siphon_core::debezium::Modes;
-use siphon_core::json::{envelope, envelope_in, row_json};
+use siphon_core::json::{JsonFormat, envelope, row_json};
 use siphon_core::log::file::FileLog;
 use siphon_core::log::{ChangeLog, LogReader, LogRecord, RecordFlags};
 use siphon_core::schema::SchemaLookup;
@@ -29,9 +29,19 @@ fn open(config: &Config, pipeline: &str) -> anyhow::Result<FileLog> {
 
 /// The event's Debezium envelope (or, for a record that does not decode, its offset and
 /// the error).
-fn line(record: &LogRecord, schemas: &dyn SchemaLookup, modes: &Modes) -> serde_json::Value {
-    match Event::decode(&record.value, schemas) {
-        Ok(event) => envelope_in(&event, false, modes),
+fn line(
+    record: &LogRecord,
+    lookup: &dyn SchemaLookup,
+    modes: &Modes,
+    schemas: bool,
+) -> serde_json::Value {
+    match Event::decode(&record.value, lookup) {
+        Ok(event) => JsonFormat {
+            schemas,
+            transactions: false,
+            modes: *modes,
+        }
+        .encode(&event),
         Err(e) => serde_json::json!({"offset": record.offset, "error": e.to_string()}),
     }
 }
@@ -56,7 +66,7 @@ pub(super) async fn tail(
     from: Option<u64>,
     follow: bool,
     format: TailFormat,
-    debezium: &[String],
+    (debezium, schemas): (&[String], bool),
 ) -> anyhow::Result<ExitCode> {
     let mut modes = Modes::default();
     for property in debezium {
@@ -76,9 +86,11 @@ pub(super) async fn tail(
         for record in &batch {
             let text = match format {
                 TailFormat::Pretty => serde_json::to_string_pretty(&pretty(record, log.schemas()))?,
-                TailFormat::Jsonl => serde_json::to_string(&line(record, log.schemas(), &modes))?,
+                TailFormat::Jsonl => {
+                    serde_json::to_string(&line(record, log.schemas(), &modes, schemas))?
+                }
                 TailFormat::Records => match Event::decode(&record.value, log.schemas()) {
-                    Ok(event) => siphon_core::debezium::records(&event, &modes)
+                    Ok(event) => siphon_core::debezium::records(&event, &modes, schemas)
                         .iter()
                         .map(serde_json::to_string)
                         .collect::<Result<Vec<_>, _>>()?

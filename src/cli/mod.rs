@@ -113,6 +113,10 @@ enum LogCommand {
         /// `binary.handling.mode=hex`, `interval.handling.mode=numeric`); repeatable.
         #[arg(long, value_name = "PROPERTY=VALUE")]
         debezium: Vec<String>,
+        /// Wrap keys and values as `{"schema", "payload"}` (Kafka Connect's JSON converter
+        /// with `schemas.enable`), for `jsonl` and `records`.
+        #[arg(long)]
+        schemas: bool,
     },
     /// Size, offsets and segments of each pipeline's log.
     Stats,
@@ -169,7 +173,18 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             follow,
             format,
             debezium,
-        }) => log::tail(&config, &pipeline, from, follow, format, &debezium).await,
+            schemas,
+        }) => {
+            log::tail(
+                &config,
+                &pipeline,
+                from,
+                follow,
+                format,
+                (&debezium, schemas),
+            )
+            .await
+        }
         Command::Log(LogCommand::Stats) => log::stats(&config),
         Command::Snapshot { pipeline, table } => {
             config.pipeline(&pipeline)?;

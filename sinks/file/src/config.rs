@@ -20,7 +20,7 @@ pub struct StdoutSinkConfig {
     pub transaction_metadata: bool,
     /// Debezium's handling modes for the values: `decimal` ("string", "precise", "double"),
     /// `time` ("isostring", "adaptive", "adaptive_time_microseconds", "connect"), `binary`
-    /// ("base64", "base64-url-safe", "hex"), `interval` ("string", "numeric").
+    /// ("base64", "bytes", "base64-url-safe", "hex"), `interval` ("string", "numeric").
     #[serde(default)]
     pub debezium: Modes,
 }
