@@ -77,6 +77,7 @@ const MODES: [&[&str]; 5] = [
         "time.precision.mode=isostring",
         "interval.handling.mode=string",
         "binary.handling.mode=base64",
+        SCHEMAS,
     ],
     &[
         "decimal.handling.mode=precise",
