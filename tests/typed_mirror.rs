@@ -168,15 +168,13 @@ async fn a_postgres_mirror_has_the_source_column_types_and_rows() {
     );
 
     // The source table changes shape while the daemon runs.
+    // One transaction: rows of the old shape and of the new one reach the sink in one batch.
     db.execute(
-        "alter table everything add column extra numeric(8,3);
+        "update everything set t = 'before the DDL' where id between 51 and 60;
+         alter table everything add column extra numeric(8,3);
          alter table everything alter column v20 type varchar(40);
-         alter table everything drop column note;",
-    )
-    .await
-    .unwrap();
-    db.execute(
-        "update everything set extra = id / 8.0, v20 = repeat('w', 30) where id between 1 and 50;
+         alter table everything drop column note;
+         update everything set extra = id / 8.0, v20 = repeat('w', 30) where id between 1 and 50;
          insert into everything (id, t, v20, extra)
              select k, 'after ' || k, repeat('z', 35), k / 3.0 from generate_series(601, 650) k;",
     )

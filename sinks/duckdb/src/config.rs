@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 use siphon_core::sink::routing::NameTemplate;
-pub use siphon_core::sink::table::TableMode;
+pub use siphon_core::sink::table::{DroppedColumns, TableMode};
 
 /// The placeholders of `table`.
 pub(crate) const NAME_PLACEHOLDERS: &[&str] = &["schema", "table"];
@@ -23,6 +23,10 @@ pub struct DuckdbSinkConfig {
     /// default schema `main`.
     #[serde(default = "default_table")]
     pub table: String,
+    /// A column the source table dropped: "keep" it in the target (the default; new rows
+    /// leave it NULL) or "drop" it there too.
+    #[serde(default)]
+    pub dropped_columns: DroppedColumns,
 }
 
 fn default_table() -> String {
@@ -36,6 +40,7 @@ impl DuckdbSinkConfig {
             path: path.into(),
             mode: TableMode::default(),
             table: default_table(),
+            dropped_columns: DroppedColumns::default(),
         }
     }
 

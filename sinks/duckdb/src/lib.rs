@@ -1,7 +1,8 @@
 //! siphon's DuckDB sink (`kind = "duckdb"`): an embedded warehouse in one database file.
 //!
-//! - `mode = "mirror"`: one table per source table, created from the events and given new
-//!   columns as they appear, holding the current rows; each row carries `_siphon_offset`, its
+//! - `mode = "mirror"`: one table per source table, created from the source table's schema
+//!   records (the closest exact DuckDB type of each column; from the values for events without
+//!   one) and changed as the source table changes, holding the current rows; each row carries `_siphon_offset`, its
 //!   version, and an upsert or delete never overwrites a newer version.
 //! - `mode = "history"`: every event appended with its op, offset, source position and commit
 //!   time: an audit table for "as of" queries.

@@ -6,17 +6,18 @@ use async_trait::async_trait;
 use duckdb::Connection;
 use siphon_core::event::{Event, Row};
 use siphon_core::log::LogId;
+use siphon_core::schema::{SchemaId, TableSchema};
 use siphon_core::sink::changes::{
     Change, FromStored, by_table, by_written_columns, from_stored, history_row, net_changes,
 };
 use siphon_core::sink::routing::NameTemplate;
-use siphon_core::sink::table::{self, MetaTypes, TableMode, new_columns, quote};
+use siphon_core::sink::table::{self, DroppedColumns, MetaTypes, TableMode, new_columns, quote};
 use siphon_core::sink::{Sink, SinkBatch, SinkRecord, StoreCursor};
 use siphon_core::source::TableInfo;
 use siphon_core::{Error, Result, Value};
 
 use crate::config::{DuckdbSinkConfig, NAME_PLACEHOLDERS};
-use crate::types::{column_type, staged, staging_type};
+use crate::types::{cast, column_type, duck_type, staged, staging_type};
 
 /// DuckDB's names for the types of the columns siphon adds.
 const META_TYPES: MetaTypes = MetaTypes {
@@ -53,8 +54,10 @@ pub struct DuckdbSink {
 struct Target {
     /// Quoted table name.
     name: String,
-    /// Column name → type.
+    /// Column name → type, as the catalog spells it.
     columns: HashMap<String, String>,
+    /// The source table's schema version the table was last brought in line with.
+    schema: Option<SchemaId>,
 }
 
 /// Runs DuckDB's synchronous work without stalling the async workers where the runtime allows.
@@ -197,72 +200,170 @@ impl DuckdbSink {
             .map_err(|e| self.error(&e, "reading the catalog"))
     }
 
-    /// The target table of an event's source table, created or given new columns so that it
-    /// can take `rows`.
-    fn target(&mut self, event: &Event, rows: &[&Row]) -> Result<Target> {
-        let source = &event.source;
+    /// The target table of a source table, created or changed so that it can take `rows`:
+    /// from the table schemas of `events` (a source table's, in log order) where they have
+    /// them (the source's column types, in the source's order), following each version in
+    /// turn, else from the values.
+    fn target(&mut self, events: &[&Event], rows: &[&Row]) -> Result<Target> {
+        let Some(&first) = events.first() else {
+            return Err(Error::permanent("no events for a target table"));
+        };
+        let source = &first.source;
         let id = (source.namespace().to_owned(), source.table.to_string());
         let mut target = match self.targets.get(&id) {
             Some(t) => t.clone(),
-            None => {
-                let name = self.target_name(source.namespace(), &source.table);
-                let columns = self.catalog_columns(&name)?;
-                let target = Target { name, columns };
-                if target.columns.is_empty() {
-                    self.create(&target, event, rows)?
-                } else if !target.columns.contains_key("_siphon_offset") {
-                    return Err(Error::permanent(format!(
-                        "the table {} exists but was not made by siphon (it has no _siphon_offset column); drop it, or map the source table to another name with `table`",
-                        target.name
-                    )));
-                } else {
-                    target
-                }
-            }
+            None => self.load_target(first, rows)?,
         };
-        // DuckDB adds one column per statement.
-        for (column, ty) in new_columns(None, rows, column_type, |c| target.columns.contains_key(c))
-        {
-            self.batch(
-                &format!(
-                    "ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} {ty}",
-                    target.name,
-                    quote(column)
-                ),
-                "adding a column",
-            )?;
-            tracing::info!(table = %target.name, column, ty, "added a column to the target table");
-            target.columns.insert(column.to_owned(), ty.to_owned());
+        let mut schema_less = false;
+        for event in events {
+            match &event.schema {
+                Some(schema) if target.schema != Some(schema.id) => {
+                    self.follow_schema(&mut target, schema)?;
+                }
+                Some(_) => {}
+                None => schema_less = true,
+            }
+        }
+        if schema_less {
+            self.add_value_columns(&mut target, rows)?;
         }
         self.targets.insert(id, target.clone());
         Ok(target)
     }
 
-    fn create(&self, target: &Target, event: &Event, rows: &[&Row]) -> Result<Target> {
-        let key = event.key.as_ref();
-        let (leading, key_names) = self.config.mode.layout(META_TYPES, key);
-        let columns = new_columns(key, rows, column_type, |_| false);
+    /// Reads a target table from the catalog, creating it if it does not exist.
+    fn load_target(&self, event: &Event, rows: &[&Row]) -> Result<Target> {
+        let source = &event.source;
+        let name = self.target_name(source.namespace(), &source.table);
+        let mut target = Target {
+            columns: self.catalog_columns(&name)?,
+            name,
+            schema: None,
+        };
+        if target.columns.is_empty() {
+            let key = event.key.as_ref();
+            let (leading, key_names) = self.config.mode.layout(META_TYPES, key);
+            let defs = match &event.schema {
+                Some(schema) => {
+                    let columns: Vec<(&str, String)> = schema
+                        .columns
+                        .iter()
+                        .map(|c| (&*c.name, duck_type(c)))
+                        .collect();
+                    let key_names: Vec<&str> = match self.config.mode {
+                        TableMode::Mirror => schema
+                            .key
+                            .iter()
+                            .map(|&i| &*schema.columns[i].name)
+                            .collect(),
+                        TableMode::History => key_names,
+                    };
+                    target.schema = Some(schema.id);
+                    table::definition(&leading, &columns, &key_names)
+                }
+                None => {
+                    let columns = new_columns(key, rows, column_type, |_| false);
+                    table::definition(&leading, &columns, &key_names)
+                }
+            };
+            self.batch(
+                &format!("CREATE TABLE IF NOT EXISTS {} ({defs})", target.name),
+                "creating the target table",
+            )?;
+            tracing::info!(table = %target.name, mode = ?self.config.mode, "created the target table");
+            target.columns = self.catalog_columns(&target.name)?;
+        } else if !target.columns.contains_key("_siphon_offset") {
+            return Err(Error::permanent(format!(
+                "the table {} exists but was not made by siphon (it has no _siphon_offset column); drop it, or map the source table to another name with `table`",
+                target.name
+            )));
+        }
+        Ok(target)
+    }
+
+    /// Adds the columns of `rows` that the table lacks, typed by their values.
+    fn add_value_columns(&self, target: &mut Target, rows: &[&Row]) -> Result<()> {
+        // DuckDB adds one column per statement.
+        for (column, ty) in new_columns(None, rows, column_type, |c| target.columns.contains_key(c))
+        {
+            self.alter(
+                target,
+                &format!("ADD COLUMN IF NOT EXISTS {} {ty}", quote(column)),
+            )?;
+            target.columns.insert(column.to_owned(), ty.to_owned());
+        }
+        Ok(())
+    }
+
+    /// Brings the table in line with a version of its source table: adds the columns it
+    /// lacks, changes the type of those whose type differs and drops (or keeps, per
+    /// `dropped_columns`) those the source no longer has.
+    fn follow_schema(&self, target: &mut Target, schema: &TableSchema) -> Result<()> {
+        let mut changed = false;
+        for column in &schema.columns {
+            let ty = duck_type(column);
+            let name = quote(&column.name);
+            match target.columns.get(&*column.name) {
+                None => {
+                    self.alter(target, &format!("ADD COLUMN {name} {ty}"))?;
+                    changed = true;
+                }
+                Some(have) if *have != ty && *have != self.spelling(&ty)? => {
+                    self.alter(target, &format!("ALTER COLUMN {name} TYPE {ty}"))?;
+                    changed = true;
+                }
+                Some(_) => {}
+            }
+        }
+        let dropped: Vec<String> = target
+            .columns
+            .keys()
+            .filter(|c| !c.starts_with("_siphon_") && schema.position(c).is_none())
+            .cloned()
+            .collect();
+        if !dropped.is_empty() {
+            match self.config.dropped_columns {
+                DroppedColumns::Drop => {
+                    for c in &dropped {
+                        self.alter(target, &format!("DROP COLUMN {}", quote(c)))?;
+                    }
+                    changed = true;
+                }
+                DroppedColumns::Keep => {
+                    tracing::debug!(table = %target.name, columns = ?dropped, "the source table has no such columns any more: kept (dropped_columns = \"keep\")");
+                }
+            }
+        }
+        if changed {
+            target.columns = self.catalog_columns(&target.name)?;
+        }
+        target.schema = Some(schema.id);
+        Ok(())
+    }
+
+    /// One `ALTER TABLE` (DuckDB takes one change per statement), in a transaction of its
+    /// own: DuckDB refuses to commit a transaction that both wrote to a table and altered it.
+    /// What the open transaction wrote so far commits first, without the cursor, so a crash
+    /// re-applies it (idempotently: every row carries its offset).
+    fn alter(&self, target: &Target, change: &str) -> Result<()> {
         self.batch(
             &format!(
-                "CREATE TABLE IF NOT EXISTS {} ({})",
-                target.name,
-                table::definition(&leading, &columns, &key_names)
+                "COMMIT; ALTER TABLE {} {change}; BEGIN TRANSACTION",
+                target.name
             ),
-            "creating the target table",
+            "changing the target table as its source table changed",
         )?;
-        tracing::info!(table = %target.name, mode = ?self.config.mode, "created the target table");
-        Ok(Target {
-            name: target.name.clone(),
-            columns: leading
-                .iter()
-                .map(|(c, ty)| (*c, ty.as_str()))
-                .chain(columns.iter().copied())
-                .map(|(c, ty)| {
-                    let ty = ty.split_whitespace().next().unwrap_or_default();
-                    (c.to_owned(), ty.to_owned())
-                })
-                .collect(),
-        })
+        tracing::info!(table = %target.name, change, "changed the target table");
+        Ok(())
+    }
+
+    /// How the catalog spells a type (`TIMESTAMPTZ` is `TIMESTAMP WITH TIME ZONE` there).
+    fn spelling(&self, ty: &str) -> Result<String> {
+        self.conn()?
+            .query_row(&format!("SELECT typeof(CAST(NULL AS {ty}))"), [], |r| {
+                r.get(0)
+            })
+            .map_err(|e| self.error(&e, "reading a type's name"))
     }
 
     /// Fills the staging table with `rows` (one staging column per name, then the offset).
@@ -283,12 +384,12 @@ impl DuckdbSink {
     ) -> Result<()> {
         let types: Vec<&str> = names
             .iter()
-            .map(|c| staging_type(target.columns.get(*c).map_or("VARCHAR", String::as_str)))
+            .map(|c| target.columns.get(*c).map_or("VARCHAR", String::as_str))
             .collect();
         let defs: Vec<String> = types
             .iter()
             .enumerate()
-            .map(|(i, ty)| format!("c{} {ty}", i + 1))
+            .map(|(i, ty)| format!("c{} {}", i + 1, staging_type(ty)))
             .chain(std::iter::once("o BIGINT".to_owned()))
             .collect();
         self.batch(
@@ -302,7 +403,8 @@ impl DuckdbSink {
         for (row, offset) in rows {
             let values = row
                 .into_iter()
-                .map(staged)
+                .zip(&types)
+                .map(|(value, ty)| staged(value, ty))
                 .chain(std::iter::once(duckdb::types::Value::BigInt(offset as i64)));
             appender
                 .append_row(duckdb::appender_params_from_iter(values))
@@ -317,7 +419,7 @@ impl DuckdbSink {
             .enumerate()
             .map(|(i, c)| {
                 let ty = target.columns.get(*c).map_or("VARCHAR", String::as_str);
-                format!("CAST(s.c{} AS {ty})", i + 1)
+                cast(&format!("s.c{}", i + 1), ty)
             })
             .collect::<Vec<_>>()
             .join(", ")
@@ -336,7 +438,7 @@ impl DuckdbSink {
         for change in &changes {
             if let Change::Truncate { event, .. } = change {
                 self.flush_mirror(&std::mem::take(&mut pending))?;
-                let target = self.target(event, &[])?;
+                let target = self.target(&[*event], &[])?;
                 self.batch(&format!("DELETE FROM {}", target.name), "truncating")?;
             } else {
                 pending.push(change);
@@ -360,7 +462,7 @@ impl DuckdbSink {
                     _ => None,
                 })
                 .collect();
-            let target = self.target(event, &rows)?;
+            let target = self.target(&list.iter().map(|c| c.event()).collect::<Vec<_>>(), &rows)?;
             let key: Vec<&str> = key.iter().map(|(c, _)| c).collect();
             // Rows that leave columns unchanged (TOAST) take them from their stored row first:
             // the old key of a row whose key changed is deleted below.
@@ -379,7 +481,7 @@ impl DuckdbSink {
                     .enumerate()
                     .map(|(i, c)| {
                         let ty = target.columns.get(*c).map_or("VARCHAR", String::as_str);
-                        format!("t.{} = CAST(s.c{} AS {ty})", quote(c), i + 1)
+                        format!("t.{} = {}", quote(c), cast(&format!("s.c{}", i + 1), ty))
                     })
                     .collect();
                 self.batch(
@@ -455,7 +557,11 @@ impl DuckdbSink {
             .enumerate()
             .map(|(i, c)| {
                 let ty = target.columns.get(*c).map_or("VARCHAR", String::as_str);
-                format!("b.{} = CAST(s.c{} AS {ty})", quote(c), n + i + 1)
+                format!(
+                    "b.{} = {}",
+                    quote(c),
+                    cast(&format!("s.c{}", n + i + 1), ty)
+                )
             })
             .collect();
         let updates: Vec<String> = written
@@ -492,7 +598,7 @@ impl DuckdbSink {
     fn write_history(&mut self, records: &[SinkRecord]) -> Result<()> {
         for list in by_table(records, |r| &r.event.source) {
             let rows: Vec<&Row> = list.iter().filter_map(|r| history_row(&r.event)).collect();
-            let target = self.target(&list[0].event, &rows)?;
+            let target = self.target(&list.iter().map(|r| &r.event).collect::<Vec<_>>(), &rows)?;
             let groups =
                 by_written_columns(list.iter().map(|r| (history_row(&r.event), *r)), |c| {
                     target.columns.contains_key(c)

@@ -177,22 +177,32 @@ impl PostgresSink {
             .map_err(|e| self.error(&e, what))
     }
 
-    /// The target table of an event's source table, created or changed so that it can take
-    /// `rows`: from the event's table schema where it has one (the source's column types, in
-    /// the source's order), else from the values.
-    async fn target(&mut self, event: &Event, rows: &[&Row]) -> Result<Target> {
-        let source = &event.source;
+    /// The target table of a source table, created or changed so that it can take `rows`:
+    /// from the table schemas of `events` (a source table's, in log order) where they have
+    /// them (the source's column types, in the source's order), following each version in
+    /// turn, else from the values.
+    async fn target(&mut self, events: &[&Event], rows: &[&Row]) -> Result<Target> {
+        let Some(&first) = events.first() else {
+            return Err(Error::permanent("no events for a target table"));
+        };
+        let source = &first.source;
         let id = (source.namespace().to_owned(), source.table.to_string());
         let mut target = match self.targets.get(&id) {
             Some(t) => t.clone(),
-            None => self.load_target(event, rows).await?,
+            None => self.load_target(first, rows).await?,
         };
-        match &event.schema {
-            Some(schema) if target.schema != Some(schema.id) => {
-                self.follow_schema(&mut target, schema).await?;
+        let mut schema_less = false;
+        for event in events {
+            match &event.schema {
+                Some(schema) if target.schema != Some(schema.id) => {
+                    self.follow_schema(&mut target, schema).await?;
+                }
+                Some(_) => {}
+                None => schema_less = true,
             }
-            Some(_) => {}
-            None => self.add_value_columns(&mut target, rows).await?,
+        }
+        if schema_less {
+            self.add_value_columns(&mut target, rows).await?;
         }
         self.targets.insert(id, target.clone());
         Ok(target)
@@ -381,7 +391,7 @@ impl PostgresSink {
         for change in changes {
             if let Change::Truncate { event, .. } = &change {
                 self.flush_mirror(std::mem::take(&mut pending)).await?;
-                let target = self.target(event, &[]).await?;
+                let target = self.target(&[*event], &[]).await?;
                 self.batch(&format!("TRUNCATE {}", target.name), "truncating")
                     .await?;
             } else {
@@ -407,7 +417,9 @@ impl PostgresSink {
                     "the table has no primary key, so a mirror cannot address its rows",
                 ));
             }
-            let target = self.target(event, &rows).await?;
+            let target = self
+                .target(&list.iter().map(|c| c.event()).collect::<Vec<_>>(), &rows)
+                .await?;
             let key: Vec<&str> = event
                 .key
                 .as_ref()
@@ -609,7 +621,9 @@ impl PostgresSink {
     async fn write_history(&mut self, records: &[SinkRecord]) -> Result<()> {
         for list in by_table(records, |r| &r.event.source) {
             let rows: Vec<&Row> = list.iter().filter_map(|r| history_row(&r.event)).collect();
-            let target = self.target(&list[0].event, &rows).await?;
+            let target = self
+                .target(&list.iter().map(|r| &r.event).collect::<Vec<_>>(), &rows)
+                .await?;
             let groups =
                 by_written_columns(list.iter().map(|r| (history_row(&r.event), *r)), |c| {
                     target.columns.contains_key(c)
