@@ -5,6 +5,7 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use crate::Result;
@@ -20,6 +21,36 @@ pub struct TableInfo {
     pub name: String,
     /// Primary-key columns; empty for a table without a primary key.
     pub key_columns: Vec<String>,
+}
+
+/// When to take a snapshot of the tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", try_from = "String")]
+pub enum SnapshotMode {
+    /// Once, when the source first starts (PostgreSQL: when the slot is created); then stream.
+    #[default]
+    Initial,
+    /// Never: stream from the source's first start on.
+    Never,
+    /// Like `initial`, and again whenever the database no longer holds the changes since the
+    /// stored position (PostgreSQL: the slot is missing or invalidated; MySQL: the binlog
+    /// file was purged).
+    WhenNeeded,
+}
+
+impl TryFrom<String> for SnapshotMode {
+    type Error = String;
+
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        match value.as_str() {
+            "initial" => Ok(SnapshotMode::Initial),
+            "never" => Ok(SnapshotMode::Never),
+            "when_needed" => Ok(SnapshotMode::WhenNeeded),
+            other => Err(format!(
+                "unknown snapshot mode {other:?}; allowed: \"initial\", \"never\", \"when_needed\""
+            )),
+        }
+    }
 }
 
 /// A change-data-capture source.

@@ -11,6 +11,7 @@ use siphon_sink_file::{FileSinkConfig, JsonLinesSink, StdoutSinkConfig};
 use siphon_sink_postgres::{PostgresSink, PostgresSinkConfig};
 use siphon_sink_redis::{RedisSink, RedisSinkConfig};
 use siphon_source_generator::{GeneratorConfig, GeneratorSource};
+use siphon_source_mysql::{MysqlConfig, MysqlSource};
 use siphon_source_postgres::{PostgresConfig, PostgresSource};
 
 use super::ConfigError;
@@ -66,10 +67,12 @@ pub enum SourceSpec {
     Generator(GeneratorConfig),
     /// `kind = "postgres"`.
     Postgres(PostgresConfig),
+    /// `kind = "mysql"` (MySQL and MariaDB).
+    Mysql(MysqlConfig),
 }
 
 impl SourceSpec {
-    const KINDS: &[&str] = &["postgres", "generator"];
+    const KINDS: &[&str] = &["postgres", "mysql", "generator"];
 
     pub(super) fn parse(key: &str, value: config::Value) -> Result<Self, ConfigError> {
         let (kind, rest) = split_kind(key, value, None, Self::KINDS)?;
@@ -84,6 +87,11 @@ impl SourceSpec {
                 c.validate().map_err(|m| ConfigError::new(key, m))?;
                 Ok(SourceSpec::Postgres(c))
             }
+            "mysql" => {
+                let c: MysqlConfig = deserialize(key, rest)?;
+                c.validate().map_err(|m| ConfigError::new(key, m))?;
+                Ok(SourceSpec::Mysql(c))
+            }
             _ => unreachable!("split_kind checked the kind"),
         }
     }
@@ -93,6 +101,7 @@ impl SourceSpec {
         match self {
             SourceSpec::Generator(_) => "generator",
             SourceSpec::Postgres(_) => "postgres",
+            SourceSpec::Mysql(_) => "mysql",
         }
     }
 
@@ -101,6 +110,7 @@ impl SourceSpec {
         match self {
             SourceSpec::Generator(c) => Box::new(GeneratorSource::new(pipeline, c.clone())),
             SourceSpec::Postgres(c) => Box::new(PostgresSource::new(pipeline, c.clone())),
+            SourceSpec::Mysql(c) => Box::new(MysqlSource::new(pipeline, c.clone())),
         }
     }
 }

@@ -3,38 +3,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use siphon_core::units::HumanDuration;
 use siphon_core::{ConnectionUrl, Secret};
 
-/// When to take a snapshot of the tables.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", try_from = "String")]
-pub enum SnapshotMode {
-    /// Once, when the slot is created; then stream.
-    #[default]
-    Initial,
-    /// Never: stream from the slot's creation on.
-    Never,
-    /// Like `initial`, and again whenever the slot is missing or was invalidated.
-    WhenNeeded,
-}
-
-impl TryFrom<String> for SnapshotMode {
-    type Error = String;
-
-    fn try_from(value: String) -> Result<Self, Self::Error> {
-        match value.as_str() {
-            "initial" => Ok(SnapshotMode::Initial),
-            "never" => Ok(SnapshotMode::Never),
-            "when_needed" => Ok(SnapshotMode::WhenNeeded),
-            other => Err(format!(
-                "unknown snapshot mode {other:?}; allowed: \"initial\", \"never\", \"when_needed\""
-            )),
-        }
-    }
-}
-
+pub use siphon_core::source::SnapshotMode;
 pub use siphon_core::tls::TlsMode;
 
 /// `kind = "postgres"`.

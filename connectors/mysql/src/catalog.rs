@@ -1,0 +1,186 @@
+//! The server: its settings checked before capture, its tables and their columns.
+
+use std::collections::HashMap;
+
+use mysql_async::prelude::Queryable;
+use siphon_core::{Error, Result};
+
+use crate::MysqlConfig;
+use crate::columns::{ColumnInfo, from_catalog};
+
+/// Maps a client error: network trouble and a server that went away are transient; a refusal
+/// (access, a purged binlog, bad SQL) is permanent.
+pub fn my_error(what: &str, e: &mysql_async::Error) -> Error {
+    match e {
+        mysql_async::Error::Server(s) => {
+            let message = format!(
+                "{what}: MySQL error {} ({}): {}",
+                s.code, s.state, s.message
+            );
+            match s.code {
+                // Shutdown in progress, connection killed, query interrupted, too many connections,
+                // lock wait timeout, deadlock.
+                1040 | 1053 | 1152 | 1159 | 1161 | 1205 | 1213 | 1317 | 2006 | 2013 => {
+                    Error::transient(message)
+                }
+                _ => Error::permanent(message),
+            }
+        }
+        mysql_async::Error::Url(u) => Error::permanent(format!("{what}: url: {u}")),
+        other => Error::transient(format!("{what}: {other}")),
+    }
+}
+
+/// Whether the server is MariaDB (else MySQL).
+pub async fn is_mariadb(conn: &mut mysql_async::Conn) -> Result<bool> {
+    let version: Option<String> = conn
+        .query_first("SELECT VERSION()")
+        .await
+        .map_err(|e| my_error("reading the server version", &e))?;
+    Ok(version.is_some_and(|v| v.contains("MariaDB")))
+}
+
+/// Checks that the server writes the binlog change data capture needs; each problem is named
+/// with the setting that fixes it.
+pub async fn preflight(conn: &mut mysql_async::Conn) -> Result<()> {
+    let rows: Vec<(String, String)> = conn
+        .query(
+            "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('log_bin', 'binlog_format', \
+             'binlog_row_image', 'binlog_row_metadata', 'log_bin_compress')",
+        )
+        .await
+        .map_err(|e| my_error("reading the server's binlog settings", &e))?;
+    let vars: HashMap<String, String> = rows
+        .into_iter()
+        .map(|(k, v)| (k.to_ascii_lowercase(), v.to_ascii_uppercase()))
+        .collect();
+    let want = |name: &str, value: &str| -> Option<String> {
+        let have = vars.get(name).map_or("(unset)", String::as_str);
+        (have != value).then(|| format!("{name} = {have} (needs {value})"))
+    };
+    let problems: Vec<String> = [
+        want("log_bin", "ON"),
+        want("binlog_format", "ROW"),
+        want("binlog_row_image", "FULL"),
+        want("binlog_row_metadata", "FULL"),
+        vars.get("log_bin_compress")
+            .filter(|v| *v == "ON")
+            .map(|_| {
+                "log_bin_compress = ON (needs OFF: compressed row events are not read)".into()
+            }),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(Error::permanent(format!(
+        "the server is not prepared for change data capture: {}. In its configuration ([mysqld]): \
+         log_bin, server_id = 1, binlog_format = ROW, binlog_row_image = FULL, \
+         binlog_row_metadata = FULL; then restart it (scripts/services does this here)",
+        problems.join(", ")
+    )))
+}
+
+/// The captured tables (`database`, `table`), in name order; an error if none matches.
+pub async fn tables(
+    conn: &mut mysql_async::Conn,
+    config: &MysqlConfig,
+) -> Result<Vec<(String, String)>> {
+    let all: Vec<(String, String)> = conn
+        .query(
+            "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES \
+             WHERE TABLE_TYPE = 'BASE TABLE' \
+             AND TABLE_SCHEMA NOT IN ('mysql', 'information_schema', 'performance_schema', 'sys') \
+             ORDER BY TABLE_SCHEMA, TABLE_NAME",
+        )
+        .await
+        .map_err(|e| my_error("listing the tables", &e))?;
+    let found: Vec<(String, String)> = all
+        .into_iter()
+        .filter(|(d, t)| config.captures(d, t))
+        .collect();
+    if found.is_empty() {
+        return Err(Error::permanent(format!(
+            "no table matches tables = {:?} (or the user may not see it: grant SELECT on it)",
+            config.tables
+        )));
+    }
+    Ok(found)
+}
+
+/// A table's columns in order, and the positions of its primary-key columns.
+pub async fn columns(
+    conn: &mut mysql_async::Conn,
+    database: &str,
+    table: &str,
+) -> Result<(Vec<ColumnInfo>, Vec<usize>)> {
+    type ColumnRow = (
+        String,
+        String,
+        String,
+        String,
+        Option<u64>,
+        Option<u64>,
+        Option<String>,
+    );
+    let rows: Vec<ColumnRow> = conn
+        .exec(
+            "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, NUMERIC_PRECISION, \
+             NUMERIC_SCALE, CHARACTER_SET_NAME FROM information_schema.COLUMNS \
+             WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION",
+            (database, table),
+        )
+        .await
+        .map_err(|e| my_error("reading a table's columns", &e))?;
+    let columns: Vec<ColumnInfo> = rows
+        .into_iter()
+        .map(
+            |(name, data_type, column_type, nullable, precision, scale, charset)| {
+                from_catalog(
+                    &name,
+                    &data_type.to_ascii_lowercase(),
+                    &column_type.to_ascii_lowercase(),
+                    nullable == "YES",
+                    (
+                        precision.and_then(|p| u32::try_from(p).ok()),
+                        scale.and_then(|s| u32::try_from(s).ok()),
+                    ),
+                    charset.as_deref() == Some("binary"),
+                )
+            },
+        )
+        .collect();
+    let key_names: Vec<String> = conn
+        .exec(
+            "SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE \
+             WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND CONSTRAINT_NAME = 'PRIMARY' \
+             ORDER BY ORDINAL_POSITION",
+            (database, table),
+        )
+        .await
+        .map_err(|e| my_error("reading a table's primary key", &e))?;
+    let key = key_names
+        .iter()
+        .filter_map(|k| columns.iter().position(|c| &*c.name == k))
+        .collect();
+    Ok((columns, key))
+}
+
+/// The binlog files the server holds, oldest first.
+pub async fn binlog_files(conn: &mut mysql_async::Conn) -> Result<Vec<String>> {
+    let rows: Vec<mysql_async::Row> = conn
+        .query("SHOW BINARY LOGS")
+        .await
+        .map_err(|e| my_error("listing the binlog files", &e))?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|mut r| r.take::<String, _>(0))
+        .collect())
+}
+
+/// Quotes an identifier: `a``b`.
+pub fn quote(name: &str) -> String {
+    format!("`{}`", name.replace('`', "``"))
+}

@@ -1,0 +1,506 @@
+//! What a column of a captured table is, from the server's catalog (the snapshot) or from a
+//! binlog table map with its full row metadata (the stream): one description for both, so the
+//! same table registers the same schema version either way.
+
+use std::sync::Arc;
+
+use mysql_async::binlog::events::{OptionalMetadataField, TableMapEvent};
+use mysql_async::consts::ColumnType;
+use siphon_core::event::Name;
+use siphon_core::schema::{Column, ColumnKind, SchemaId, TableSchema};
+use siphon_core::{Error, Result};
+
+/// The MySQL type of a column, as far as decoding its values needs to know.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DataType {
+    /// tinyint, smallint, mediumint, int, bigint, year.
+    Integer,
+    /// `bigint unsigned`: exact beyond i64, as a decimal.
+    BigUnsigned,
+    /// float, double.
+    Float,
+    /// decimal(p,s).
+    Decimal,
+    /// bit(1): a boolean.
+    Bit1,
+    /// bit(n), n > 1: its bytes.
+    Bits,
+    /// char, varchar, text: characters.
+    Text,
+    /// binary, varbinary, blob: bytes.
+    Binary,
+    /// date.
+    Date,
+    /// time (may be negative or beyond a day).
+    Time,
+    /// datetime: wall time, no zone.
+    DateTime,
+    /// timestamp: an instant, UTC.
+    Timestamp,
+    /// enum, with its labels.
+    Enum(Vec<String>),
+    /// set, with its labels.
+    Set(Vec<String>),
+    /// json (MySQL's binary JSON; MariaDB's JSON is text).
+    Json,
+    /// geometry types: MySQL's internal form (SRID, then WKB).
+    Geometry,
+}
+
+/// One column: its name, type, and how the schema record declares it.
+#[derive(Debug, Clone)]
+pub struct ColumnInfo {
+    /// Its name.
+    pub name: Name,
+    /// How its values decode.
+    pub data_type: DataType,
+    /// The schema record's column.
+    pub column: Column,
+}
+
+/// A captured table's columns and key, its schema registered in the log.
+#[derive(Debug, Clone)]
+pub struct Shape {
+    /// The database.
+    pub database: Name,
+    /// The table.
+    pub table: Name,
+    /// Columns in order.
+    pub columns: Vec<ColumnInfo>,
+    /// Positions of the primary-key columns, in key order.
+    pub key: Vec<usize>,
+    /// The registered schema.
+    pub schema: Arc<TableSchema>,
+}
+
+impl Shape {
+    /// The shape of `database.table`, its schema registered through `register`.
+    pub fn new(
+        (database, table): (&str, &str),
+        columns: Vec<ColumnInfo>,
+        key: Vec<usize>,
+        server: &str,
+        register: impl FnOnce(&TableSchema) -> Result<Arc<TableSchema>>,
+    ) -> Result<Shape> {
+        let schema = register(&TableSchema {
+            id: SchemaId::UNREGISTERED,
+            connector: "mysql".into(),
+            server: server.into(),
+            database: database.into(),
+            schema: None,
+            table: table.into(),
+            columns: columns.iter().map(|c| c.column.clone()).collect(),
+            key: key.clone(),
+        })?;
+        Ok(Shape {
+            database: database.into(),
+            table: table.into(),
+            columns,
+            key,
+            schema,
+        })
+    }
+}
+
+/// A column from the catalog's description: `data_type` and `column_type` as
+/// `information_schema.COLUMNS` gives them (`int`, `int(10) unsigned`; `enum('a','b')`).
+pub fn from_catalog(
+    name: &str,
+    data_type: &str,
+    column_type: &str,
+    nullable: bool,
+    (precision, scale): (Option<u32>, Option<u32>),
+    binary_charset: bool,
+) -> ColumnInfo {
+    let unsigned = column_type.contains("unsigned");
+    let bits = || {
+        column_type
+            .trim_start_matches("bit(")
+            .trim_end_matches(')')
+            .parse::<u32>()
+            .unwrap_or(1)
+    };
+    let data = match data_type {
+        "tinyint" | "smallint" | "mediumint" | "int" | "integer" | "year" => DataType::Integer,
+        "bigint" if unsigned => DataType::BigUnsigned,
+        "bigint" => DataType::Integer,
+        "float" | "double" | "real" => DataType::Float,
+        "decimal" | "numeric" => DataType::Decimal,
+        "bit" if bits() == 1 => DataType::Bit1,
+        "bit" => DataType::Bits,
+        "char" | "varchar" | "tinytext" | "text" | "mediumtext" | "longtext" if !binary_charset => {
+            DataType::Text
+        }
+        "date" => DataType::Date,
+        "time" => DataType::Time,
+        "datetime" => DataType::DateTime,
+        "timestamp" => DataType::Timestamp,
+        "enum" => DataType::Enum(labels(column_type)),
+        "set" => DataType::Set(labels(column_type)),
+        "json" => DataType::Json,
+        "geometry" | "point" | "linestring" | "polygon" | "multipoint" | "multilinestring"
+        | "multipolygon" | "geometrycollection" | "geomcollection" => DataType::Geometry,
+        _ => DataType::Binary,
+    };
+    let base = match (data_type, unsigned) {
+        ("integer", u) => ("int", u),
+        ("real", u) => ("double", u),
+        ("numeric", u) => ("decimal", u),
+        (_, u) if data == DataType::Geometry => ("geometry", u),
+        (d, u) => (d, u),
+    };
+    let precision = precision.filter(|_| data == DataType::Decimal);
+    let scale = scale.filter(|_| data == DataType::Decimal);
+    info(name, base, data, nullable, (precision, scale), bits())
+}
+
+/// The columns of a table map with full row metadata (`binlog_row_metadata = FULL`): names,
+/// signedness, charsets, enum and set labels, and the primary key. Refused without names.
+pub fn from_table_map(tme: &TableMapEvent<'_>) -> Result<(Vec<ColumnInfo>, Vec<usize>)> {
+    let n = tme.columns_count() as usize;
+    let mut names = Vec::with_capacity(n);
+    let mut signedness = Vec::new();
+    let mut enum_labels = Vec::new();
+    let mut set_labels = Vec::new();
+    let mut key = Vec::new();
+    let mut default_charset = None;
+    let mut column_charsets = Vec::new();
+    let mut charset_overrides = Vec::new();
+    for field in tme.iter_optional_meta() {
+        let field = field.map_err(|e| Error::permanent(format!("table map metadata: {e}")))?;
+        match field {
+            OptionalMetadataField::ColumnName(list) => {
+                names.extend(
+                    list.iter_names()
+                        .filter_map(|n| n.ok())
+                        .map(|n| n.name().into_owned()),
+                );
+            }
+            OptionalMetadataField::Signedness(bits) => signedness.extend(bits.iter().map(|b| *b)),
+            OptionalMetadataField::EnumStrValue(list) => {
+                enum_labels.extend(list.iter_values().filter_map(|v| v.ok()).map(|v| {
+                    v.values()
+                        .iter()
+                        .map(|s| s.value().into_owned())
+                        .collect::<Vec<_>>()
+                }))
+            }
+            OptionalMetadataField::SetStrValue(list) => {
+                set_labels.extend(list.iter_values().filter_map(|v| v.ok()).map(|v| {
+                    v.values()
+                        .iter()
+                        .map(|s| s.value().into_owned())
+                        .collect::<Vec<_>>()
+                }))
+            }
+            OptionalMetadataField::SimplePrimaryKey(keys) => {
+                key.extend(
+                    keys.iter_indexes()
+                        .filter_map(|k| k.ok())
+                        .map(|k| k as usize),
+                );
+            }
+            OptionalMetadataField::PrimaryKeyWithPrefix(keys) => {
+                key.extend(
+                    keys.iter_keys()
+                        .filter_map(|k| k.ok())
+                        .map(|k| k.column_index() as usize),
+                );
+            }
+            OptionalMetadataField::DefaultCharset(c) => {
+                default_charset = Some(c.default_charset());
+                charset_overrides.extend(
+                    c.iter_non_default()
+                        .filter_map(|c| c.ok())
+                        .map(|c| (c.column_index() as usize, c.charset())),
+                );
+            }
+            OptionalMetadataField::ColumnCharset(c) => {
+                column_charsets.extend(c.iter_charsets().filter_map(|c| c.ok()));
+            }
+            _ => {}
+        }
+    }
+    if names.len() != n {
+        return Err(Error::permanent(format!(
+            "the binlog's table map of {}.{} carries no column names: set binlog_row_metadata = FULL on the server",
+            tme.database_name(),
+            tme.table_name()
+        )));
+    }
+    let mut signedness = signedness.into_iter();
+    let mut enum_labels = enum_labels.into_iter();
+    let mut set_labels = set_labels.into_iter();
+    // Charsets are given per character column, in order (ColumnCharset), or as a default with
+    // the exceptions (DefaultCharset): 63 is `binary`.
+    let mut character_columns = 0usize;
+    let mut columns = Vec::with_capacity(n);
+    for (i, name) in names.iter().enumerate() {
+        let ty = tme
+            .get_column_type(i)
+            .ok()
+            .flatten()
+            .ok_or_else(|| Error::permanent(format!("table map column {i}: unknown type")))?;
+        let meta = tme.get_column_metadata(i).unwrap_or(&[]);
+        let unsigned = ty.is_numeric_type() && signedness.next().unwrap_or(false);
+        let real_type = if ty == ColumnType::MYSQL_TYPE_STRING && !meta.is_empty() {
+            ColumnType::try_from(meta[0]).unwrap_or(ty)
+        } else {
+            ty
+        };
+        let charset = if real_type.is_character_type() {
+            let index = character_columns;
+            character_columns += 1;
+            column_charsets.get(index).copied().or_else(|| {
+                charset_overrides
+                    .iter()
+                    .find(|(c, _)| *c == index)
+                    .map(|(_, cs)| *cs)
+                    .or(default_charset)
+            })
+        } else {
+            None
+        };
+        let binary = charset == Some(63);
+        let nullable = tme.null_bitmask().get(i).is_some_and(|b| *b);
+        use ColumnType::*;
+        let (base, data, precision_scale, bits) = match real_type {
+            MYSQL_TYPE_TINY => ("tinyint", DataType::Integer, (None, None), 0),
+            MYSQL_TYPE_SHORT => ("smallint", DataType::Integer, (None, None), 0),
+            MYSQL_TYPE_INT24 => ("mediumint", DataType::Integer, (None, None), 0),
+            MYSQL_TYPE_LONG => ("int", DataType::Integer, (None, None), 0),
+            MYSQL_TYPE_LONGLONG if unsigned => ("bigint", DataType::BigUnsigned, (None, None), 0),
+            MYSQL_TYPE_LONGLONG => ("bigint", DataType::Integer, (None, None), 0),
+            MYSQL_TYPE_YEAR => ("year", DataType::Integer, (None, None), 0),
+            MYSQL_TYPE_FLOAT => ("float", DataType::Float, (None, None), 0),
+            MYSQL_TYPE_DOUBLE => ("double", DataType::Float, (None, None), 0),
+            MYSQL_TYPE_NEWDECIMAL | MYSQL_TYPE_DECIMAL => (
+                "decimal",
+                DataType::Decimal,
+                (
+                    meta.first().map(|p| u32::from(*p)),
+                    meta.get(1).map(|s| u32::from(*s)),
+                ),
+                0,
+            ),
+            MYSQL_TYPE_BIT => {
+                // Metadata: bits in the last byte, then whole bytes.
+                let bits = u32::from(meta.get(1).copied().unwrap_or(0)) * 8
+                    + u32::from(meta.first().copied().unwrap_or(0));
+                let data = if bits == 1 {
+                    DataType::Bit1
+                } else {
+                    DataType::Bits
+                };
+                ("bit", data, (None, None), bits)
+            }
+            MYSQL_TYPE_DATE | MYSQL_TYPE_NEWDATE => ("date", DataType::Date, (None, None), 0),
+            MYSQL_TYPE_TIME | MYSQL_TYPE_TIME2 => ("time", DataType::Time, (None, None), 0),
+            MYSQL_TYPE_DATETIME | MYSQL_TYPE_DATETIME2 => {
+                ("datetime", DataType::DateTime, (None, None), 0)
+            }
+            MYSQL_TYPE_TIMESTAMP | MYSQL_TYPE_TIMESTAMP2 => {
+                ("timestamp", DataType::Timestamp, (None, None), 0)
+            }
+            MYSQL_TYPE_ENUM => (
+                "enum",
+                DataType::Enum(enum_labels.next().unwrap_or_default()),
+                (None, None),
+                0,
+            ),
+            MYSQL_TYPE_SET => (
+                "set",
+                DataType::Set(set_labels.next().unwrap_or_default()),
+                (None, None),
+                0,
+            ),
+            MYSQL_TYPE_JSON => ("json", DataType::Json, (None, None), 0),
+            MYSQL_TYPE_GEOMETRY => ("geometry", DataType::Geometry, (None, None), 0),
+            MYSQL_TYPE_VARCHAR | MYSQL_TYPE_VAR_STRING if binary => {
+                ("varbinary", DataType::Binary, (None, None), 0)
+            }
+            MYSQL_TYPE_VARCHAR | MYSQL_TYPE_VAR_STRING => {
+                ("varchar", DataType::Text, (None, None), 0)
+            }
+            MYSQL_TYPE_STRING if binary => ("binary", DataType::Binary, (None, None), 0),
+            MYSQL_TYPE_STRING => ("char", DataType::Text, (None, None), 0),
+            MYSQL_TYPE_BLOB
+            | MYSQL_TYPE_TINY_BLOB
+            | MYSQL_TYPE_MEDIUM_BLOB
+            | MYSQL_TYPE_LONG_BLOB
+                if binary || charset.is_none() =>
+            {
+                ("blob", DataType::Binary, (None, None), 0)
+            }
+            MYSQL_TYPE_BLOB
+            | MYSQL_TYPE_TINY_BLOB
+            | MYSQL_TYPE_MEDIUM_BLOB
+            | MYSQL_TYPE_LONG_BLOB => ("text", DataType::Text, (None, None), 0),
+            _ => ("blob", DataType::Binary, (None, None), 0),
+        };
+        columns.push(info(
+            name,
+            (base, unsigned),
+            data,
+            nullable,
+            precision_scale,
+            bits,
+        ));
+    }
+    Ok((columns, key))
+}
+
+/// Enum or set labels from a column type: `enum('a','b''c')` → `a`, `b'c`.
+fn labels(column_type: &str) -> Vec<String> {
+    let inner = column_type
+        .split_once('(')
+        .map_or("", |(_, rest)| rest.strip_suffix(')').unwrap_or(rest));
+    let mut out = Vec::new();
+    let mut current = String::new();
+    let mut quoted = false;
+    let mut chars = inner.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (c, quoted) {
+            ('\'', false) => quoted = true,
+            ('\'', true) if chars.peek() == Some(&'\'') => {
+                chars.next();
+                current.push('\'');
+            }
+            ('\'', true) => {
+                quoted = false;
+                out.push(std::mem::take(&mut current));
+            }
+            ('\\', true) => {
+                if let Some(n) = chars.next() {
+                    current.push(n);
+                }
+            }
+            (c, true) => current.push(c),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// A column described by its base type name, signedness and what decoding needs. The type
+/// name the schema record carries is built from these alone (`int unsigned`,
+/// `decimal(10,2)`, `enum('a','b')`), so the catalog and a table map give the same.
+fn info(
+    name: &str,
+    (base, unsigned): (&str, bool),
+    data: DataType,
+    nullable: bool,
+    (precision, scale): (Option<u32>, Option<u32>),
+    bits: u32,
+) -> ColumnInfo {
+    let quoted = |labels: &[String]| {
+        labels
+            .iter()
+            .map(|l| format!("'{}'", l.replace('\'', "''")))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let type_name = match &data {
+        DataType::Decimal => format!(
+            "decimal({},{})",
+            precision.unwrap_or(10),
+            scale.unwrap_or(0)
+        ),
+        DataType::Bits | DataType::Bit1 => format!("bit({})", bits.max(1)),
+        DataType::Enum(l) => format!("enum({})", quoted(l)),
+        DataType::Set(l) => format!("set({})", quoted(l)),
+        DataType::Text if matches!(base, "tinytext" | "mediumtext" | "longtext") => "text".into(),
+        DataType::Binary if matches!(base, "tinyblob" | "mediumblob" | "longblob") => "blob".into(),
+        _ if unsigned => format!("{base} unsigned"),
+        _ => base.to_owned(),
+    };
+    let kind = match (&data, base, unsigned) {
+        (DataType::Integer, "tinyint", _) => ColumnKind::Int16,
+        (DataType::Integer, "smallint", false) => ColumnKind::Int16,
+        (DataType::Integer, "smallint" | "mediumint" | "year", _) => ColumnKind::Int32,
+        (DataType::Integer, "int", false) => ColumnKind::Int32,
+        (DataType::Integer, _, _) => ColumnKind::Int64,
+        (DataType::BigUnsigned, _, _) => ColumnKind::Decimal {
+            precision: Some(20),
+            scale: Some(0),
+        },
+        (DataType::Float, "float", _) => ColumnKind::Float32,
+        (DataType::Float, _, _) => ColumnKind::Float64,
+        (DataType::Decimal, _, _) => ColumnKind::Decimal { precision, scale },
+        (DataType::Bit1, _, _) => ColumnKind::Bool,
+        (DataType::Bits | DataType::Binary | DataType::Geometry, _, _) => ColumnKind::Bytes,
+        (DataType::Text, _, _) => ColumnKind::Text { length: None },
+        (DataType::Date, _, _) => ColumnKind::Date,
+        (DataType::Time, _, _) => ColumnKind::Time,
+        (DataType::DateTime, _, _) => ColumnKind::Timestamp,
+        (DataType::Timestamp, _, _) => ColumnKind::TimestampTz,
+        (DataType::Enum(labels), _, _) => ColumnKind::Enum {
+            labels: labels.clone(),
+        },
+        (DataType::Set(_), _, _) => ColumnKind::Other,
+        (DataType::Json, _, _) => ColumnKind::Json { binary: true },
+    };
+    ColumnInfo {
+        name: name.into(),
+        data_type: data,
+        column: Column {
+            name: name.into(),
+            type_name,
+            type_id: 0,
+            type_modifier: -1,
+            kind,
+            nullable,
+            generated: false,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn enum_labels_are_unquoted() {
+        assert_eq!(labels("enum('a','b''c','d,e')"), ["a", "b'c", "d,e"]);
+        assert_eq!(labels("set('x')"), ["x"]);
+    }
+
+    #[test]
+    fn the_catalog_names_types_as_a_table_map_does() {
+        let c = from_catalog(
+            "n",
+            "int",
+            "int(10) unsigned",
+            true,
+            (Some(10), Some(0)),
+            false,
+        );
+        assert_eq!(c.column.type_name, "int unsigned");
+        assert_eq!(c.column.kind, ColumnKind::Int64);
+        let d = from_catalog(
+            "d",
+            "decimal",
+            "decimal(10,2)",
+            false,
+            (Some(10), Some(2)),
+            false,
+        );
+        assert_eq!(d.column.type_name, "decimal(10,2)");
+        let b = from_catalog(
+            "b",
+            "bigint",
+            "bigint(20) unsigned",
+            false,
+            (Some(20), Some(0)),
+            false,
+        );
+        assert_eq!(b.data_type, DataType::BigUnsigned);
+        let t = from_catalog("t", "longtext", "longtext", true, (None, None), false);
+        assert_eq!(
+            (t.data_type, t.column.type_name.as_str()),
+            (DataType::Text, "text")
+        );
+        let bit = from_catalog("x", "bit", "bit(1)", true, (None, None), false);
+        assert_eq!(bit.column.kind, ColumnKind::Bool);
+    }
+}

@@ -1,0 +1,103 @@
+//! Events of a MySQL/MariaDB table, with their place in the binlog.
+
+use siphon_core::event::Name;
+use siphon_core::event::{Op, Row, SnapshotMarker, SourceInfo, SourcePosition, TransactionInfo};
+use siphon_core::{Event, Value};
+
+use crate::columns::Shape;
+
+/// Where an event comes from: the transaction's start in the binlog (file and position), the
+/// event's index among the transaction's captured rows, and the transaction's GTID.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Place {
+    /// Binlog file of the transaction's first event.
+    pub file: String,
+    /// Position of the transaction's first event (for a snapshot: the snapshot's position).
+    pub pos: u64,
+    /// Index among the transaction's (or the snapshot's) captured rows, from 0.
+    pub row: u64,
+    /// The transaction's GTID, if the server gives one.
+    pub gtid: Option<String>,
+    /// The server the transaction was written on.
+    pub server_id: u32,
+    /// Commit time, ms since the epoch.
+    pub ts_ms: i64,
+    /// Snapshot marker.
+    pub snapshot: SnapshotMarker,
+}
+
+/// Makes the events of one pipeline.
+#[derive(Debug, Clone)]
+pub struct EventFactory {
+    /// The logical server name: the pipeline.
+    pub name: Name,
+}
+
+impl EventFactory {
+    /// An event of `shape`'s table; the key is taken from the row.
+    pub fn event(
+        &self,
+        shape: &Shape,
+        op: Op,
+        before: Option<Row>,
+        after: Option<Row>,
+        at: &Place,
+    ) -> Event {
+        let key = (!shape.key.is_empty())
+            .then(|| after.as_ref().or(before.as_ref()).map(|r| key_of(shape, r)))
+            .flatten();
+        Event {
+            op,
+            before,
+            after,
+            key,
+            source: SourceInfo {
+                connector: "mysql".into(),
+                name: self.name.clone(),
+                db: shape.database.clone(),
+                schema: None,
+                table: shape.table.clone(),
+                position: SourcePosition::Mysql {
+                    file: at.file.clone(),
+                    pos: at.pos,
+                    row: u32::try_from(at.row).unwrap_or(u32::MAX),
+                    gtid: at.gtid.clone(),
+                    server_id: at.server_id,
+                },
+                tx_id: None,
+                ts_ms: at.ts_ms,
+                snapshot: at.snapshot,
+            },
+            ts_ms: now_ms(),
+            transaction: at
+                .gtid
+                .as_ref()
+                .filter(|_| at.snapshot == SnapshotMarker::False)
+                .map(|gtid| TransactionInfo {
+                    id: gtid.clone(),
+                    total_order: at.row + 1,
+                    data_collection_order: 0,
+                }),
+            key_change: None,
+            schema: Some(shape.schema.clone()),
+        }
+    }
+}
+
+/// The key columns of a row of `shape`.
+pub fn key_of(shape: &Shape, row: &Row) -> Row {
+    Row(shape
+        .key
+        .iter()
+        .map(|&i| {
+            let name = &shape.columns[i].name;
+            (name.clone(), row.get(name).cloned().unwrap_or(Value::Null))
+        })
+        .collect())
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}

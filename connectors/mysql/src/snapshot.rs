@@ -1,0 +1,204 @@
+//! A consistent snapshot and the binlog position it is consistent with.
+//!
+//! MariaDB: `START TRANSACTION WITH CONSISTENT SNAPSHOT` and the session's
+//! `binlog_snapshot_file`/`binlog_snapshot_position`, read inside that transaction — no lock.
+//! MySQL: a `FLUSH TABLES WITH READ LOCK` held only while the transaction starts and the
+//! position is read, released before any row is read. Rows stream through one cursor per
+//! table (the binary protocol, a row at a time: bounded memory); streaming then starts at the
+//! snapshot's position, so nothing is missed and nothing read twice.
+
+use mysql_async::prelude::Queryable;
+use siphon_core::event::{Op, Row, SnapshotMarker};
+use siphon_core::source::SourceContext;
+use siphon_core::{Error, Event, Result};
+
+use crate::catalog::{my_error, quote};
+use crate::columns::Shape;
+use crate::events::{EventFactory, Place};
+use crate::values::value;
+
+/// Events appended at once.
+const BATCH: usize = 2048;
+
+/// Where a snapshot is consistent: the binlog position, and the GTID position there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotPoint {
+    /// Binlog file.
+    pub file: String,
+    /// Position in it.
+    pub pos: u64,
+    /// The GTID position (MariaDB `BINLOG_GTID_POS`, MySQL `Executed_Gtid_Set`), if any.
+    pub gtid: Option<String>,
+}
+
+/// Starts the snapshot's transaction on `conn` and reads its binlog position.
+pub async fn begin(conn: &mut mysql_async::Conn, mariadb: bool) -> Result<SnapshotPoint> {
+    let run = async |conn: &mut mysql_async::Conn, sql: &str| {
+        conn.query_drop(sql)
+            .await
+            .map_err(|e| my_error(&format!("starting the snapshot ({sql})"), &e))
+    };
+    run(conn, "SET SESSION time_zone = '+00:00'").await?;
+    run(
+        conn,
+        "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+    )
+    .await?;
+    if mariadb {
+        run(conn, "START TRANSACTION WITH CONSISTENT SNAPSHOT").await?;
+        let status: Vec<(String, String)> = conn
+            .query("SHOW SESSION STATUS LIKE 'binlog_snapshot_%'")
+            .await
+            .map_err(|e| my_error("reading the snapshot's binlog position", &e))?;
+        let get = |name: &str| {
+            status
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.clone())
+        };
+        let (Some(file), Some(pos)) =
+            (get("binlog_snapshot_file"), get("binlog_snapshot_position"))
+        else {
+            return Err(Error::permanent(
+                "the server gave no binlog_snapshot_file: is log_bin on?",
+            ));
+        };
+        let pos: u64 = pos
+            .parse()
+            .map_err(|_| Error::permanent(format!("binlog_snapshot_position {pos:?}")))?;
+        let gtid: Option<String> = conn
+            .exec_first("SELECT BINLOG_GTID_POS(?, ?)", (&file, pos))
+            .await
+            .map_err(|e| my_error("reading the snapshot's GTID position", &e))?;
+        Ok(SnapshotPoint {
+            file,
+            pos,
+            gtid: gtid.filter(|g| !g.is_empty()),
+        })
+    } else {
+        run(conn, "FLUSH TABLES WITH READ LOCK").await?;
+        let started = async {
+            run(conn, "START TRANSACTION WITH CONSISTENT SNAPSHOT").await?;
+            let status: Option<mysql_async::Row> = conn
+                .query_first("SHOW MASTER STATUS")
+                .await
+                .map_err(|e| my_error("reading the binlog position", &e))?;
+            let mut status = status
+                .ok_or_else(|| Error::permanent("SHOW MASTER STATUS is empty: is log_bin on?"))?;
+            let file: String = status.take(0).unwrap_or_default();
+            let pos: u64 = status.take(1).unwrap_or_default();
+            let gtid: Option<String> = status.take::<Option<String>, _>(4).flatten();
+            Ok::<_, Error>(SnapshotPoint {
+                file,
+                pos,
+                gtid: gtid.filter(|g| !g.is_empty()),
+            })
+        }
+        .await;
+        run(conn, "UNLOCK TABLES").await?;
+        started
+    }
+}
+
+/// Reads every table in the snapshot's transaction and appends its rows as `r` events; with
+/// `replaces_earlier`, a truncate of each table first (the log holds an earlier snapshot).
+pub async fn read(
+    ctx: &SourceContext,
+    conn: &mut mysql_async::Conn,
+    factory: &EventFactory,
+    shapes: &[Shape],
+    (point, server_id): (&SnapshotPoint, u32),
+    replaces_earlier: bool,
+) -> Result<u64> {
+    let started_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let mut place = Place {
+        file: point.file.clone(),
+        pos: point.pos,
+        row: 0,
+        gtid: point.gtid.clone(),
+        server_id,
+        ts_ms: started_ms,
+        snapshot: SnapshotMarker::True,
+    };
+    if replaces_earlier {
+        let truncates: Vec<Event> = shapes
+            .iter()
+            .map(|s| factory.event(s, Op::Truncate, None, None, &place))
+            .collect();
+        ctx.append(&truncates, true).await?;
+    }
+    ctx.metrics.set("snapshot_running", 1.0);
+    ctx.metrics.set("snapshot_rows", 0.0);
+    let mut rows = 0u64;
+    let mut batch: Vec<Event> = Vec::with_capacity(BATCH);
+    // The event read last waits for the next, so that the snapshot's last row is marked.
+    let mut pending: Option<Event> = None;
+    for shape in shapes {
+        let list: Vec<String> = shape.columns.iter().map(|c| quote(&c.name)).collect();
+        let sql = format!(
+            "SELECT {} FROM {}.{}",
+            list.join(", "),
+            quote(&shape.database),
+            quote(&shape.table)
+        );
+        tracing::info!(table = %format!("{}.{}", shape.database, shape.table), "snapshot: reading");
+        let mut result = conn
+            .exec_iter(sql.as_str(), ())
+            .await
+            .map_err(|e| my_error("reading a table in the snapshot", &e))?;
+        while let Some(mut found) = result
+            .next()
+            .await
+            .map_err(|e| my_error("reading a table in the snapshot", &e))?
+        {
+            if ctx.cancel.is_cancelled() {
+                return Err(Error::Cancelled);
+            }
+            let row = Row(shape
+                .columns
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    let v = found
+                        .take::<mysql_async::Value, _>(i)
+                        .unwrap_or(mysql_async::Value::NULL);
+                    (c.name.clone(), value(c, v))
+                })
+                .collect());
+            place.snapshot = if rows == 0 {
+                SnapshotMarker::First
+            } else {
+                SnapshotMarker::True
+            };
+            place.row = rows;
+            let event = factory.event(shape, Op::Read, None, Some(row), &place);
+            if let Some(previous) = pending.replace(event) {
+                batch.push(previous);
+            }
+            rows += 1;
+            if batch.len() >= BATCH {
+                ctx.append_open_transaction(&std::mem::take(&mut batch))
+                    .await?;
+                ctx.metrics.set("snapshot_rows", rows as f64);
+            }
+        }
+    }
+    if let Some(mut last) = pending {
+        last.source.snapshot = if rows == 1 {
+            SnapshotMarker::First
+        } else {
+            SnapshotMarker::Last
+        };
+        batch.push(last);
+    }
+    // One durable append ends the snapshot: its rows are one unit in the log.
+    ctx.append(&batch, true).await?;
+    ctx.metrics.set("snapshot_rows", rows as f64);
+    ctx.metrics.set("snapshot_running", 0.0);
+    conn.query_drop("COMMIT")
+        .await
+        .map_err(|e| my_error("ending the snapshot", &e))?;
+    Ok(rows)
+}

@@ -1,0 +1,442 @@
+//! The binlog stream, as a replica: row events decoded with their table maps into events,
+//! appended a transaction at a time.
+//!
+//! Positions: each event carries its transaction's start (binlog file and the position of
+//! its GTID or BEGIN event) and its index among the transaction's captured rows. On restart
+//! the stream begins at the last durable event's transaction start and drops that
+//! transaction's rows up to the event's index: nothing twice, nothing missed. A large
+//! transaction is appended in parts as it arrives (bounded memory); only its end makes it
+//! durable.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures_util::StreamExt;
+use mysql_async::binlog::EventType;
+use mysql_async::binlog::events::{Event as BinlogEvent, EventData, RowsEventData, TableMapEvent};
+use mysql_async::binlog::row::BinlogRow;
+use mysql_async::prelude::Queryable;
+use mysql_async::{BinlogStream, BinlogStreamRequest};
+use siphon_core::event::{Op, Row, SnapshotMarker};
+use siphon_core::source::SourceContext;
+use siphon_core::{Error, Event, KeyChange, Result};
+
+use crate::MysqlConfig;
+use crate::catalog::my_error;
+use crate::columns::{DataType, Shape, from_table_map};
+use crate::events::{EventFactory, Place, key_of};
+use crate::values::value;
+
+/// Events of an open transaction appended (without waiting) once this many are held.
+const PART: usize = 4096;
+/// MariaDB's event types that `mysql_common` does not know.
+const MARIADB_ANNOTATE_ROWS: u8 = 160;
+const MARIADB_GTID: u8 = 162;
+/// MariaDB's compressed row events (`log_bin_compress`), refused at start.
+const MARIADB_COMPRESSED_ROWS: std::ops::RangeInclusive<u8> = 166..=171;
+/// An event the server made up for the replica (a Rotate or format description at the
+/// stream's start): its position is not a place in the binlog.
+const LOG_EVENT_ARTIFICIAL_F: u16 = 0x20;
+
+/// Where the stream begins, and what of the first transaction the log already holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resume {
+    /// Binlog file.
+    pub file: String,
+    /// Position in it: the start of a transaction.
+    pub pos: u64,
+    /// The log holds the rows of the transaction starting here up to this index.
+    pub held: Option<u64>,
+}
+
+/// A transaction being read.
+struct Transaction {
+    place: Place,
+    events: Vec<Event>,
+    /// Events of it already appended (parts of a large transaction).
+    appended: bool,
+    /// Ends at its next QUERY event (a DDL, or a non-transactional engine's statement).
+    standalone: bool,
+}
+
+/// The stream of one pipeline's source.
+pub struct Stream<'a> {
+    pub ctx: &'a SourceContext,
+    pub config: &'a MysqlConfig,
+    pub opts: mysql_async::Opts,
+    pub factory: EventFactory,
+    pub server_id: u32,
+    pub mariadb: bool,
+}
+
+impl Stream<'_> {
+    /// Streams from `resume` until cancelled or failed.
+    pub async fn run(&self, resume: Resume) -> Result<()> {
+        let mut conn = mysql_async::Conn::new(self.opts.clone())
+            .await
+            .map_err(|e| my_error("connecting for the binlog", &e))?;
+        let heartbeat_ns = self.config.heartbeat_interval.0.as_nanos();
+        let mut setup = vec![format!("SET @master_heartbeat_period = {heartbeat_ns}")];
+        if self.mariadb {
+            // Real GTID events (type 162) instead of their MySQL-compatible stand-ins.
+            setup.push("SET @mariadb_slave_capability = 4".into());
+        }
+        for sql in setup {
+            conn.query_drop(&sql)
+                .await
+                .map_err(|e| my_error("preparing the binlog connection", &e))?;
+        }
+        let request = BinlogStreamRequest::new(self.server_id)
+            .with_filename(resume.file.as_bytes())
+            .with_pos(resume.pos);
+        let mut stream = conn
+            .get_binlog_stream(request)
+            .await
+            .map_err(|e| my_error("requesting the binlog", &e))?;
+        tracing::info!(file = %resume.file, pos = resume.pos, server_id = self.server_id, "streaming the binlog");
+        self.ctx.metrics.connected();
+        let mut state = State {
+            file: resume.file.clone(),
+            next_pos: resume.pos,
+            held: resume
+                .held
+                .map(|row| (resume.file.clone(), resume.pos, row)),
+            transaction: None,
+            shapes: HashMap::new(),
+            gtid: None,
+        };
+        loop {
+            let next = tokio::select! {
+                () = self.ctx.cancel.cancelled() => return Ok(()),
+                next = stream.next() => next,
+            };
+            let event = match next {
+                Some(Ok(event)) => event,
+                Some(Err(e)) => return Err(my_error("reading the binlog", &e)),
+                None => return Err(Error::transient("the server ended the binlog stream")),
+            };
+            self.handle(&mut state, &stream, &event).await?;
+        }
+    }
+
+    async fn handle(
+        &self,
+        state: &mut State,
+        stream: &BinlogStream,
+        event: &BinlogEvent,
+    ) -> Result<()> {
+        let header = event.header();
+        let kind = header.event_type_raw();
+        let artificial = header.flags_raw() & LOG_EVENT_ARTIFICIAL_F != 0 || header.log_pos() == 0;
+        let start = state.next_pos;
+        match kind {
+            MARIADB_GTID => {
+                let data = event.data();
+                if data.len() >= 13 {
+                    let seq = u64::from_le_bytes(data[0..8].try_into().unwrap_or_default());
+                    let domain = u32::from_le_bytes(data[8..12].try_into().unwrap_or_default());
+                    let standalone = data[12] & 1 != 0;
+                    let gtid = format!("{domain}-{}-{seq}", header.server_id());
+                    self.begin(state, start, Some(gtid), header.server_id(), standalone);
+                }
+            }
+            MARIADB_ANNOTATE_ROWS => {}
+            k if MARIADB_COMPRESSED_ROWS.contains(&k) => {
+                return Err(Error::permanent(
+                    "the binlog holds compressed row events: set log_bin_compress = OFF on the server",
+                ));
+            }
+            _ => match event
+                .read_data()
+                .map_err(|e| Error::permanent(format!("decoding a binlog event: {e}")))?
+            {
+                Some(EventData::RotateEvent(rotate)) => {
+                    let name = rotate.name().into_owned();
+                    // MariaDB's first (artificial) Rotate carries the checksum after the name
+                    // (mysql_async#189): the file asked for is the one to keep.
+                    state.file = if artificial && name.starts_with(&state.file) {
+                        state.file.clone()
+                    } else {
+                        name
+                    };
+                    state.next_pos = rotate.position();
+                    return Ok(());
+                }
+                Some(EventData::GtidEvent(g)) => {
+                    let gtid = format!("{}:{}", uuid(&g.sid()), g.gno());
+                    self.begin(state, start, Some(gtid), header.server_id(), false);
+                }
+                Some(EventData::QueryEvent(q)) => {
+                    let sql = q.query();
+                    let sql = sql.trim();
+                    if sql.eq_ignore_ascii_case("BEGIN") {
+                        if state.transaction.is_none() {
+                            let gtid = state.gtid.take();
+                            self.begin(state, start, gtid, header.server_id(), false);
+                        }
+                    } else if sql.eq_ignore_ascii_case("COMMIT") {
+                        self.commit(state, header.timestamp()).await?;
+                    } else {
+                        // A DDL (or a non-transactional statement): its own transaction. The
+                        // table maps that follow describe the tables as they now are.
+                        if state.transaction.as_ref().is_some_and(|t| t.standalone) {
+                            self.commit(state, header.timestamp()).await?;
+                        }
+                    }
+                }
+                Some(EventData::XidEvent(_)) => self.commit(state, header.timestamp()).await?,
+                Some(EventData::RowsEvent(rows)) => {
+                    self.rows(state, stream, &rows, header.timestamp()).await?;
+                }
+                Some(EventData::HeartbeatEvent) if state.transaction.is_none() => {
+                    self.ctx.metrics.caught_up();
+                }
+                _ => {}
+            },
+        }
+        if !artificial && kind != EventType::HEARTBEAT_EVENT as u8 {
+            state.next_pos = u64::from(header.log_pos());
+        }
+        Ok(())
+    }
+
+    fn begin(
+        &self,
+        state: &mut State,
+        start: u64,
+        gtid: Option<String>,
+        server_id: u32,
+        standalone: bool,
+    ) {
+        self.ctx.metrics.working();
+        state.transaction = Some(Transaction {
+            place: Place {
+                file: state.file.clone(),
+                pos: start,
+                row: 0,
+                gtid,
+                server_id,
+                ts_ms: 0,
+                snapshot: SnapshotMarker::False,
+            },
+            events: Vec::new(),
+            appended: false,
+            standalone,
+        });
+    }
+
+    /// The rows of one rows event, into the open transaction.
+    async fn rows(
+        &self,
+        state: &mut State,
+        stream: &BinlogStream,
+        rows: &RowsEventData<'_>,
+        timestamp: u32,
+    ) -> Result<()> {
+        let Some(tme) = stream.get_tme(rows.table_id()) else {
+            return Err(Error::permanent(format!(
+                "a rows event of table id {} came before its table map",
+                rows.table_id()
+            )));
+        };
+        if !self
+            .config
+            .captures(&tme.database_name(), &tme.table_name())
+        {
+            return Ok(());
+        }
+        let shape = state.shape(self.ctx, &self.factory, rows.table_id(), tme)?;
+        if state.transaction.is_none() {
+            // A row event outside BEGIN/GTID (should not happen with ROW format): its own.
+            let gtid = state.gtid.take();
+            let start = state.next_pos;
+            self.begin(state, start, gtid, self.server_id, true);
+        }
+        let op = match rows {
+            RowsEventData::WriteRowsEvent(_) | RowsEventData::WriteRowsEventV1(_) => Op::Create,
+            RowsEventData::UpdateRowsEvent(_)
+            | RowsEventData::UpdateRowsEventV1(_)
+            | RowsEventData::PartialUpdateRowsEvent(_) => Op::Update,
+            RowsEventData::DeleteRowsEvent(_) | RowsEventData::DeleteRowsEventV1(_) => Op::Delete,
+        };
+        for pair in rows.rows(tme) {
+            let (before, after) =
+                pair.map_err(|e| Error::permanent(format!("decoding a binlog row: {e}")))?;
+            let before = before.map(|r| row(&shape, r)).transpose()?;
+            let after = after.map(|r| row(&shape, r)).transpose()?;
+            let transaction = state.transaction.as_mut().expect("begun above");
+            transaction.place.ts_ms = i64::from(timestamp) * 1000;
+            let mut made = Vec::with_capacity(2);
+            match (op, before, after) {
+                (Op::Update, Some(b), Some(a))
+                    if !shape.key.is_empty() && key_of(&shape, &b) != key_of(&shape, &a) =>
+                {
+                    // A primary-key change: a delete and a create, each naming the other's key,
+                    // as Debezium emits it.
+                    let (old_key, new_key) = (key_of(&shape, &b), key_of(&shape, &a));
+                    let mut delete =
+                        self.factory
+                            .event(&shape, Op::Delete, Some(b), None, &transaction.place);
+                    delete.key = Some(old_key.clone());
+                    delete.key_change = Some(KeyChange::To(new_key));
+                    made.push(delete);
+                    let mut create =
+                        self.factory
+                            .event(&shape, Op::Create, None, Some(a), &transaction.place);
+                    create.key_change = Some(KeyChange::From(old_key));
+                    made.push(create);
+                }
+                (op, before, after) => {
+                    made.push(
+                        self.factory
+                            .event(&shape, op, before, after, &transaction.place),
+                    );
+                }
+            }
+            for mut event in made {
+                let index = transaction.place.row;
+                transaction.place.row += 1;
+                set_row(&mut event, index);
+                let held = state.held.as_ref().is_some_and(|(f, p, r)| {
+                    *f == transaction.place.file && *p == transaction.place.pos && index <= *r
+                });
+                if !held {
+                    transaction.events.push(event);
+                }
+            }
+            if transaction.events.len() >= PART {
+                let part = std::mem::take(&mut transaction.events);
+                self.ctx.append_open_transaction(&part).await?;
+                transaction.appended = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends the open transaction: its events become durable, the last marked as its end.
+    async fn commit(&self, state: &mut State, timestamp: u32) -> Result<()> {
+        let Some(mut transaction) = state.transaction.take() else {
+            return Ok(());
+        };
+        if state
+            .held
+            .as_ref()
+            .is_some_and(|(f, p, _)| *f == transaction.place.file && *p == transaction.place.pos)
+        {
+            state.held = None;
+        }
+        let commit_ms = i64::from(timestamp) * 1000;
+        for e in &mut transaction.events {
+            e.source.ts_ms = commit_ms;
+        }
+        if !transaction.events.is_empty() || transaction.appended {
+            self.ctx.append(&transaction.events, true).await?;
+            self.ctx.metrics.committed(commit_ms);
+        }
+        Ok(())
+    }
+}
+
+/// What the stream keeps between events.
+struct State {
+    /// The binlog file being read.
+    file: String,
+    /// The position after the last event read: where the next one starts.
+    next_pos: u64,
+    /// The transaction the log holds rows of (file, start, last index held), skipped up to it.
+    held: Option<(String, u64, u64)>,
+    transaction: Option<Transaction>,
+    /// Table shapes by table id, with the table map they were made from.
+    shapes: HashMap<u64, (TableMapEvent<'static>, Arc<Shape>)>,
+    /// A GTID seen before its transaction's BEGIN (MySQL's GTID then BEGIN).
+    gtid: Option<String>,
+}
+
+impl State {
+    /// The shape of a table map: made (and its schema registered) when the map differs from
+    /// the one seen before for that table id.
+    fn shape(
+        &mut self,
+        ctx: &SourceContext,
+        factory: &EventFactory,
+        table_id: u64,
+        tme: &TableMapEvent<'_>,
+    ) -> Result<Arc<Shape>> {
+        if let Some((seen, shape)) = self.shapes.get(&table_id)
+            && seen == tme
+        {
+            return Ok(shape.clone());
+        }
+        let (columns, key) = from_table_map(tme)?;
+        let shape = Arc::new(Shape::new(
+            (&tme.database_name(), &tme.table_name()),
+            columns,
+            key,
+            &factory.name,
+            |s| ctx.register_schema(s),
+        )?);
+        self.shapes
+            .insert(table_id, (tme.clone().into_owned(), shape.clone()));
+        Ok(shape)
+    }
+}
+
+/// A row image as a row of `shape`'s columns (the full image: every column, in order).
+fn row(shape: &Shape, image: BinlogRow) -> Result<Row> {
+    if image.len() != shape.columns.len() {
+        return Err(Error::permanent(format!(
+            "a row image of {}.{} holds {} of its {} columns: set binlog_row_image = FULL on the server",
+            shape.database,
+            shape.table,
+            image.len(),
+            shape.columns.len()
+        )));
+    }
+    Ok(Row(image
+        .unwrap()
+        .into_iter()
+        .zip(&shape.columns)
+        .map(|(v, c)| {
+            let v = match mysql_async::Value::try_from(v) {
+                // A SET is its bitmask, little-endian, in the row image (the result set's
+                // form is the labels' text).
+                Ok(mysql_async::Value::Bytes(b)) if matches!(c.data_type, DataType::Set(_)) => {
+                    mysql_async::Value::Int(
+                        b.iter()
+                            .rev()
+                            .fold(0_i64, |bits, byte| bits << 8 | i64::from(*byte)),
+                    )
+                }
+                Ok(v) => v,
+                Err(e) => {
+                    tracing::warn!(column = %c.name, error = %e, "a binlog value siphon cannot read: NULL");
+                    mysql_async::Value::NULL
+                }
+            };
+            (c.name.clone(), value(c, v))
+        })
+        .collect()))
+}
+
+/// Sets an event's index within its transaction (position `row`, transaction order).
+fn set_row(event: &mut Event, index: u64) {
+    if let siphon_core::SourcePosition::Mysql { row, .. } = &mut event.source.position {
+        *row = u32::try_from(index).unwrap_or(u32::MAX);
+    }
+    if let Some(t) = &mut event.transaction {
+        t.total_order = index + 1;
+    }
+}
+
+/// A MySQL server UUID from its 16 bytes.
+fn uuid(b: &[u8; 16]) -> String {
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
