@@ -227,3 +227,20 @@ fn sink_passwords_do_not_print() {
         assert!(!printed.contains(secret), "{secret} printed");
     }
 }
+
+#[test]
+fn a_mysql_source_parses_and_its_errors_name_the_key() {
+    let source = "[pipelines.shop.source]\nkind = \"mysql\"\nurl = \"mysql://root@127.0.0.1:3306\"\ntables = [\"shop.*\"]\n";
+    let sink = "[pipelines.shop.sinks.out]\nkind = \"stdout\"\n";
+    let c = Config::from_toml(&format!("{source}{sink}")).unwrap();
+    assert_eq!(c.pipelines["shop"].source.kind(), "mysql");
+    let e = error_of(&format!("{source}snapshot = \"sometimes\"\n{sink}"));
+    assert!(
+        e.message.contains("when_needed"),
+        "the message lists the allowed values: {e}"
+    );
+    let e = error_of(&format!(
+        "[pipelines.shop.source]\nkind = \"mysql\"\nurl = \"mysql://root@127.0.0.1:3306\"\ntables = [\"nodot\"]\n{sink}"
+    ));
+    assert!(e.message.contains("database.table"), "{e}");
+}
