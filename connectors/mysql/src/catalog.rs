@@ -73,7 +73,7 @@ pub async fn preflight(conn: &mut mysql_async::Conn) -> Result<()> {
     .flatten()
     .collect();
     if problems.is_empty() {
-        return Ok(());
+        return privileges(conn).await;
     }
     Err(Error::permanent(format!(
         "the server is not prepared for change data capture: {}. In its configuration ([mysqld]): \
@@ -81,6 +81,50 @@ pub async fn preflight(conn: &mut mysql_async::Conn) -> Result<()> {
          binlog_row_metadata = FULL; then restart it (scripts/services does this here)",
         problems.join(", ")
     )))
+}
+
+/// Checks that the user may read the binlog: REPLICATION SLAVE, and REPLICATION CLIENT
+/// (MariaDB: BINLOG MONITOR) for the binlog's position and files. Privileges that come through
+/// a role are not followed: with a role granted, the server decides.
+async fn privileges(conn: &mut mysql_async::Conn) -> Result<()> {
+    let grants: Vec<String> = conn
+        .query("SHOW GRANTS")
+        .await
+        .map_err(|e| my_error("reading the user's privileges", &e))?;
+    let missing = missing_privileges(&grants);
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(Error::permanent(format!(
+        "the user lacks {} for change data capture: GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* \
+         TO the user (and SELECT on the captured tables)",
+        missing.join(" and ")
+    )))
+}
+
+/// The binlog privileges `SHOW GRANTS` lines do not give.
+fn missing_privileges(grants: &[String]) -> Vec<&'static str> {
+    let global: Vec<String> = grants
+        .iter()
+        .map(|g| g.to_ascii_uppercase())
+        .filter(|g| g.contains(" ON *.* "))
+        .collect();
+    // A role's privileges are not listed here.
+    let role = grants
+        .iter()
+        .any(|g| !g.to_ascii_uppercase().contains(" ON ") && g.starts_with("GRANT "));
+    if role || global.iter().any(|g| g.contains("ALL PRIVILEGES")) {
+        return Vec::new();
+    }
+    let has = |p: &str| global.iter().any(|g| g.contains(p));
+    let mut missing = Vec::new();
+    if !has("REPLICATION SLAVE") && !has("REPLICATION REPLICA") {
+        missing.push("REPLICATION SLAVE");
+    }
+    if !has("REPLICATION CLIENT") && !has("BINLOG MONITOR") {
+        missing.push("REPLICATION CLIENT");
+    }
+    missing
 }
 
 /// The captured tables (`database`, `table`), in name order; an error if none matches.
@@ -183,4 +227,50 @@ pub async fn binlog_files(conn: &mut mysql_async::Conn) -> Result<Vec<String>> {
 /// Quotes an identifier: `a``b`.
 pub fn quote(name: &str) -> String {
     format!("`{}`", name.replace('`', "``"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::missing_privileges;
+
+    fn grants(lines: &[&str]) -> Vec<String> {
+        lines.iter().map(|l| (*l).to_owned()).collect()
+    }
+
+    #[test]
+    fn binlog_privileges_are_read_from_show_grants() {
+        assert!(
+            missing_privileges(&grants(&[
+                "GRANT ALL PRIVILEGES ON *.* TO `root`@`localhost` WITH GRANT OPTION"
+            ]))
+            .is_empty()
+        );
+        assert!(
+            missing_privileges(&grants(&[
+                "GRANT SELECT, REPLICATION SLAVE, BINLOG MONITOR ON *.* TO `s`@`%`"
+            ]))
+            .is_empty()
+        );
+        assert!(
+            missing_privileges(&grants(&[
+                "GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO 's'@'%'"
+            ]))
+            .is_empty()
+        );
+        assert_eq!(
+            missing_privileges(&grants(&[
+                "GRANT USAGE ON *.* TO `s`@`%`",
+                "GRANT SELECT ON `shop`.* TO `s`@`%`"
+            ])),
+            ["REPLICATION SLAVE", "REPLICATION CLIENT"]
+        );
+        assert!(
+            missing_privileges(&grants(&[
+                "GRANT USAGE ON *.* TO `s`@`%`",
+                "GRANT `cdc` TO `s`@`%`"
+            ]))
+            .is_empty(),
+            "a role may hold them"
+        );
+    }
 }

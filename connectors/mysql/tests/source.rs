@@ -315,3 +315,36 @@ async fn the_binlog_folds_into_what_a_fresh_snapshot_reads() {
     // MariaDB's JSON is text (a LONGTEXT with a check); MySQL's is binary JSON.
     assert!(matches!(get("j"), Value::Text(j) | Value::Json(j) if j.contains("\"k\"")));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_user_without_binlog_privileges_is_told_what_to_grant() {
+    let db = mysql().await.unwrap();
+    let mut conn = db.conn().await.unwrap();
+    conn.query_drop("create table items (id int primary key)")
+        .await
+        .unwrap();
+    let user = format!("{}_u", db.name);
+    conn.query_drop(format!(
+        "create user '{user}'@'%' identified by 'pw-{user}'; grant select on {}.* to '{user}'@'%'",
+        db.name
+    ))
+    .await
+    .unwrap();
+    let mut h = Harness::new(&db, "p");
+    h.config.url = siphon_core::ConnectionUrl::new(format!("mysql://{user}@127.0.0.1:3306"));
+    h.config.password = Some(siphon_core::Secret::new(format!("pw-{user}")));
+    let mut source = MysqlSource::new("p", h.config.clone());
+    let result = source.check().await;
+    conn.query_drop(format!("drop user '{user}'@'%'"))
+        .await
+        .unwrap();
+    let e = result.unwrap_err().to_string();
+    assert!(
+        e.contains("REPLICATION SLAVE") && e.contains("GRANT"),
+        "{e}"
+    );
+    assert!(
+        !e.contains(&format!("pw-{user}")),
+        "the password is not in the error: {e}"
+    );
+}
