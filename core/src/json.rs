@@ -203,7 +203,8 @@ pub fn value_json(value: &Value) -> Json {
     }
 }
 
-fn format_uuid(u: &[u8; 16]) -> String {
+/// A UUID in its canonical text form (`8-4-4-4-12` hex digits).
+pub fn format_uuid(u: &[u8; 16]) -> String {
     let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
     format!(
         "{}-{}-{}-{}-{}",

@@ -18,6 +18,7 @@ use mysql_async::binlog::row::BinlogRow;
 use mysql_async::prelude::Queryable;
 use mysql_async::{BinlogStream, BinlogStreamRequest};
 use siphon_core::event::{Op, Row, SnapshotMarker};
+use siphon_core::json::format_uuid;
 use siphon_core::source::SourceContext;
 use siphon_core::{Error, Event, KeyChange, Result};
 
@@ -163,7 +164,7 @@ impl Stream<'_> {
                     return Ok(());
                 }
                 Some(EventData::GtidEvent(g)) => {
-                    let gtid = format!("{}:{}", uuid(&g.sid()), g.gno());
+                    let gtid = format!("{}:{}", format_uuid(&g.sid()), g.gno());
                     self.begin(state, start, Some(gtid), header.server_id(), false);
                 }
                 Some(EventData::QueryEvent(q)) => {
@@ -426,17 +427,4 @@ fn set_row(event: &mut Event, index: u64) {
     if let Some(t) = &mut event.transaction {
         t.total_order = index + 1;
     }
-}
-
-/// A MySQL server UUID from its 16 bytes.
-fn uuid(b: &[u8; 16]) -> String {
-    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
 }
