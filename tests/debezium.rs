@@ -347,12 +347,7 @@ async fn siphon_emits_what_debezium_emits_in_every_mode() {
             );
         assert!(status.success(), "Debezium's snapshot run failed: {status}");
         // Its slot is left behind; slots are few (max_replication_slots).
-        db.client()
-            .await
-            .unwrap()
-            .execute("select pg_drop_replication_slot($1)", &[&slot])
-            .await
-            .unwrap();
+        db.drop_slot(&slot).await.unwrap();
     }
 
     // Debezium's streams (one per mode set) and siphon side by side, then the changes.

@@ -107,6 +107,28 @@ impl PgDatabase {
         tokio::spawn(conn);
         Ok(client)
     }
+
+    /// Drops a replication slot, waiting (up to 10 s) for the walsender of a session that
+    /// just ended to let go of it.
+    pub async fn drop_slot(&self, slot: &str) -> anyhow::Result<()> {
+        let client = self.client().await?;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            match client
+                .execute("select pg_drop_replication_slot($1)", &[&slot])
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(e)
+                    if e.code() == Some(&tokio_postgres::error::SqlState::OBJECT_IN_USE)
+                        && std::time::Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+                Err(e) => return Err(e).with_context(|| format!("dropping the slot {slot}")),
+            }
+        }
+    }
 }
 
 impl Drop for PgDatabase {
