@@ -348,3 +348,294 @@ async fn a_user_without_binlog_privileges_is_told_what_to_grant() {
         "the password is not in the error: {e}"
     );
 }
+
+/// One row image as `mariadb-binlog -v` prints it: `@1`, `@2`, … in order, as printed bytes
+/// (it prints some bytes of binary strings as they are).
+type Image = Vec<Vec<u8>>;
+
+/// The row images of `database.oracle` in `mariadb-binlog --base64-output=decode-rows -v`
+/// output, in order (an update: its before image, then its after image).
+fn images(out: &[u8], database: &str) -> Vec<Image> {
+    let table = format!("`{database}`.`oracle`");
+    let mut images = Vec::new();
+    let mut ours = false;
+    for line in out
+        .split(|b| *b == b'\n')
+        .filter_map(|l| l.strip_prefix(b"### "))
+    {
+        let text = String::from_utf8_lossy(line);
+        if text.starts_with("INSERT INTO ")
+            || text.starts_with("UPDATE ")
+            || text.starts_with("DELETE FROM ")
+        {
+            ours = text.ends_with(&table);
+        } else if ours && (text == "SET" || text == "WHERE") {
+            images.push(Vec::new());
+        } else if ours && line.starts_with(b"  @") {
+            let at = line.iter().position(|b| *b == b'=').expect("@n=value");
+            let value = &line[at + 1..];
+            let end = value.iter().rposition(|b| *b != b' ').map_or(0, |i| i + 1);
+            images
+                .last_mut()
+                .expect("a SET or WHERE first")
+                .push(value[..end].to_vec());
+        }
+    }
+    images
+}
+
+/// The bytes of a quoted string as mariadb-binlog prints it: `\xNN` for some bytes, the others
+/// as they are.
+fn printed_bytes(v: &[u8]) -> Vec<u8> {
+    let inner = v
+        .strip_prefix(b"'")
+        .and_then(|v| v.strip_suffix(b"'"))
+        .unwrap_or(v);
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < inner.len() {
+        if inner[i] == b'\\'
+            && inner.get(i + 1) == Some(&b'x')
+            && let Some(b) = inner
+                .get(i + 2..i + 4)
+                .and_then(|h| u8::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok())
+        {
+            out.push(b);
+            i += 4;
+            continue;
+        }
+        out.push(inner[i]);
+        i += 1;
+    }
+    out
+}
+
+/// Whether siphon's value of oracle column `column` is what mariadb-binlog printed.
+fn agrees(column: &str, ours: &Value, printed: &[u8]) -> bool {
+    use chrono::{NaiveDate, NaiveDateTime};
+    let theirs = String::from_utf8_lossy(printed);
+    let theirs = theirs.as_ref();
+    if theirs == "NULL" {
+        return *ours == Value::Null;
+    }
+    // A negative stored number is followed by its unsigned reading: `-2 (18446744073709551614)`.
+    let (signed, unsigned) = match theirs.split_once(" (") {
+        Some((s, u)) => (s, u.trim_end_matches(')')),
+        None => (theirs, theirs),
+    };
+    let micros = |text: &str| -> i64 {
+        let (secs, frac) = text.split_once('.').unwrap_or((text, ""));
+        let frac: i64 = format!("{frac:0<6}")[..6].parse().unwrap();
+        secs.parse::<i64>().unwrap() * 1_000_000 + if secs.starts_with('-') { -frac } else { frac }
+    };
+    match (column, ours) {
+        ("id" | "small" | "y", Value::Int(i)) => signed == i.to_string(),
+        ("n", Value::Int(i)) => unsigned == i.to_string(),
+        ("big", Value::Decimal(d)) => unsigned == d,
+        ("amount", Value::Decimal(d)) => signed == d,
+        ("f", Value::Float64(f)) => signed.parse::<f64>().unwrap() == *f,
+        // It prints a FLOAT with six significant digits.
+        ("r", Value::Float32(f)) => {
+            let f = f64::from(*f);
+            (signed.parse::<f64>().unwrap() - f).abs() <= 1e-5 * f.abs().max(1.0)
+        }
+        ("d", Value::Date(days)) => {
+            let date = NaiveDate::from_ymd_opt(1970, 1, 1).unwrap()
+                + chrono::TimeDelta::days(i64::from(*days));
+            theirs == format!("'{}'", date.format("%Y:%m:%d"))
+        }
+        ("dt", Value::Timestamp(us)) => {
+            let at =
+                NaiveDateTime::parse_from_str(theirs.trim_matches('\''), "%Y-%m-%d %H:%M:%S%.f")
+                    .unwrap();
+            at.and_utc().timestamp_micros() == *us
+        }
+        ("ts", Value::TimestampTz(us)) => micros(signed) == *us,
+        ("tm", Value::Time(us)) => {
+            let t = theirs.trim_matches('\'');
+            let (negative, t) = t.strip_prefix('-').map_or((false, t), |t| (true, t));
+            let mut parts = t.splitn(3, ':');
+            let (h, m, s) = (
+                parts.next().unwrap(),
+                parts.next().unwrap(),
+                parts.next().unwrap(),
+            );
+            let total = (h.parse::<i64>().unwrap() * 3600 + m.parse::<i64>().unwrap() * 60)
+                * 1_000_000
+                + micros(s);
+            (if negative { -total } else { total }) == *us
+        }
+        ("e", Value::Enum(label)) => {
+            let index = ["", "a", "b", "c"].iter().position(|l| l == label).unwrap();
+            signed == index.to_string()
+        }
+        ("s", Value::Text(labels)) => {
+            let bits = labels
+                .split(',')
+                .filter(|l| !l.is_empty())
+                .map(|l| 1u32 << ["x", "y", "z"].iter().position(|x| *x == l).unwrap())
+                .sum::<u32>();
+            theirs == format!("b'{bits:08b}'")
+        }
+        ("flag", Value::Bool(b)) => theirs == if *b { "b'1'" } else { "b'0'" },
+        ("bits", Value::Bytes(b)) => {
+            let v = b.iter().fold(0u64, |v, x| v << 8 | u64::from(*x));
+            theirs == format!("b'{v:012b}'")
+        }
+        ("bin", Value::Bytes(b)) => printed_bytes(printed) == *b,
+        ("name" | "t" | "j", Value::Text(s)) => printed_bytes(printed) == s.as_bytes(),
+        _ => false,
+    }
+}
+
+/// The server's own decoder as the oracle: every row image siphon streamed is, value by value,
+/// what `mariadb-binlog --base64-output=decode-rows -v` prints for the same binlog events.
+#[tokio::test(flavor = "multi_thread")]
+async fn row_images_agree_with_mariadb_binlog() {
+    let db = mysql().await.unwrap();
+    let mut conn = db.conn().await.unwrap();
+    conn.query_drop(
+        "create table oracle (
+            id bigint primary key, n int unsigned, big bigint unsigned, small tinyint,
+            amount decimal(30,10), f double, r float, d date, dt datetime(6), ts timestamp(6) null,
+            e enum('a','b','c'), s set('x','y','z'), flag bit(1), bits bit(12), bin varbinary(16),
+            t text, y year, tm time(6), name varchar(40), j json
+        )",
+    )
+    .await
+    .unwrap();
+    let mut h = Harness::new(&db, "oracle");
+    h.config.tables = vec![format!("{}.oracle", db.name)];
+    let (run, cancel) = h.start();
+    // The source streams from here on (its snapshot of the empty table is done).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while h.ctx.metrics.values().get("snapshot_running") != Some(&0.0) {
+        assert!(
+            Instant::now() < deadline,
+            "the source never finished its snapshot"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let start: mysql_async::Row = conn
+        .query_first("show master status")
+        .await
+        .unwrap()
+        .unwrap();
+    let (file, pos): (String, u64) = (start.get(0).unwrap(), start.get(1).unwrap());
+
+    let texts = [
+        "",
+        "it's",
+        "back\\slash",
+        "é 日本",
+        "tab\there",
+        "\"quoted\"",
+    ];
+    let mut values = Vec::new();
+    for k in 0..200_i64 {
+        let null = k % 17 == 0;
+        let or_null = |v: String| if null { "null".to_owned() } else { v };
+        values.push(format!(
+            "({k}, {n}, {big}, {small}, {amount}, {f}, {r}, {d}, {dt}, {ts}, {e}, {s}, {flag}, {bits}, {bin}, {t}, {y}, {tm}, {name}, {j})",
+            n = or_null(format!("{}", [0, 1, 4_294_967_295, 4_000_000_000 + k][(k % 4) as usize])),
+            big = or_null(["0", "9223372036854775807", "18446744073709551615", "9223372036854775808"][(k % 4) as usize].to_string()),
+            small = or_null(format!("{}", [-128, 127, 0, -1][(k % 4) as usize])),
+            amount = or_null(format!("{}{k}.{:010}", if k % 2 == 0 { "-" } else { "" }, k * 7919)),
+            f = or_null(format!("{k} / 7e3")),
+            r = or_null(format!("{k} / 3")),
+            d = or_null(format!("'{}'", ["1000-01-01", "9999-12-31", "2024-02-29", "1970-01-01"][(k % 4) as usize])),
+            dt = or_null(format!("'2024-02-29 10:11:12.{:06}' + interval {k} hour", k * 31)),
+            ts = or_null(format!("'1970-01-01 00:00:01' + interval {k} day + interval {} microsecond", k * 999)),
+            e = or_null(format!("'{}'", ["a", "b", "c"][(k % 3) as usize])),
+            s = or_null(format!("'{}'", ["", "x", "y,z", "x,y,z"][(k % 4) as usize])),
+            flag = or_null(format!("{}", k % 2)),
+            bits = or_null(format!("{}", (k * 37) % 4096)),
+            bin = or_null(format!("unhex('{:02x}00ff{:02x}')", k % 256, (k * 3) % 256)),
+            t = or_null(format!("'{}'", texts[(k % 6) as usize].replace('\\', "\\\\").replace('\'', "''"))),
+            y = or_null(format!("{}", 1901 + k % 254)),
+            tm = or_null(format!("'{}'", ["-838:59:59", "838:59:59", "00:00:00.000001", "-00:01:02.5"][(k % 4) as usize])),
+            name = or_null(format!("'name {k}'")),
+            j = or_null(format!("json_object('k', {k}, 's', 'x y')")),
+        ));
+    }
+    conn.query_drop(format!("insert into oracle values {}", values.join(", ")))
+        .await
+        .unwrap();
+    conn.query_drop(
+        "update oracle set name = concat('renamed ', id), amount = -amount, tm = '12:00:00' where id % 3 = 0;
+         delete from oracle where id % 5 = 0;",
+    )
+    .await
+    .unwrap();
+    let expected_images = 200 + 2 * 67 + 40;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let ours: Vec<Row> = loop {
+        let rows: Vec<Row> = h
+            .events()
+            .into_iter()
+            .filter(|e| e.source.snapshot == SnapshotMarker::False)
+            .flat_map(|e| e.before.into_iter().chain(e.after))
+            .collect();
+        if rows.len() >= expected_images {
+            break rows;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the log holds {} row images",
+            rows.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    cancel.cancel();
+    run.await.unwrap().unwrap();
+
+    let server = mysql_async::Opts::from_url(&db.url).unwrap();
+    let out = std::process::Command::new("mariadb-binlog")
+        .env("MYSQL_PWD", server.pass().unwrap_or_default())
+        .args([
+            "--read-from-remote-server",
+            &format!("--host={}", server.ip_or_hostname()),
+            &format!("--port={}", server.tcp_port()),
+            &format!("--user={}", server.user().unwrap_or("root")),
+            "--base64-output=decode-rows",
+            "-v",
+            &format!("--start-position={pos}"),
+            &file,
+        ])
+        .output()
+        .expect("mariadb-binlog runs (package mariadb-client; scripts/services installs it)");
+    assert!(
+        out.status.success(),
+        "mariadb-binlog: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let theirs = images(&out.stdout, &db.name);
+    assert_eq!(
+        theirs.len(),
+        ours.len(),
+        "row images: mariadb-binlog against siphon"
+    );
+    let mut differences = Vec::new();
+    for (image, row) in theirs.iter().zip(&ours) {
+        assert_eq!(image.len(), row.len(), "columns of {row:?}");
+        for ((column, value), printed) in row.iter().zip(image) {
+            if !agrees(column, value, printed) {
+                differences.push(format!(
+                    "{column}: siphon {value:?}, mariadb-binlog {}",
+                    String::from_utf8_lossy(printed)
+                ));
+            }
+        }
+    }
+    assert!(
+        differences.is_empty(),
+        "{} values differ, e.g.:\n{}",
+        differences.len(),
+        differences
+            .iter()
+            .take(15)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
