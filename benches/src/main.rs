@@ -58,6 +58,16 @@ enum Bench {
         #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
         url: String,
     },
+    /// The MySQL/MariaDB source vs mariadb-binlog (streaming) and a full scan (snapshot), on
+    /// the workload of ../shared/reference/mysql_limit.sh.
+    Mysql {
+        /// Rows of the single-transaction insert and of the snapshot table.
+        #[arg(long, default_value_t = 1_000_000)]
+        rows: u64,
+        /// Server URL (a database is created and dropped in it).
+        #[arg(long, default_value = "mysql://root@127.0.0.1:3306")]
+        url: String,
+    },
     /// The Redis and PostgreSQL sinks applying upserts from a warm log vs redis-benchmark
     /// (pipelined HSET) and COPY of the same rows.
     Sinks {
@@ -96,6 +106,7 @@ impl std::fmt::Display for Fsync {
     }
 }
 
+mod mysql;
 mod pg;
 mod sinks;
 
@@ -106,6 +117,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> anyhow::Result<()> {
     match Args::parse().bench {
         Bench::Pg { rows, txns, url } => pg::run(&url, rows, txns)?,
+        Bench::Mysql { rows, url } => mysql::run(&url, rows)?,
         Bench::Sinks {
             rows,
             batch,

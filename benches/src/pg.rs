@@ -126,7 +126,7 @@ async fn siphon_in(
     Ok(elapsed)
 }
 
-fn peak_rss_mib() -> f64 {
+pub(crate) fn peak_rss_mib() -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status
         .lines()
@@ -318,7 +318,7 @@ fn create_slots(db_url: &str, workload: &str) -> anyhow::Result<()> {
 /// returns the pairs' times. Whoever reads a backlog first may pay for WAL not yet in the
 /// page cache and for a checkpoint the load started; in the symmetric order both sides pay
 /// alike.
-fn abba(
+pub(crate) fn abba(
     reference_a: impl FnOnce() -> anyhow::Result<Duration>,
     reference_b: impl FnOnce() -> anyhow::Result<Duration>,
     ours_a: impl FnOnce() -> anyhow::Result<Duration>,
@@ -333,7 +333,13 @@ fn abba(
 
 /// One table row: the rates of both sides (first and second run), and the ratio of the
 /// total times (the position effects cancel), with the ratio of each adjacent pair.
-fn report(what: &str, unit: &str, n: u64, reference: [Duration; 2], ours: [Duration; 2]) {
+pub(crate) fn report(
+    what: &str,
+    unit: &str,
+    n: u64,
+    reference: [Duration; 2],
+    ours: [Duration; 2],
+) {
     let total = |d: [Duration; 2]| d[0].as_secs_f64() + d[1].as_secs_f64();
     println!(
         "| {what} | {:.0}, {:.0} {unit}/s | {:.0}, {:.0} {unit}/s | {:.2}x (first pair {:.2}x, second {:.2}x) |",

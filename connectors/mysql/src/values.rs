@@ -13,11 +13,10 @@ const EPOCH: NaiveDate = NaiveDate::from_ymd_opt(1970, 1, 1).unwrap();
 /// The value of `column`. Zero dates (`0000-00-00`), which no calendar holds, are NULL, as
 /// Debezium makes them.
 pub fn value(column: &ColumnInfo, v: My) -> Value {
-    let shown = matches!(v, My::Bytes(_)).then(|| format!("{v:?}"));
     match decode(&column.data_type, v) {
         Ok(value) => value,
         Err(v) => {
-            tracing::warn!(column = %column.name, value = shown.as_deref().unwrap_or("?"), "a value siphon cannot decode: kept as text");
+            tracing::warn!(column = %column.name, value = ?v, "a value siphon cannot decode: kept as text");
             Value::Text(text(v))
         }
     }

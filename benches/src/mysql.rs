@@ -1,0 +1,190 @@
+//! `siphon-bench mysql`: the MySQL/MariaDB source against the server's own limits, on the
+//! workload of `../shared/reference/mysql_limit.sh`, in one run:
+//!
+//! 1. one transaction inserting `rows` rows, streamed from the binlog into the log (fsynced),
+//!    vs `mariadb-binlog --read-from-remote-server` (`--raw`: the bytes only; and
+//!    `--base64-output=decode-rows -v`: the rows decoded, as siphon decodes them);
+//! 2. a snapshot of the table vs a full scan (`SELECT *` through the client, `--quick`).
+
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use siphon_core::log::ChangeLog;
+use siphon_core::log::file::FileLog;
+use siphon_core::offsets::OffsetStore;
+use siphon_core::source::{Source, SourceContext};
+use siphon_source_mysql::{MysqlConfig, MysqlSource};
+use tokio_util::sync::CancellationToken;
+
+use crate::pg::{abba, peak_rss_mib, report};
+
+const TABLE: &str = "create table orders (id bigint auto_increment primary key, customer_id int not null, \
+  city varchar(32) not null, amount decimal(12,2) not null, status varchar(16) not null, note text, \
+  created_at timestamp(6) not null default current_timestamp(6))";
+
+/// The `mariadb` client on the server of `url`; with `sql`, runs it and returns its output.
+fn client(url: &mysql_async::Opts) -> Command {
+    let mut c = Command::new("mariadb");
+    c.env("MYSQL_PWD", url.pass().unwrap_or_default())
+        .arg(format!("-h{}", url.ip_or_hostname()))
+        .arg(format!("-P{}", url.tcp_port()))
+        .arg(format!("-u{}", url.user().unwrap_or("root")));
+    c
+}
+
+fn sql(url: &mysql_async::Opts, sql: &str) -> anyhow::Result<String> {
+    let out = client(url).args(["-N", "-e", sql]).output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "mariadb failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8(out.stdout)?.trim().to_owned())
+}
+
+/// mariadb-binlog reading `file` from the server to its end.
+fn binlog(url: &mysql_async::Opts, file: &str, decode: bool) -> anyhow::Result<Duration> {
+    let dir = tempfile::tempdir()?;
+    let started = Instant::now();
+    let mut c = Command::new("mariadb-binlog");
+    c.current_dir(dir.path())
+        .env("MYSQL_PWD", url.pass().unwrap_or_default())
+        .arg("--read-from-remote-server")
+        .arg(format!("-h{}", url.ip_or_hostname()))
+        .arg(format!("-P{}", url.tcp_port()))
+        .arg(format!("-u{}", url.user().unwrap_or("root")));
+    if decode {
+        c.args(["--base64-output=decode-rows", "-v"]);
+    } else {
+        c.arg("--raw");
+    }
+    let status = c
+        .arg(file)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()?;
+    anyhow::ensure!(status.success(), "mariadb-binlog failed");
+    Ok(started.elapsed())
+}
+
+/// The source until the log holds `records` records (durably), streaming from the start of
+/// binlog `file` (`Some`) or taking a snapshot first (`None`); returns the time.
+async fn siphon(
+    url: &str,
+    database: &str,
+    file: Option<&str>,
+    records: u64,
+) -> anyhow::Result<Duration> {
+    let dir = tempfile::tempdir()?;
+    let log = FileLog::open(dir.path().join("log"), Default::default())?;
+    let offsets = OffsetStore::open(dir.path().join("offsets"))?;
+    if let Some(file) = file {
+        // As if a snapshot had ended at the start of `file`.
+        offsets.save_source_checkpoint(&serde_json::json!({
+            "snapshot_done": true, "file": file, "pos": 4, "log_id": log.id(),
+        }))?;
+    }
+    let cancel = CancellationToken::new();
+    let ctx = SourceContext {
+        pipeline: "bench".into(),
+        log: Arc::new(log.clone()),
+        offsets,
+        cancel: cancel.clone(),
+        metrics: Default::default(),
+    };
+    let config: MysqlConfig = serde_json::from_value(serde_json::json!({
+        "url": url, "tables": [format!("{database}.orders")], "snapshot": "initial",
+        "heartbeat_interval": "1s",
+    }))?;
+    let mut source = MysqlSource::new("bench", config);
+    let started = Instant::now();
+    let run = tokio::spawn(async move { source.run(&ctx).await });
+    let mut end = log.subscribe();
+    end.wait_for(|e| *e >= records).await?;
+    let elapsed = started.elapsed();
+    cancel.cancel();
+    run.await??;
+    Ok(elapsed)
+}
+
+pub fn run(url: &str, rows: u64) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let opts = mysql_async::Opts::from_url(url)?;
+    let db = format!("siphon_bench_{}", std::process::id());
+    sql(&opts, &format!("create database {db}"))?;
+    let result = (|| -> anyhow::Result<()> {
+        sql(&opts, &format!("use {db}; {TABLE}"))?;
+        sql(&opts, "flush binary logs")?;
+        let file = sql(&opts, "show master status")?
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        sql(
+            &opts,
+            &format!(
+                "use {db}; insert into orders (customer_id, city, amount, status, note) \
+                 select floor(rand()*100000), elt(1+floor(rand()*5),'Berlin','Paris','Tokyo','Lima','Oslo'), \
+                 round(rand()*1000,2), 'paid', md5(seq) from seq_1_to_{rows}"
+            ),
+        )?;
+        // The insert's binlog file is closed, so that the references read to its end.
+        sql(&opts, "flush binary logs")?;
+        let (reference, ours) = abba(
+            || binlog(&opts, &file, false),
+            || binlog(&opts, &file, false),
+            || rt.block_on(siphon(url, &db, Some(&file), rows)),
+            || rt.block_on(siphon(url, &db, Some(&file), rows)),
+        )?;
+        let rss = peak_rss_mib();
+        report(
+            &format!("streaming, 1 transaction of {rows} rows, vs mariadb-binlog --raw"),
+            "rows",
+            rows,
+            reference,
+            ours,
+        );
+        let (reference, ours) = abba(
+            || binlog(&opts, &file, true),
+            || binlog(&opts, &file, true),
+            || rt.block_on(siphon(url, &db, Some(&file), rows)),
+            || rt.block_on(siphon(url, &db, Some(&file), rows)),
+        )?;
+        report(
+            &format!("streaming, 1 transaction of {rows} rows, vs mariadb-binlog -v (decoded)"),
+            "rows",
+            rows,
+            reference,
+            ours,
+        );
+        let scan = || -> anyhow::Result<Duration> {
+            let started = Instant::now();
+            let status = client(&opts)
+                .args(["-N", "--quick", &db, "-e", "select * from orders"])
+                .stdout(Stdio::null())
+                .status()?;
+            anyhow::ensure!(status.success(), "the full scan failed");
+            Ok(started.elapsed())
+        };
+        let (reference, ours) = abba(
+            scan,
+            scan,
+            || rt.block_on(siphon(url, &db, None, rows)),
+            || rt.block_on(siphon(url, &db, None, rows)),
+        )?;
+        report(
+            &format!("snapshot of {rows} rows, vs SELECT * --quick"),
+            "rows",
+            rows,
+            reference,
+            ours,
+        );
+        println!("\npeak RSS after streaming the {rows}-row transaction: {rss:.0} MiB");
+        Ok(())
+    })();
+    let _ = sql(&opts, &format!("drop database if exists {db}"));
+    result
+}
