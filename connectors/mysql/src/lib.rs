@@ -12,6 +12,7 @@ mod catalog;
 mod columns;
 mod config;
 mod events;
+mod rows;
 mod snapshot;
 mod stream;
 mod values;

@@ -262,6 +262,12 @@ async fn the_binlog_folds_into_what_a_fresh_snapshot_reads() {
     cancel.cancel();
     run.await.unwrap().unwrap();
 
+    assert_eq!(
+        a.ctx.metrics.values().get("binlog_generic_decodes"),
+        None,
+        "siphon's own decoder read every rows event"
+    );
+
     // Nothing twice: each streamed change has a place of its own.
     let events = a.events();
     let mut places = BTreeSet::new();
@@ -588,6 +594,11 @@ async fn row_images_agree_with_mariadb_binlog() {
     };
     cancel.cancel();
     run.await.unwrap().unwrap();
+    assert_eq!(
+        h.ctx.metrics.values().get("binlog_generic_decodes"),
+        None,
+        "siphon's own decoder read every rows event"
+    );
 
     let server = mysql_async::Opts::from_url(&db.url).unwrap();
     let out = std::process::Command::new("mariadb-binlog")

@@ -1,0 +1,406 @@
+//! siphon's own decoder of binlog row images: the values straight from the bytes, by the
+//! table map's column types and metadata, into siphon's values — without the per-row column
+//! descriptions and text round trips of `mysql_common`'s general decoder, which dominated the
+//! streaming profile (BENCHMARKS.md). Types it does not read (MySQL's binary JSON, the
+//! pre-5.6 temporal formats) make a table use `mysql_common`'s decoder instead; the values
+//! are the same either way (`values::value`'s semantics; the oracle tests compare both with
+//! `mariadb-binlog -v` and with a snapshot read).
+
+use chrono::NaiveDate;
+use mysql_async::binlog::events::TableMapEvent;
+use mysql_async::consts::ColumnType;
+use siphon_core::Value;
+
+use crate::columns::{ColumnInfo, DataType};
+
+/// How one column's value is laid out in a row image.
+#[derive(Debug, Clone, PartialEq)]
+enum Layout {
+    /// A little-endian integer of this many bytes; signed or not.
+    Int { bytes: usize, unsigned: bool },
+    /// YEAR: one byte, 1900 + n (0: 0).
+    Year,
+    /// An IEEE float (4 bytes) or double (8).
+    Float { bytes: usize },
+    /// Binary DECIMAL(precision, scale).
+    Decimal { precision: usize, scale: usize },
+    /// DATE: 3 bytes.
+    Date,
+    /// DATETIME2 with this many fractional digits.
+    DateTime2 { fsp: usize },
+    /// TIMESTAMP2 with this many fractional digits.
+    Timestamp2 { fsp: usize },
+    /// TIME2 with this many fractional digits.
+    Time2 { fsp: usize },
+    /// A length-prefixed string (prefix of 1 to 4 bytes).
+    Prefixed { prefix: usize },
+    /// ENUM or SET: a little-endian number of this many bytes.
+    Packed { bytes: usize },
+    /// BIT: this many bytes, big-endian.
+    Bit { bytes: usize },
+}
+
+/// Decodes the row images of one table map's table.
+#[derive(Debug, Clone)]
+pub struct RowDecoder {
+    layouts: Vec<Layout>,
+}
+
+impl RowDecoder {
+    /// A decoder for the columns of `tme`, or `None` when a column's type is one it does not
+    /// read.
+    pub fn new(tme: &TableMapEvent<'_>, columns: &[ColumnInfo]) -> Option<RowDecoder> {
+        let mut layouts = Vec::with_capacity(columns.len());
+        for (i, column) in columns.iter().enumerate() {
+            let ty = tme.get_column_type(i).ok()??;
+            let meta = tme.get_column_metadata(i).unwrap_or(&[]);
+            let unsigned = column.column.type_name.ends_with(" unsigned");
+            use ColumnType::*;
+            let layout = match ty {
+                MYSQL_TYPE_TINY => Layout::Int { bytes: 1, unsigned },
+                MYSQL_TYPE_SHORT => Layout::Int { bytes: 2, unsigned },
+                MYSQL_TYPE_INT24 => Layout::Int { bytes: 3, unsigned },
+                MYSQL_TYPE_LONG => Layout::Int { bytes: 4, unsigned },
+                MYSQL_TYPE_LONGLONG => Layout::Int { bytes: 8, unsigned },
+                MYSQL_TYPE_YEAR => Layout::Year,
+                MYSQL_TYPE_FLOAT => Layout::Float { bytes: 4 },
+                MYSQL_TYPE_DOUBLE => Layout::Float { bytes: 8 },
+                MYSQL_TYPE_NEWDECIMAL => Layout::Decimal {
+                    precision: usize::from(*meta.first()?),
+                    scale: usize::from(*meta.get(1)?),
+                },
+                MYSQL_TYPE_DATE | MYSQL_TYPE_NEWDATE => Layout::Date,
+                MYSQL_TYPE_DATETIME2 => Layout::DateTime2 {
+                    fsp: usize::from(*meta.first()?),
+                },
+                MYSQL_TYPE_TIMESTAMP2 => Layout::Timestamp2 {
+                    fsp: usize::from(*meta.first()?),
+                },
+                MYSQL_TYPE_TIME2 => Layout::Time2 {
+                    fsp: usize::from(*meta.first()?),
+                },
+                MYSQL_TYPE_VARCHAR | MYSQL_TYPE_VAR_STRING => {
+                    let max = u16::from_le_bytes([*meta.first()?, *meta.get(1)?]);
+                    Layout::Prefixed {
+                        prefix: if max < 256 { 1 } else { 2 },
+                    }
+                }
+                // The table map's type of an ENUM or SET column is STRING, with the real type in
+                // its metadata; mysql_common gives the real type, the pack length after it.
+                MYSQL_TYPE_ENUM | MYSQL_TYPE_SET => Layout::Packed {
+                    bytes: usize::from(*meta.get(1)?),
+                },
+                MYSQL_TYPE_STRING => {
+                    let (b0, b1) = (*meta.first()?, *meta.get(1)?);
+                    let real = if b0 & 0x30 != 0x30 { b0 | 0x30 } else { b0 };
+                    match ColumnType::try_from(real).ok()? {
+                        MYSQL_TYPE_ENUM | MYSQL_TYPE_SET => Layout::Packed {
+                            bytes: usize::from(b1),
+                        },
+                        MYSQL_TYPE_STRING => {
+                            let max = usize::from(b1) | (usize::from((b0 & 0x30) ^ 0x30) << 4);
+                            Layout::Prefixed {
+                                prefix: if max < 256 { 1 } else { 2 },
+                            }
+                        }
+                        _ => return None,
+                    }
+                }
+                MYSQL_TYPE_BLOB | MYSQL_TYPE_GEOMETRY => Layout::Prefixed {
+                    prefix: usize::from(*meta.first()?),
+                },
+                MYSQL_TYPE_BIT => {
+                    let (bits, bytes) = (usize::from(*meta.first()?), usize::from(*meta.get(1)?));
+                    Layout::Bit {
+                        bytes: bytes + usize::from(bits > 0),
+                    }
+                }
+                _ => return None,
+            };
+            if !matches!(
+                layout,
+                Layout::Prefixed { prefix: 1..=4 }
+                    | Layout::Packed { bytes: 1..=8 }
+                    | Layout::Bit { bytes: 1..=8 }
+            ) && matches!(
+                layout,
+                Layout::Prefixed { .. } | Layout::Packed { .. } | Layout::Bit { .. }
+            ) {
+                return None;
+            }
+            layouts.push(layout);
+        }
+        Some(RowDecoder { layouts })
+    }
+
+    /// Decodes one image at the start of `data` (every column present: a full row image);
+    /// returns its values and the bytes it took, or `None` if the bytes do not hold one.
+    pub fn image(&self, data: &[u8], columns: &[ColumnInfo]) -> Option<(Vec<Value>, usize)> {
+        let n = self.layouts.len();
+        let nulls = data.get(..n.div_ceil(8))?;
+        let mut at = nulls.len();
+        let mut values = Vec::with_capacity(n);
+        for (i, (layout, column)) in self.layouts.iter().zip(columns).enumerate() {
+            if nulls[i / 8] >> (i % 8) & 1 == 1 {
+                values.push(Value::Null);
+                continue;
+            }
+            let (value, used) = decode(layout, &column.data_type, data.get(at..)?)?;
+            values.push(value);
+            at += used;
+        }
+        Some((values, at))
+    }
+}
+
+fn le(bytes: &[u8]) -> u64 {
+    bytes.iter().rev().fold(0u64, |v, b| v << 8 | u64::from(*b))
+}
+
+fn be(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0u64, |v, b| v << 8 | u64::from(*b))
+}
+
+/// Fractional seconds of `fsp` digits: their bytes and their value in microseconds.
+fn fraction(fsp: usize, data: &[u8]) -> Option<(i64, usize)> {
+    let bytes = fsp.div_ceil(2);
+    let raw = be(data.get(..bytes)?) as i64;
+    let scale = match bytes {
+        0 => 0,
+        1 => 10_000,
+        2 => 100,
+        _ => 1,
+    };
+    Some((raw * scale, bytes))
+}
+
+const DIG2BYTES: [usize; 10] = [0, 1, 1, 2, 2, 3, 3, 4, 4, 4];
+
+/// A binary DECIMAL's text and size.
+fn decimal(precision: usize, scale: usize, data: &[u8]) -> Option<(String, usize)> {
+    let intg = precision.checked_sub(scale)?;
+    let (intg0, intg0x) = (intg / 9, intg % 9);
+    let (frac0, frac0x) = (scale / 9, scale % 9);
+    let size = intg0 * 4 + DIG2BYTES[intg0x] + frac0 * 4 + DIG2BYTES[frac0x];
+    let mut bytes = data.get(..size)?.to_vec();
+    let positive = bytes.first()? & 0x80 != 0;
+    bytes[0] ^= 0x80;
+    if !positive {
+        for b in &mut bytes {
+            *b ^= 0xff;
+        }
+    }
+    let mut at = 0;
+    let mut take = |n: usize| {
+        let v = be(&bytes[at..at + n]);
+        at += n;
+        v
+    };
+    let mut int_part = String::new();
+    if intg0x > 0 {
+        int_part.push_str(&take(DIG2BYTES[intg0x]).to_string());
+    }
+    for _ in 0..intg0 {
+        let group = take(4);
+        if int_part.is_empty() {
+            int_part.push_str(&group.to_string());
+        } else {
+            int_part.push_str(&format!("{group:09}"));
+        }
+    }
+    let int_part = int_part.trim_start_matches('0');
+    let mut text = String::with_capacity(precision + 2);
+    if !positive {
+        text.push('-');
+    }
+    text.push_str(if int_part.is_empty() { "0" } else { int_part });
+    if scale > 0 {
+        text.push('.');
+        for _ in 0..frac0 {
+            text.push_str(&format!("{:09}", take(4)));
+        }
+        if frac0x > 0 {
+            text.push_str(&format!(
+                "{:0width$}",
+                take(DIG2BYTES[frac0x]),
+                width = frac0x
+            ));
+        }
+    }
+    Some((text, size))
+}
+
+/// One value: decoded by its layout, made what the column's type says (as `values::value`).
+fn decode(layout: &Layout, data_type: &DataType, data: &[u8]) -> Option<(Value, usize)> {
+    Some(match layout {
+        Layout::Int { bytes, unsigned } => {
+            let raw = le(data.get(..*bytes)?);
+            let value = if *unsigned {
+                match data_type {
+                    DataType::BigUnsigned => Value::Decimal(raw.to_string()),
+                    _ => Value::Int(raw as i64),
+                }
+            } else {
+                let shift = 64 - 8 * bytes;
+                Value::Int(((raw << shift) as i64) >> shift)
+            };
+            (value, *bytes)
+        }
+        Layout::Year => {
+            let y = i64::from(*data.first()?);
+            (Value::Int(if y == 0 { 0 } else { 1900 + y }), 1)
+        }
+        Layout::Float { bytes: 4 } => (
+            Value::Float32(f32::from_le_bytes(data.get(..4)?.try_into().ok()?)),
+            4,
+        ),
+        Layout::Float { .. } => (
+            Value::Float64(f64::from_le_bytes(data.get(..8)?.try_into().ok()?)),
+            8,
+        ),
+        Layout::Decimal { precision, scale } => {
+            let (text, size) = decimal(*precision, *scale, data)?;
+            (Value::Decimal(text), size)
+        }
+        Layout::Date => {
+            let v = le(data.get(..3)?);
+            let (day, month, year) = (v & 31, (v >> 5) & 15, v >> 9);
+            let value = if year == 0 && month == 0 && day == 0 {
+                Value::Null
+            } else {
+                let date = NaiveDate::from_ymd_opt(year as i32, month as u32, day as u32)?;
+                Value::Date(
+                    i32::try_from((date - NaiveDate::from_ymd_opt(1970, 1, 1)?).num_days()).ok()?,
+                )
+            };
+            (value, 3)
+        }
+        Layout::DateTime2 { fsp } => {
+            let int = be(data.get(..5)?) as i64 - 0x80_0000_0000;
+            let (frac, used) = fraction(*fsp, data.get(5..)?)?;
+            let ymd = int >> 17;
+            let (year_month, day) = (ymd >> 5, ymd & 31);
+            let (year, month) = (year_month / 13, year_month % 13);
+            let hms = int & 0x1_ffff;
+            let (hour, minute, second) = (hms >> 12, (hms >> 6) & 63, hms & 63);
+            let value = if year == 0 && month == 0 && day == 0 {
+                Value::Null
+            } else {
+                let at = NaiveDate::from_ymd_opt(year as i32, month as u32, day as u32)?
+                    .and_hms_micro_opt(hour as u32, minute as u32, second as u32, frac as u32)?;
+                Value::Timestamp(at.and_utc().timestamp_micros())
+            };
+            (value, 5 + used)
+        }
+        Layout::Timestamp2 { fsp } => {
+            let secs = be(data.get(..4)?) as i64;
+            let (frac, used) = fraction(*fsp, data.get(4..)?)?;
+            (Value::TimestampTz(secs * 1_000_000 + frac), 4 + used)
+        }
+        Layout::Time2 { fsp } => {
+            // MySQL's my_time_packed_from_binary: a packed value of (hour, minute, second)
+            // << 24 plus the fraction, offset to sort as unsigned.
+            let (packed, used) = match fsp.div_ceil(2) {
+                0 => ((be(data.get(..3)?) as i64 - 0x80_0000) << 24, 3),
+                1 => {
+                    let mut int = be(data.get(..3)?) as i64 - 0x80_0000;
+                    let mut frac = i64::from(*data.get(3)?);
+                    if int < 0 && frac != 0 {
+                        int += 1;
+                        frac -= 0x100;
+                    }
+                    ((int << 24) + frac * 10_000, 4)
+                }
+                2 => {
+                    let mut int = be(data.get(..3)?) as i64 - 0x80_0000;
+                    let mut frac = be(data.get(3..5)?) as i64;
+                    if int < 0 && frac != 0 {
+                        int += 1;
+                        frac -= 0x1_0000;
+                    }
+                    ((int << 24) + frac * 100, 5)
+                }
+                _ => (be(data.get(..6)?) as i64 - 0x8000_0000_0000, 6),
+            };
+            let negative = packed < 0;
+            let packed = packed.abs();
+            let (int, frac) = (packed >> 24, packed % (1 << 24));
+            let (hour, minute, second) = (
+                (int >> 12) % (1 << 10),
+                (int >> 6) % (1 << 6),
+                int % (1 << 6),
+            );
+            let micros = ((hour * 60 + minute) * 60 + second) * 1_000_000 + frac;
+            (Value::Time(if negative { -micros } else { micros }), used)
+        }
+        Layout::Prefixed { prefix } => {
+            let len = usize::try_from(le(data.get(..*prefix)?)).ok()?;
+            let bytes = data.get(*prefix..*prefix + len)?;
+            let value = match data_type {
+                DataType::Text | DataType::Set(_) => {
+                    Value::Text(match std::str::from_utf8(bytes) {
+                        Ok(s) => s.to_owned(),
+                        Err(_) => {
+                            tracing::warn!("a string that is not UTF-8: kept as text, lossily");
+                            String::from_utf8_lossy(bytes).into_owned()
+                        }
+                    })
+                }
+                DataType::Json => Value::Json(String::from_utf8(bytes.to_vec()).ok()?),
+                DataType::Enum(_) => Value::Enum(String::from_utf8(bytes.to_vec()).ok()?),
+                _ => Value::Bytes(bytes.to_vec()),
+            };
+            (value, prefix + len)
+        }
+        Layout::Packed { bytes } => {
+            let raw = le(data.get(..*bytes)?);
+            let value = match data_type {
+                DataType::Enum(labels) => Value::Enum(match raw {
+                    0 => String::new(),
+                    i => labels.get(usize::try_from(i - 1).ok()?)?.clone(),
+                }),
+                DataType::Set(labels) => Value::Text(
+                    labels
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, _)| raw >> i & 1 == 1)
+                        .map(|(_, l)| l.as_str())
+                        .collect::<Vec<_>>()
+                        .join(","),
+                ),
+                _ => return None,
+            };
+            (value, *bytes)
+        }
+        Layout::Bit { bytes } => {
+            let raw = data.get(..*bytes)?;
+            let value = match data_type {
+                DataType::Bit1 => Value::Bool(raw.iter().any(|b| *b != 0)),
+                _ => Value::Bytes(raw.to_vec()),
+            };
+            (value, *bytes)
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn binary_decimals_decode_exactly() {
+        // MySQL's documented example: DECIMAL(14,4) 1234567890.1234 is 81 0D FB 38 D2 04 D2.
+        let positive = [0x81, 0x0d, 0xfb, 0x38, 0xd2, 0x04, 0xd2];
+        assert_eq!(
+            decimal(14, 4, &positive),
+            Some(("1234567890.1234".into(), 7))
+        );
+        let negative: Vec<u8> = positive.iter().map(|b| b ^ 0xff).collect();
+        assert_eq!(
+            decimal(14, 4, &negative),
+            Some(("-1234567890.1234".into(), 7))
+        );
+        // DECIMAL(4,2) 0.00: the sign bit only.
+        assert_eq!(decimal(4, 2, &[0x80, 0x00]), Some(("0.00".into(), 2)));
+    }
+}
