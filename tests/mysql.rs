@@ -153,3 +153,74 @@ async fn kill_9_while_a_writer_runs_loses_and_repeats_nothing() {
     );
     drop(d);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_mid_snapshot_takes_the_snapshot_again() {
+    let db = mysql().await.unwrap();
+    let mut conn = db.conn().await.unwrap();
+    conn.query_drop(
+        "create table accounts (id bigint primary key, owner varchar(50) not null,
+             balance decimal(14,2) not null, version bigint not null);
+         insert into accounts select seq, concat('owner ', seq), seq, 0 from seq_1_to_150000;",
+    )
+    .await
+    .unwrap();
+    let source = format!(
+        "kind = \"mysql\"\nurl = \"{}\"\ntables = [\"{}.accounts\"]",
+        db.url, db.name
+    );
+    let setup = Setup::with_source(&source, 0, "");
+    let mut d = setup.start();
+    // Kill it while the source is in the middle of the snapshot (its gauges say so).
+    let http = reqwest::Client::new();
+    let status = format!("http://127.0.0.1:{}/api/pipelines", setup.admin_port);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(resp) = http.get(&status).send().await
+            && let Ok(s) = resp.json::<Json>().await
+        {
+            let gauges = &s[0]["source_metrics"];
+            if gauges["snapshot_running"] == 1.0
+                && gauges["snapshot_rows"].as_f64().unwrap_or(0.0) >= 4096.0
+            {
+                break;
+            }
+            assert!(
+                gauges["snapshot_running"] != 0.0,
+                "the snapshot finished before the test could interrupt it"
+            );
+        }
+        assert!(Instant::now() < deadline, "no snapshot:\n{}", d.log());
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    d.kill_9().unwrap();
+    // Row 1 may be in the log already: the second snapshot must take it away again.
+    conn.query_drop(
+        "update accounts set version = 1 where id <= 10; delete from accounts where id = 1",
+    )
+    .await
+    .unwrap();
+    d = setup.start();
+    common::wait_status(
+        &d,
+        Duration::from_secs(60),
+        "the second snapshot applied",
+        |s| {
+            s[0]["source_metrics"]["snapshot_running"] == 0.0
+                && common::sink(s)["lag_records"] == 0
+                && common::sink(s)["next_offset"].as_u64() >= Some(150_000)
+        },
+    )
+    .await;
+    let want = table(&db).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while folded(&setup) != want {
+        assert!(
+            Instant::now() < deadline,
+            "the output never matched the table after the second snapshot:\n{}",
+            d.log()
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    drop(d);
+}
