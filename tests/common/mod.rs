@@ -125,8 +125,10 @@ batch_size = 50
         files
             .iter()
             .flat_map(|f| {
-                std::fs::read_to_string(f)
-                    .unwrap()
+                let text = std::fs::read_to_string(f).unwrap();
+                // A line the sink is still writing is not output yet.
+                let complete = text.rfind('\n').map_or("", |end| &text[..end]);
+                complete
                     .lines()
                     .map(|l| serde_json::from_str(l).unwrap())
                     .collect::<Vec<Json>>()
