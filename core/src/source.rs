@@ -241,7 +241,8 @@ impl SourceContext {
         self.log.append_unsynced(records).await
     }
 
-    /// The last event the log holds durably: where the source resumes.
+    /// The last event appended to the log (see [`ChangeLog::last_record`]): where the source
+    /// resumes.
     pub async fn last_event(&self) -> Result<Option<Event>> {
         match self.log.last_record().await? {
             Some(rec) => Event::decode(&rec.value, self.log.schemas()).map(Some),

@@ -136,7 +136,9 @@ pub trait ChangeLog: Send + Sync + std::fmt::Debug + 'static {
     /// A reader positioned at `from` (the first record at or after it).
     fn reader(&self, from: u64) -> Result<Box<dyn LogReader>>;
 
-    /// The last durable record, from which a source resumes.
+    /// The last record appended — durable, or made durable by the next append (an
+    /// [`ChangeLog::append_unsynced`]) — from which a source resumes: a source that fails in
+    /// the middle of a large transaction and runs again must not append its start twice.
     async fn last_record(&self) -> Result<Option<LogRecord>>;
 
     /// Applies retention and compaction, never removing what `consumers` still need.

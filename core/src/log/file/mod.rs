@@ -306,7 +306,12 @@ impl FileLog {
 
     /// The last durable record, blocking the calling thread.
     pub fn last_record_blocking(&self) -> Result<Option<LogRecord>> {
-        let limit = self.inner.durable_end();
+        // What this process wrote counts, durable or not yet: the next append makes it so
+        // (and a crash's recovery fsyncs the tail it finds).
+        let limit = match &self.inner.writer {
+            Some(w) => w.lock().unwrap().next_offset,
+            None => self.inner.durable_end(),
+        };
         if limit == 0 {
             return Ok(None);
         }

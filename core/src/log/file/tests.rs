@@ -540,7 +540,8 @@ fn readers_see_only_durable_records() {
         .map(|r| r.offset)
         .collect();
     assert_eq!(seen, [0], "a reader saw a record that was not durable");
-    assert_eq!(log.last_record_blocking().unwrap().unwrap().offset, 0);
+    // A source resumes after what it appended (the_last_record_includes_an_unsynced_append).
+    assert_eq!(log.last_record_blocking().unwrap().unwrap().offset, 1);
     log.append_blocking(&[rec("c", "commit")]).unwrap();
     let seen: Vec<u64> = reader
         .read_available(10)
@@ -982,4 +983,31 @@ proptest! {
         }
         prop_assert_eq!(log.append_blocking(&[rec("k", "next")]).unwrap().start, expected);
     }
+}
+
+/// A source that fails in the middle of a large transaction, after appending its start
+/// without an fsync, and runs again in the same process, must resume after what it appended:
+/// those records become durable with the next append, so appending them again would put them
+/// in the log twice.
+#[test]
+fn the_last_record_includes_an_unsynced_append() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = FileLogConfig {
+        fsync: FsyncPolicy::Batch,
+        ..FileLogConfig::default()
+    };
+    let log = FileLog::open(dir.path(), config).unwrap();
+    log.append_blocking(&[rec("a", "durable")]).unwrap();
+    log.append_unsynced_blocking(&[rec("b", "open transaction, part 1")])
+        .unwrap();
+    let last = log.last_record_blocking().unwrap().unwrap();
+    assert_eq!(
+        (last.offset, last.value.as_slice()),
+        (1, b"open transaction, part 1".as_slice()),
+        "a source resuming now would append part 1 again"
+    );
+    // It is durable (and read) with the next append.
+    log.append_blocking(&[rec("c", "commit")]).unwrap();
+    let offsets: Vec<u64> = read_all(&log, 0).iter().map(|r| r.offset).collect();
+    assert_eq!(offsets, [0, 1, 2]);
 }
