@@ -138,6 +138,34 @@ batch_size = 40
     })
     .await;
 
+    // Debezium's snapshot markers, tables in name order: accounts (300 rows), items (100).
+    let markers: Vec<String> = setup
+        .output()
+        .iter()
+        .filter(|e| e["op"] == "r")
+        .map(|e| e["source"]["snapshot"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(markers.len(), 400);
+    let marker_at = |i: usize| markers[i].as_str();
+    assert_eq!(
+        [
+            marker_at(0),
+            marker_at(1),
+            marker_at(299),
+            marker_at(300),
+            marker_at(301),
+            marker_at(399)
+        ],
+        [
+            "first",
+            "true",
+            "last_in_data_collection",
+            "first_in_data_collection",
+            "true",
+            "last"
+        ]
+    );
+
     // Streaming: multi-statement transactions across both tables.
     conn.query_drop(format!(
         "start transaction; {}; {}; update accounts set balance = balance + 1, version = version + 1, note = null where id % 3 = 0; commit;

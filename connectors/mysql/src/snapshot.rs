@@ -144,6 +144,7 @@ pub async fn read(
             quote(&shape.table)
         );
         tracing::info!(table = %format!("{}.{}", shape.database, shape.table), "snapshot: reading");
+        let table_start = rows;
         let mut result = conn
             .exec_iter(sql.as_str(), ())
             .await
@@ -167,8 +168,12 @@ pub async fn read(
                     (c.name.clone(), value(c, v))
                 })
                 .collect());
+            // Debezium's markers: the snapshot's first row, each other table's first and last
+            // rows, the snapshot's last row (set when the next row or the end comes).
             place.snapshot = if rows == 0 {
                 SnapshotMarker::First
+            } else if rows == table_start {
+                SnapshotMarker::FirstInTable
             } else {
                 SnapshotMarker::True
             };
@@ -184,13 +189,12 @@ pub async fn read(
                 ctx.metrics.set("snapshot_rows", rows as f64);
             }
         }
+        if let Some(last) = pending.as_mut().filter(|_| rows > table_start) {
+            last.source.snapshot = SnapshotMarker::LastInTable;
+        }
     }
     if let Some(mut last) = pending {
-        last.source.snapshot = if rows == 1 {
-            SnapshotMarker::First
-        } else {
-            SnapshotMarker::Last
-        };
+        last.source.snapshot = SnapshotMarker::Last;
         batch.push(last);
     }
     // One durable append ends the snapshot: its rows are one unit in the log.

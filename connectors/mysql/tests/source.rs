@@ -211,6 +211,11 @@ async fn the_binlog_folds_into_what_a_fresh_snapshot_reads() {
     assert_eq!(snapshot.len(), 100);
     assert!(snapshot.iter().all(|e| e.op == Op::Read));
     assert_eq!(snapshot[0].source.snapshot, SnapshotMarker::First);
+    assert!(
+        snapshot[1..99]
+            .iter()
+            .all(|e| e.source.snapshot == SnapshotMarker::True)
+    );
     assert_eq!(snapshot[99].source.snapshot, SnapshotMarker::Last);
 
     // Streaming: single rows, a large transaction, updates, a key change, deletes.
