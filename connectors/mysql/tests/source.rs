@@ -743,3 +743,70 @@ async fn ddl_while_streaming_decodes_each_row_by_its_own_shape() {
         "each shape is a schema version of its own: {versions:?}"
     );
 }
+
+/// A source stopped in the middle of a large transaction, after appending its start without an
+/// fsync, and run again in the same process (as the runtime does after a dropped connection)
+/// appends each row once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_source_run_again_mid_transaction_appends_each_row_once() {
+    let db = mysql().await.unwrap();
+    let mut conn = db.conn().await.unwrap();
+    conn.query_drop("create table big (id int primary key, note varchar(20))")
+        .await
+        .unwrap();
+    let mut h = Harness::new(&db, "again");
+    h.config.tables = vec![format!("{}.big", db.name)];
+    let (run, cancel) = h.start();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while h.ctx.metrics.values().get("snapshot_running") != Some(&0.0) {
+        assert!(
+            Instant::now() < deadline,
+            "the source never finished its snapshot"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let durable = h.log.durable_end();
+    let size = h.log.stats().size_bytes;
+    conn.query_drop("insert into big select seq, concat('row ', seq) from seq_1_to_300000")
+        .await
+        .unwrap();
+    // Stop it once part of the transaction is written but none of it is durable yet.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while h.log.stats().size_bytes == size {
+        assert!(
+            Instant::now() < deadline,
+            "the transaction never reached the log"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    cancel.cancel();
+    run.await.unwrap().unwrap();
+    assert_eq!(
+        h.log.durable_end(),
+        durable,
+        "the whole transaction was durable before the stop: the test missed its moment"
+    );
+    let (run, cancel) = h.start();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while h.log.durable_end() < durable + 300_000 {
+        assert!(
+            Instant::now() < deadline,
+            "the log holds {} records",
+            h.log.durable_end()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    cancel.cancel();
+    run.await.unwrap().unwrap();
+    let ids: Vec<i64> = h
+        .events()
+        .iter()
+        .filter(|e| e.source.snapshot == SnapshotMarker::False)
+        .map(|e| match e.after.as_ref().and_then(|r| r.get("id")) {
+            Some(Value::Int(i)) => *i,
+            other => panic!("no id: {other:?}"),
+        })
+        .collect();
+    assert_eq!(ids.len(), 300_000, "each row of the transaction once");
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "in order, none twice");
+}
