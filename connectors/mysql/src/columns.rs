@@ -47,6 +47,36 @@ pub enum DataType {
     Geometry,
 }
 
+impl DataType {
+    /// An ENUM's label for its index (1-based; 0 is the empty string MySQL stores for a value
+    /// it refused), or `None` past its labels or for another type.
+    pub fn enum_label(&self, index: u64) -> Option<String> {
+        let DataType::Enum(labels) = self else {
+            return None;
+        };
+        match index {
+            0 => Some(String::new()),
+            i => labels.get(usize::try_from(i - 1).ok()?).cloned(),
+        }
+    }
+
+    /// A SET's labels for its bitmask, joined with commas, or `None` for another type.
+    pub fn set_labels(&self, bits: u64) -> Option<String> {
+        let DataType::Set(labels) = self else {
+            return None;
+        };
+        Some(
+            labels
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| bits >> i & 1 == 1)
+                .map(|(_, l)| l.as_str())
+                .collect::<Vec<_>>()
+                .join(","),
+        )
+    }
+}
+
 /// One column: its name, type, and how the schema record declares it.
 #[derive(Debug, Clone)]
 pub struct ColumnInfo {

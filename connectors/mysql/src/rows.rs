@@ -355,20 +355,8 @@ fn decode(layout: &Layout, data_type: &DataType, data: &[u8]) -> Option<(Value, 
         Layout::Packed { bytes } => {
             let raw = le(data.get(..*bytes)?);
             let value = match data_type {
-                DataType::Enum(labels) => Value::Enum(match raw {
-                    0 => String::new(),
-                    i => labels.get(usize::try_from(i - 1).ok()?)?.clone(),
-                }),
-                DataType::Set(labels) => Value::Text(
-                    labels
-                        .iter()
-                        .enumerate()
-                        .filter(|(i, _)| raw >> i & 1 == 1)
-                        .map(|(_, l)| l.as_str())
-                        .collect::<Vec<_>>()
-                        .join(","),
-                ),
-                _ => return None,
+                DataType::Enum(_) => Value::Enum(data_type.enum_label(raw)?),
+                _ => Value::Text(data_type.set_labels(raw)?),
             };
             (value, *bytes)
         }

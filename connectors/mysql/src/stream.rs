@@ -105,7 +105,6 @@ impl Stream<'_> {
                 .map(|row| (resume.file.clone(), resume.pos, row)),
             transaction: None,
             shapes: HashMap::new(),
-            gtid: None,
             generic_decodes: 0,
         };
         loop {
@@ -162,9 +161,9 @@ impl Stream<'_> {
                     let sql = q.query();
                     let sql = sql.trim();
                     if sql.eq_ignore_ascii_case("BEGIN") {
+                        // MySQL's GTID event has begun it already.
                         if state.transaction.is_none() {
-                            let gtid = state.gtid.take();
-                            self.begin(state, start, gtid, header.server_id(), false);
+                            self.begin(state, start, None, header.server_id(), false);
                         }
                     } else if sql.eq_ignore_ascii_case("COMMIT") {
                         self.commit(state, header.timestamp()).await?;
@@ -240,9 +239,8 @@ impl Stream<'_> {
         let (shape, decoder) = state.shape(self.ctx, &self.factory, rows.table_id(), tme)?;
         if state.transaction.is_none() {
             // A row event outside BEGIN/GTID (should not happen with ROW format): its own.
-            let gtid = state.gtid.take();
             let start = state.next_pos;
-            self.begin(state, start, gtid, self.server_id, true);
+            self.begin(state, start, None, self.server_id, true);
         }
         let op = match rows {
             RowsEventData::WriteRowsEvent(_) | RowsEventData::WriteRowsEventV1(_) => Op::Create,
@@ -364,8 +362,6 @@ struct State {
     /// Table shapes by table id, with the table map they were made from and siphon's own
     /// decoder of their row images (none where a column's type needs `mysql_common`'s).
     shapes: HashMap<u64, Mapped>,
-    /// A GTID seen before its transaction's BEGIN (MySQL's GTID then BEGIN).
-    gtid: Option<String>,
     /// Rows events read by `mysql_common`'s decoder rather than siphon's.
     generic_decodes: u64,
 }

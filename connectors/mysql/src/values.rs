@@ -43,26 +43,13 @@ fn decode(data_type: &DataType, v: My) -> Result<Value, My> {
         (DataType::Bits, My::UInt(u)) => Value::Bytes(trimmed_be(u)),
         (DataType::Text | DataType::Set(_), My::Bytes(b)) => Value::Text(utf8(b)?),
         (DataType::Json, My::Bytes(b)) => Value::Json(utf8(b)?),
-        (DataType::Enum(labels), My::Int(i)) => match i {
-            0 => Value::Enum(String::new()),
-            i => Value::Enum(
-                usize::try_from(i - 1)
-                    .ok()
-                    .and_then(|n| labels.get(n))
-                    .ok_or(My::Int(i))?
-                    .clone(),
-            ),
-        },
+        (DataType::Enum(_), My::Int(i)) => {
+            Value::Enum(data_type.enum_label(i as u64).ok_or(My::Int(i))?)
+        }
         (DataType::Enum(_), My::Bytes(b)) => Value::Enum(utf8(b)?),
-        (DataType::Set(labels), My::Int(bits)) => Value::Text(
-            labels
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| (bits as u64) >> i & 1 == 1)
-                .map(|(_, l)| l.as_str())
-                .collect::<Vec<_>>()
-                .join(","),
-        ),
+        (DataType::Set(_), My::Int(bits)) => {
+            Value::Text(data_type.set_labels(bits as u64).ok_or(My::Int(bits))?)
+        }
         (DataType::Date | DataType::DateTime | DataType::Timestamp, My::Date(0, 0, 0, ..)) => {
             Value::Null
         }

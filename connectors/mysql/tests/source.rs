@@ -131,6 +131,18 @@ impl Harness {
         (run, cancel)
     }
 
+    /// Waits until the source's snapshot is done: what is written from now on is streamed.
+    async fn wait_for_streaming(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.ctx.metrics.values().get("snapshot_running") != Some(&0.0) {
+            assert!(
+                Instant::now() < deadline,
+                "the source never finished its snapshot"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     fn events(&self) -> Vec<Event> {
         let mut reader = self.log.file_reader(0).unwrap();
         let mut out = Vec::new();
@@ -519,14 +531,7 @@ async fn row_images_agree_with_mariadb_binlog() {
     h.config.tables = vec![format!("{}.oracle", db.name)];
     let (run, cancel) = h.start();
     // The source streams from here on (its snapshot of the empty table is done).
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while h.ctx.metrics.values().get("snapshot_running") != Some(&0.0) {
-        assert!(
-            Instant::now() < deadline,
-            "the source never finished its snapshot"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    h.wait_for_streaming().await;
     let start: mysql_async::Row = conn
         .query_first("show master status")
         .await
@@ -669,14 +674,7 @@ async fn ddl_while_streaming_decodes_each_row_by_its_own_shape() {
     let mut h = Harness::new(&db, "ddl");
     h.config.tables = vec![format!("{}.t*", db.name)];
     let (run, cancel) = h.start();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while h.ctx.metrics.values().get("snapshot_running") != Some(&0.0) {
-        assert!(
-            Instant::now() < deadline,
-            "the source never finished its snapshot"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    h.wait_for_streaming().await;
     conn.query_drop(
         "insert into t1 values (1, 'one', 10, '2024-01-01');
          alter table t1 drop column b;
@@ -757,14 +755,7 @@ async fn a_source_run_again_mid_transaction_appends_each_row_once() {
     let mut h = Harness::new(&db, "again");
     h.config.tables = vec![format!("{}.big", db.name)];
     let (run, cancel) = h.start();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while h.ctx.metrics.values().get("snapshot_running") != Some(&0.0) {
-        assert!(
-            Instant::now() < deadline,
-            "the source never finished its snapshot"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    h.wait_for_streaming().await;
     let durable = h.log.durable_end();
     let size = h.log.stats().size_bytes;
     conn.query_drop("insert into big select seq, concat('row ', seq) from seq_1_to_300000")
