@@ -190,7 +190,8 @@ impl SourceMetrics {
     }
 }
 
-fn now_ms() -> i64 {
+/// Now, in milliseconds since the epoch (0 before it).
+pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)

@@ -25,6 +25,7 @@ use self::status::needs_replay_message;
 pub use self::status::{PipelineStatus, SinkProgress, SinkStatus, State};
 use crate::config::Config;
 use siphon_core::offsets::LostRecords;
+pub(crate) use siphon_core::source::now_ms;
 
 /// The running pipelines, as the admin API sees them.
 #[derive(Debug, Default)]
@@ -145,12 +146,6 @@ impl Runtime {
             .map_err(|_| ReplayError::Refused("the sink task has stopped".into()))?
             .map_err(ReplayError::Refused)
     }
-}
-
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// Runs every pipeline until `cancel` fires, then shuts down gracefully: sources stop, sinks

@@ -14,6 +14,7 @@ use siphon_core::source::{Source, SourceContext, TableInfo};
 use siphon_core::{Error, Result};
 
 pub use config::GeneratorConfig;
+use siphon_core::source::now_ms;
 
 /// The generator source.
 #[derive(Debug)]
@@ -100,12 +101,6 @@ impl GeneratorSource {
     fn limit(&self) -> Option<u64> {
         (self.config.events > 0).then_some(self.config.events)
     }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 #[async_trait]

@@ -5,6 +5,7 @@ use siphon_core::event::{Op, Row, SnapshotMarker, SourceInfo, SourcePosition, Tr
 use siphon_core::{Event, Value};
 
 use crate::columns::Shape;
+use siphon_core::source::now_ms;
 
 /// Where an event comes from: the transaction's start in the binlog (file and position), the
 /// event's index among the transaction's captured rows, and the transaction's GTID.
@@ -94,10 +95,4 @@ pub fn key_of(shape: &Shape, row: &Row) -> Row {
             (name.clone(), row.get(name).cloned().unwrap_or(Value::Null))
         })
         .collect())
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }

@@ -110,9 +110,7 @@ pub async fn read(
     (point, server_id): (&SnapshotPoint, u32),
     replaces_earlier: bool,
 ) -> Result<u64> {
-    let started_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
+    let started_ms = siphon_core::source::now_ms();
     let mut place = Place {
         file: point.file.clone(),
         pos: point.pos,

@@ -14,6 +14,7 @@ use siphon_core::source::SourceContext;
 
 use crate::catalog::{self, ColumnRef, TypeCache};
 use crate::values::{PgType, decode_cow};
+use siphon_core::source::now_ms;
 
 /// Microseconds from the Unix epoch to PostgreSQL's (2000-01-01).
 pub const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
@@ -223,10 +224,4 @@ impl EventFactory {
             schema: Some(shape.table_schema.clone()),
         }
     }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }

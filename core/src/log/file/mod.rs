@@ -23,7 +23,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use tokio::sync::watch;
@@ -37,6 +37,7 @@ use crate::log::{
     ChangeLog, Consumer, LogId, LogReader, LogRecord, LogStats, MaintenanceReport, NewRecord,
 };
 use crate::schema::SchemaRegistry;
+use crate::source::now_ms;
 use crate::{Error, Result, fsutil};
 
 /// The embedded file log. Cheap to clone; all clones share one log.
@@ -82,12 +83,6 @@ struct Writer {
     failed: Option<String>,
     last_sync: Instant,
     _lock: File,
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 impl FileLog {
