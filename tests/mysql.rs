@@ -1,6 +1,7 @@
 //! The daemon with the MySQL/MariaDB source against the real MariaDB: killed with SIGKILL
 //! three times while a writer runs, it loses and repeats nothing — the file sink's output
-//! folds into the table, row by row, and no binlog change is in it twice.
+//! folds into the table, row by row, and no binlog change is in it twice — and each restart
+//! resumes by GTID.
 
 mod common;
 
@@ -151,6 +152,12 @@ async fn kill_9_while_a_writer_runs_loses_and_repeats_nothing() {
         "{} changes for {written} transactions",
         places.len()
     );
+    // Each of the three restarts found its place by GTID state, not by file and position.
+    let by_gtid = d
+        .log()
+        .matches("streaming the binlog after this GTID state")
+        .count();
+    assert!(by_gtid >= 3, "{by_gtid} restarts by GTID:\n{}", d.log());
     drop(d);
 }
 

@@ -5,6 +5,8 @@ use std::collections::HashMap;
 use mysql_async::prelude::Queryable;
 use siphon_core::{Error, Result};
 
+use crate::gtid::GtidState;
+
 use crate::MysqlConfig;
 use crate::columns::{ColumnInfo, from_catalog};
 
@@ -222,6 +224,28 @@ pub async fn binlog_files(conn: &mut mysql_async::Conn) -> Result<Vec<String>> {
         .into_iter()
         .filter_map(|mut r| r.take::<String, _>(0))
         .collect())
+}
+
+/// MariaDB: the GTID state at the start of binlog file `file` (its GTID_LIST event): every
+/// transaction at or before it is in earlier files. `None` if the file has no such event.
+pub async fn gtid_state_at_start(
+    conn: &mut mysql_async::Conn,
+    file: &str,
+) -> Result<Option<GtidState>> {
+    let rows: Vec<mysql_async::Row> = conn
+        .query(format!(
+            "SHOW BINLOG EVENTS IN '{}' LIMIT 4",
+            file.replace('\'', "''")
+        ))
+        .await
+        .map_err(|e| my_error("reading the first events of the oldest binlog file", &e))?;
+    Ok(rows.into_iter().find_map(|mut r| {
+        let kind: String = r.take(2)?;
+        let info: String = r.take(5)?;
+        (kind == "Gtid_list")
+            .then(|| GtidState::parse(info.trim_start_matches('[').trim_end_matches(']')))
+            .flatten()
+    }))
 }
 
 /// Quotes an identifier: `a``b`.

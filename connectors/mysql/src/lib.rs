@@ -12,6 +12,7 @@ mod catalog;
 mod columns;
 mod config;
 mod events;
+mod gtid;
 mod rows;
 mod snapshot;
 mod stream;
@@ -19,19 +20,21 @@ mod values;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+use siphon_core::Event;
 use siphon_core::event::{SnapshotMarker, SourcePosition};
-use siphon_core::log::LogId;
+use siphon_core::log::{LogId, RecordFlags};
 use siphon_core::source::{SnapshotMode, Source, SourceContext, TableInfo};
 use siphon_core::{Error, Result};
 
 pub use config::MysqlConfig;
 use events::EventFactory;
-use stream::Resume;
+use gtid::{Gtid, GtidState};
+use stream::{Held, Resume};
 
 /// What the source keeps in the pipeline's checkpoint.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Checkpoint {
+pub(crate) struct Checkpoint {
     /// Whether the snapshot finished.
     snapshot_done: bool,
     /// The binlog position the snapshot is consistent with: where streaming starts.
@@ -40,6 +43,35 @@ struct Checkpoint {
     pos: u64,
     /// The change log the snapshot went into.
     log_id: Option<LogId>,
+    /// MariaDB: the GTID state, saved by the stream now and then.
+    #[serde(default)]
+    gtids: Option<GtidCheckpoint>,
+}
+
+/// MariaDB's GTID state as the stream last saved it. The log's last event names its own
+/// transaction's GTID only; the state (one GTID per replication domain) that a restart
+/// connects with is this one, brought up to date with the GTIDs of the events the log took
+/// after it was saved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct GtidCheckpoint {
+    /// The state after the last transaction read (`domain-server-sequence`, comma-separated).
+    state: String,
+    /// The log's durable end when saved.
+    log_end: u64,
+    /// The transaction being appended in parts when saved: a restart that finds only part of
+    /// it in the log connects with the state before it.
+    open: Option<OpenTransaction>,
+}
+
+/// A transaction appended in parts, and the GTID state before it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct OpenTransaction {
+    /// Its GTID.
+    gtid: String,
+    /// The state before it.
+    before: String,
 }
 
 /// The MySQL/MariaDB source of one pipeline.
@@ -135,27 +167,31 @@ impl Source for MysqlSource {
             .source_checkpoint::<Checkpoint>()?
             .filter(|c| c.log_id.as_ref() == Some(ctx.log.id()))
             .unwrap_or_default();
-        // Where the log says streaming stands: after its last streamed event.
-        let streamed = match ctx.last_event().await? {
-            Some(e) if e.source.snapshot == SnapshotMarker::False => match e.source.position {
-                SourcePosition::Mysql { file, pos, row, .. } => Some(Resume {
-                    file,
-                    pos,
-                    held: Some(u64::from(row)),
-                }),
-                _ => None,
-            },
-            _ => None,
-        };
-        let resume = streamed.or_else(|| {
-            checkpoint.snapshot_done.then(|| Resume {
+        let resume = match resume_from_log(ctx, &checkpoint).await? {
+            Some(resume) => Some(resume),
+            None => checkpoint.snapshot_done.then(|| Resume {
                 file: checkpoint.file.clone(),
                 pos: checkpoint.pos,
+                gtids: checkpoint
+                    .gtids
+                    .as_ref()
+                    .and_then(|g| GtidState::parse(&g.state))
+                    .filter(|g| !g.is_empty()),
                 held: None,
-            })
-        });
+            }),
+        };
         let files = catalog::binlog_files(&mut conn).await?;
-        let gone = resume.as_ref().is_some_and(|r| !files.contains(&r.file));
+        let gone = match &resume {
+            Some(r) if !files.contains(&r.file) => match (&r.gtids, files.first()) {
+                // By GTID (another server of the topology names its files otherwise): gone if
+                // the server's oldest binlog begins after the state.
+                (Some(state), Some(oldest)) => catalog::gtid_state_at_start(&mut conn, oldest)
+                    .await?
+                    .is_none_or(|start| !state.covers(&start)),
+                _ => true,
+            },
+            _ => false,
+        };
         let need_snapshot = match self.config.snapshot {
             SnapshotMode::Never => false,
             SnapshotMode::Initial => !checkpoint.snapshot_done,
@@ -163,10 +199,15 @@ impl Source for MysqlSource {
         };
         if gone && !need_snapshot {
             let r = resume.as_ref().expect("gone implies a position");
+            let gtid = r
+                .gtids
+                .as_ref()
+                .map(|g| format!(" (GTID state {g})"))
+                .unwrap_or_default();
             return Err(Error::permanent(format!(
                 "the server no longer holds binlog file {} (purged?), where siphon stopped reading at \
-                 position {}: the changes since are lost to it. Set snapshot = \"when_needed\" to take \
-                 a new snapshot, then rebuild the sinks",
+                 position {}{gtid}: the changes since are lost to it. Set snapshot = \"when_needed\" to \
+                 take a new snapshot, then rebuild the sinks",
                 r.file, r.pos
             )));
         }
@@ -200,10 +241,12 @@ impl Source for MysqlSource {
                 file: point.file.clone(),
                 pos: point.pos,
                 log_id: Some(ctx.log.id().clone()),
+                gtids: None,
             })?;
             Resume {
                 file: point.file,
                 pos: point.pos,
+                gtids: None,
                 held: None,
             }
         } else if let Some(resume) = resume {
@@ -223,16 +266,23 @@ impl Source for MysqlSource {
                 file: file.clone(),
                 pos,
                 log_id: Some(ctx.log.id().clone()),
+                gtids: None,
             })?;
             Resume {
                 file,
                 pos,
+                gtids: None,
                 held: None,
             }
         };
         drop(conn);
+        let checkpoint = ctx
+            .offsets
+            .source_checkpoint::<Checkpoint>()?
+            .unwrap_or_default();
         stream::Stream {
             ctx,
+            checkpoint,
             config: &self.config,
             opts: self.opts()?,
             factory,
@@ -242,4 +292,88 @@ impl Source for MysqlSource {
         .run(resume)
         .await
     }
+}
+
+/// Where streaming resumes when the log's last event is a streamed one: at the start of its
+/// transaction, skipping the rows the log holds of it; on MariaDB by GTID state.
+async fn resume_from_log(ctx: &SourceContext, checkpoint: &Checkpoint) -> Result<Option<Resume>> {
+    let Some(record) = ctx.log.last_record().await? else {
+        return Ok(None);
+    };
+    let event = Event::decode(&record.value, ctx.log.schemas())?;
+    if event.source.snapshot != SnapshotMarker::False {
+        return Ok(None);
+    }
+    let SourcePosition::Mysql {
+        file,
+        pos,
+        row,
+        gtid,
+        ..
+    } = event.source.position
+    else {
+        return Ok(None);
+    };
+    let ended = record.flags.contains(RecordFlags::TXN_END);
+    let gtids = match (gtid.as_deref().and_then(Gtid::parse), &checkpoint.gtids) {
+        (Some(last), Some(saved)) => gtids_at(ctx, saved, last, ended)?,
+        _ => None,
+    };
+    // By GTID past a whole transaction, the server does not send it again.
+    let held = (gtids.is_none() || !ended).then(|| Held {
+        gtid,
+        file: file.clone(),
+        pos,
+        row: u64::from(row),
+    });
+    Ok(Some(Resume {
+        file,
+        pos,
+        gtids,
+        held,
+    }))
+}
+
+/// The GTID state to connect with: the saved one, brought up to date with the GTIDs of the
+/// events the log took after it was saved, and set back to before the last event's
+/// transaction when the log holds only part of it. `None` (connect by file and position)
+/// where the checkpoint cannot tell.
+fn gtids_at(
+    ctx: &SourceContext,
+    saved: &GtidCheckpoint,
+    last: Gtid,
+    ended: bool,
+) -> Result<Option<GtidState>> {
+    let Some(mut state) = GtidState::parse(&saved.state) else {
+        return Ok(None);
+    };
+    let mut reader = ctx.log.reader(saved.log_end.max(ctx.log.start_offset()))?;
+    loop {
+        let records = reader.read_available(1024)?;
+        if records.is_empty() {
+            break;
+        }
+        for record in records {
+            let event = Event::decode(&record.value, ctx.log.schemas())?;
+            if let (SnapshotMarker::False, SourcePosition::Mysql { gtid: Some(g), .. }) =
+                (event.source.snapshot, &event.source.position)
+                && let Some(g) = Gtid::parse(g)
+            {
+                state.advance(g);
+            }
+        }
+    }
+    state.advance(last);
+    if !ended {
+        let Some(before) = saved
+            .open
+            .as_ref()
+            .filter(|open| open.gtid == last.to_string())
+            .and_then(|open| GtidState::parse(&open.before))
+        else {
+            return Ok(None);
+        };
+        state.rewind(last.domain, before.get(last.domain));
+    }
+    Ok(Some(state).filter(|s| !s.is_empty()))
 }

@@ -22,15 +22,18 @@ use siphon_core::json::format_uuid;
 use siphon_core::source::SourceContext;
 use siphon_core::{Error, Event, KeyChange, Result};
 
-use crate::MysqlConfig;
 use crate::catalog::my_error;
 use crate::columns::{DataType, Shape, from_table_map};
 use crate::events::{EventFactory, Place, key_of};
+use crate::gtid::{Gtid, GtidState};
 use crate::rows::RowDecoder;
 use crate::values::value;
+use crate::{Checkpoint, GtidCheckpoint, MysqlConfig, OpenTransaction};
 
 /// Events of an open transaction appended (without waiting) once this many are held.
 const PART: usize = 4096;
+/// How often, at most, a stream under load saves its GTID state.
+const GTID_SAVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 /// MariaDB's event types that `mysql_common` does not know.
 const MARIADB_ANNOTATE_ROWS: u8 = 160;
 const MARIADB_GTID: u8 = 162;
@@ -47,13 +50,46 @@ pub struct Resume {
     pub file: String,
     /// Position in it: the start of a transaction.
     pub pos: u64,
-    /// The log holds the rows of the transaction starting here up to this index.
-    pub held: Option<u64>,
+    /// MariaDB: the GTID state to connect with (`@slave_connect_state`); the server then
+    /// sends every transaction after it, wherever it is. `None`: by file and position.
+    pub gtids: Option<GtidState>,
+    /// The transaction the log holds rows of, up to an index: skipped up to it.
+    pub held: Option<Held>,
+}
+
+/// A transaction of which the log holds the rows up to an index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    /// Its GTID, when the server gives one (then it names the transaction).
+    pub gtid: Option<String>,
+    /// Its binlog file and start (they name it without a GTID).
+    pub file: String,
+    /// Position of its first event.
+    pub pos: u64,
+    /// Index of the last row held.
+    pub row: u64,
+}
+
+impl Held {
+    /// Whether `place` is a row of this transaction that the log holds.
+    fn holds(&self, place: &Place, index: u64) -> bool {
+        self.is(place) && index <= self.row
+    }
+
+    /// Whether `place` is in this transaction.
+    fn is(&self, place: &Place) -> bool {
+        match (&self.gtid, &place.gtid) {
+            (Some(held), Some(gtid)) => held == gtid,
+            _ => self.file == place.file && self.pos == place.pos,
+        }
+    }
 }
 
 /// A transaction being read.
 struct Transaction {
     place: Place,
+    /// The GTID state before it (MariaDB).
+    gtids_before: Option<GtidState>,
     events: Vec<Event>,
     /// Events of it already appended (parts of a large transaction).
     appended: bool,
@@ -64,6 +100,8 @@ struct Transaction {
 /// The stream of one pipeline's source.
 pub struct Stream<'a> {
     pub ctx: &'a SourceContext,
+    /// The source's checkpoint, which the stream saves its GTID state into.
+    pub checkpoint: Checkpoint,
     pub config: &'a MysqlConfig,
     pub opts: mysql_async::Opts,
     pub factory: EventFactory,
@@ -77,11 +115,32 @@ impl Stream<'_> {
         let mut conn = mysql_async::Conn::new(self.opts.clone())
             .await
             .map_err(|e| my_error("connecting for the binlog", &e))?;
+        // The first Rotate carries the checksum after the file name (mysql_async#189).
+        let checksum: Option<String> = conn
+            .query_first("SELECT @@binlog_checksum")
+            .await
+            .map_err(|e| my_error("reading binlog_checksum", &e))?;
+        let checksummed = checksum.is_some_and(|c| !c.eq_ignore_ascii_case("NONE"));
+        // MariaDB: the GTID state the stream keeps from here on.
+        let gtids = match (&resume.gtids, self.mariadb) {
+            (Some(gtids), _) => Some(gtids.clone()),
+            (None, true) => {
+                let at: Option<String> = conn
+                    .exec_first("SELECT BINLOG_GTID_POS(?, ?)", (&resume.file, resume.pos))
+                    .await
+                    .map_err(|e| my_error("reading the GTID state at the binlog position", &e))?;
+                at.as_deref().and_then(GtidState::parse)
+            }
+            (None, false) => None,
+        };
         let heartbeat_ns = self.config.heartbeat_interval.0.as_nanos();
         let mut setup = vec![format!("SET @master_heartbeat_period = {heartbeat_ns}")];
         if self.mariadb {
             // Real GTID events (type 162) instead of their MySQL-compatible stand-ins.
             setup.push("SET @mariadb_slave_capability = 4".into());
+        }
+        if let Some(state) = &resume.gtids {
+            setup.push(format!("SET @slave_connect_state = '{state}'"));
         }
         for sql in setup {
             conn.query_drop(&sql)
@@ -95,21 +154,37 @@ impl Stream<'_> {
             .get_binlog_stream(request)
             .await
             .map_err(|e| my_error("requesting the binlog", &e))?;
-        tracing::info!(file = %resume.file, pos = resume.pos, server_id = self.server_id, "streaming the binlog");
+        match &resume.gtids {
+            Some(state) => {
+                tracing::info!(gtid = %state, server_id = self.server_id, "streaming the binlog after this GTID state");
+            }
+            None => {
+                tracing::info!(file = %resume.file, pos = resume.pos, server_id = self.server_id, "streaming the binlog");
+            }
+        }
         self.ctx.metrics.connected();
         let mut state = State {
             file: resume.file.clone(),
             next_pos: resume.pos,
-            held: resume
-                .held
-                .map(|row| (resume.file.clone(), resume.pos, row)),
+            checksummed_rotate: checksummed,
+            held: resume.held,
             transaction: None,
             shapes: HashMap::new(),
             generic_decodes: 0,
+            gtids,
+            gtids_saved: None,
         };
+        self.save_gtids(&mut state, None, true)?;
         loop {
             let next = tokio::select! {
-                () = self.ctx.cancel.cancelled() => return Ok(()),
+                () = self.ctx.cancel.cancelled() => {
+                    // Stopped between transactions: the state is exact, for a restart by GTID
+                    // on a server that no longer holds this binlog file.
+                    if state.transaction.is_none() {
+                        self.save_gtids(&mut state, None, true)?;
+                    }
+                    return Ok(());
+                }
                 next = stream.next() => next,
             };
             let event = match next {
@@ -130,11 +205,30 @@ impl Stream<'_> {
         let header = event.header();
         let kind = header.event_type_raw();
         let artificial = header.flags_raw() & LOG_EVENT_ARTIFICIAL_F != 0 || header.log_pos() == 0;
-        let start = state.next_pos;
+        // Where this event starts: from its own header (a stream resumed by GTID does not
+        // begin where the previous event ended), else after the last one.
+        let start = if artificial {
+            state.next_pos
+        } else {
+            u64::from(header.log_pos()).saturating_sub(u64::from(header.event_size()))
+        };
         match kind {
             MARIADB_GTID => {
                 if let Some((gtid, standalone)) = mariadb_gtid(event.data(), header.server_id()) {
-                    self.begin(state, start, Some(gtid), header.server_id(), standalone);
+                    let before = state.gtids.clone();
+                    if let Some(state) = &mut state.gtids {
+                        state.advance(gtid);
+                    }
+                    self.begin(
+                        state,
+                        start,
+                        Some(gtid.to_string()),
+                        header.server_id(),
+                        standalone,
+                    );
+                    if let Some(t) = &mut state.transaction {
+                        t.gtids_before = before;
+                    }
                 }
             }
             MARIADB_ANNOTATE_ROWS => {}
@@ -148,8 +242,8 @@ impl Stream<'_> {
                 .map_err(|e| Error::permanent(format!("decoding a binlog event: {e}")))?
             {
                 Some(EventData::RotateEvent(rotate)) => {
-                    let name = rotate.name().into_owned();
-                    state.file = rotated_to(name, &state.file, artificial);
+                    state.file = rotated_to(rotate.name_raw(), state.checksummed_rotate);
+                    state.checksummed_rotate = false;
                     state.next_pos = rotate.position();
                     return Ok(());
                 }
@@ -181,6 +275,7 @@ impl Stream<'_> {
                 }
                 Some(EventData::HeartbeatEvent) if state.transaction.is_none() => {
                     self.ctx.metrics.caught_up();
+                    self.save_gtids(state, None, true)?;
                 }
                 _ => {}
             },
@@ -210,6 +305,7 @@ impl Stream<'_> {
                 ts_ms: 0,
                 snapshot: SnapshotMarker::False,
             },
+            gtids_before: None,
             events: Vec::new(),
             appended: false,
             standalone,
@@ -310,14 +406,32 @@ impl Stream<'_> {
                 let index = transaction.place.row;
                 transaction.place.row += 1;
                 set_row(&mut event, index);
-                let held = state.held.as_ref().is_some_and(|(f, p, r)| {
-                    *f == transaction.place.file && *p == transaction.place.pos && index <= *r
-                });
+                let held = state
+                    .held
+                    .as_ref()
+                    .is_some_and(|h| h.holds(&transaction.place, index));
                 if !held {
                     transaction.events.push(event);
                 }
             }
             if transaction.events.len() >= PART {
+                if !transaction.appended {
+                    // A restart that finds part of this transaction in the log connects with
+                    // the state before it: saved before the part is written.
+                    let open = transaction
+                        .place
+                        .gtid
+                        .clone()
+                        .zip(transaction.gtids_before.clone());
+                    let open = open.map(|(gtid, before)| OpenTransaction {
+                        gtid,
+                        before: before.to_string(),
+                    });
+                    if open.is_some() {
+                        self.save_gtids(state, open, false)?;
+                    }
+                }
+                let transaction = state.transaction.as_mut().expect("begun above");
                 let part = std::mem::take(&mut transaction.events);
                 self.ctx.append_open_transaction(&part).await?;
                 transaction.appended = true;
@@ -334,7 +448,7 @@ impl Stream<'_> {
         if state
             .held
             .as_ref()
-            .is_some_and(|(f, p, _)| *f == transaction.place.file && *p == transaction.place.pos)
+            .is_some_and(|h| h.is(&transaction.place))
         {
             state.held = None;
         }
@@ -346,6 +460,47 @@ impl Stream<'_> {
             self.ctx.append(&transaction.events, true).await?;
             self.ctx.metrics.committed(commit_ms);
         }
+        self.save_gtids(state, None, false)
+    }
+
+    /// Saves the GTID state in the checkpoint, with the log's end it is current at: at most
+    /// once a second unless `open` (a transaction about to be appended in parts) or `idle`
+    /// with a state not saved yet. A restart reads the log's events after that end to bring
+    /// the state up to the log's last event.
+    fn save_gtids(
+        &self,
+        state: &mut State,
+        open: Option<OpenTransaction>,
+        idle: bool,
+    ) -> Result<()> {
+        let Some(gtids) = &state.gtids else {
+            return Ok(());
+        };
+        if state.held.is_some() && open.is_none() {
+            // Resumed inside a transaction: the checkpoint keeps the state before it until
+            // that transaction is read again to its end.
+            return Ok(());
+        }
+        let now = std::time::Instant::now();
+        let due = match &state.gtids_saved {
+            None => true,
+            Some((at, saved)) => {
+                open.is_some()
+                    || (saved != gtids && (idle || now.duration_since(*at) >= GTID_SAVE_INTERVAL))
+            }
+        };
+        if !due {
+            return Ok(());
+        }
+        self.ctx.offsets.save_source_checkpoint(&Checkpoint {
+            gtids: Some(GtidCheckpoint {
+                state: gtids.to_string(),
+                log_end: self.ctx.log.durable_end(),
+                open,
+            }),
+            ..self.checkpoint.clone()
+        })?;
+        state.gtids_saved = Some((now, gtids.clone()));
         Ok(())
     }
 }
@@ -356,8 +511,14 @@ struct State {
     file: String,
     /// The position after the last event read: where the next one starts.
     next_pos: u64,
-    /// The transaction the log holds rows of (file, start, last index held), skipped up to it.
-    held: Option<(String, u64, u64)>,
+    /// The next Rotate is the stream's first, whose file name ends in the checksum's bytes.
+    checksummed_rotate: bool,
+    /// The transaction the log holds rows of, skipped up to the last row held.
+    held: Option<Held>,
+    /// MariaDB: the GTID state after the last transaction read.
+    gtids: Option<GtidState>,
+    /// When the GTID state was last saved, and what it was.
+    gtids_saved: Option<(std::time::Instant, GtidState)>,
     transaction: Option<Transaction>,
     /// Table shapes by table id, with the table map they were made from and siphon's own
     /// decoder of their row images (none where a column's type needs `mysql_common`'s).
@@ -492,24 +653,31 @@ fn set_row(event: &mut Event, index: u64) {
     }
 }
 
-/// A MariaDB GTID event's GTID (`domain-server-sequence`) and whether its transaction stands
-/// alone (a DDL: no BEGIN/COMMIT around it). Body: sequence (8 bytes), domain (4), flags (1).
-fn mariadb_gtid(body: &[u8], server_id: u32) -> Option<(String, bool)> {
+/// A MariaDB GTID event's GTID and whether its transaction stands alone (a DDL: no
+/// BEGIN/COMMIT around it). Body: sequence (8 bytes), domain (4), flags (1).
+fn mariadb_gtid(body: &[u8], server: u32) -> Option<(Gtid, bool)> {
     let seq = u64::from_le_bytes(body.get(0..8)?.try_into().ok()?);
     let domain = u32::from_le_bytes(body.get(8..12)?.try_into().ok()?);
     let standalone = body.get(12)? & 1 != 0;
-    Some((format!("{domain}-{server_id}-{seq}"), standalone))
+    Some((
+        Gtid {
+            domain,
+            server,
+            seq,
+        },
+        standalone,
+    ))
 }
 
-/// The file a Rotate event moves to. MariaDB's first (artificial) Rotate, sent before the
-/// format description, carries the checksum's 4 bytes after the name (mysql_async#189): for
-/// it the file asked for is the one to keep.
-fn rotated_to(name: String, current: &str, artificial: bool) -> String {
-    if artificial && name.starts_with(current) && !current.is_empty() {
-        current.to_owned()
-    } else {
-        name
-    }
+/// The file a Rotate event moves to. The stream's first Rotate, which the server makes up and
+/// sends before the format description, carries the checksum's 4 bytes after the name, which
+/// `mysql_common` cannot strip before it knows the format (mysql_async#189).
+fn rotated_to(name: &[u8], checksummed: bool) -> String {
+    let name = match name.len().checked_sub(4) {
+        Some(end) if checksummed => &name[..end],
+        _ => name,
+    };
+    String::from_utf8_lossy(name).into_owned()
 }
 
 #[cfg(test)]
@@ -528,8 +696,12 @@ mod tests {
             0x93, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x29, 0, 0, 0, 0, 0, 0, 0xd2, 0x14, 0x8e,
             0x9e,
         ];
-        assert_eq!(mariadb_gtid(&trans, 1), Some(("0-1-658".into(), false)));
-        assert_eq!(mariadb_gtid(&ddl, 1), Some(("0-1-659".into(), true)));
+        let text = |g: Option<(Gtid, bool)>| g.map(|(g, s)| (g.to_string(), s));
+        assert_eq!(
+            text(mariadb_gtid(&trans, 1)),
+            Some(("0-1-658".into(), false))
+        );
+        assert_eq!(text(mariadb_gtid(&ddl, 1)), Some(("0-1-659".into(), true)));
         assert_eq!(
             mariadb_gtid(&trans[..12], 1),
             None,
@@ -538,19 +710,11 @@ mod tests {
     }
 
     #[test]
-    fn the_first_rotate_keeps_the_file_asked_for() {
-        let with_checksum = "mysql-bin.000007\u{1}\u{2}\u{3}\u{4}".to_owned();
+    fn the_first_rotate_loses_its_checksum_bytes() {
         assert_eq!(
-            rotated_to(with_checksum, "mysql-bin.000007", true),
+            rotated_to(b"mysql-bin.000007\xe1\xb1\x62\xae", true),
             "mysql-bin.000007"
         );
-        assert_eq!(
-            rotated_to("mysql-bin.000008".into(), "mysql-bin.000007", false),
-            "mysql-bin.000008"
-        );
-        assert_eq!(
-            rotated_to("mysql-bin.000001".into(), "", true),
-            "mysql-bin.000001"
-        );
+        assert_eq!(rotated_to(b"mysql-bin.000008", false), "mysql-bin.000008");
     }
 }

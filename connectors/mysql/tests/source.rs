@@ -5,21 +5,19 @@
 //! snapshot of the same table reads (the binary protocol decoded independently of the binlog),
 //! row by row, and no change is in the log twice.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use mysql_async::prelude::Queryable;
 use siphon_core::event::{Op, SnapshotMarker};
-use siphon_core::log::file::FileLog;
-use siphon_core::log::{ChangeLog, LogReader};
-use siphon_core::offsets::OffsetStore;
-use siphon_core::source::{SnapshotMode, Source, SourceContext};
-use siphon_core::units::HumanDuration;
+use siphon_core::log::ChangeLog;
+use siphon_core::source::Source;
 use siphon_core::{Event, Row, SourcePosition, Value};
-use siphon_source_mysql::{MysqlConfig, MysqlSource};
-use siphon_test_support::{MysqlDatabase, mysql};
-use tokio_util::sync::CancellationToken;
+use siphon_source_mysql::MysqlSource;
+use siphon_test_support::mysql;
+
+mod harness;
+use harness::{Harness, fold};
 
 const TABLE: &str = "create table items (
     id bigint primary key,
@@ -67,137 +65,6 @@ fn insert(from: i64, to: i64) -> String {
         "insert into items (id, name, amount, n, big, small, f, r, d, dt, ts, e, s, flag, bits, bin, j, t, y, tm) values {}",
         values.join(", ")
     )
-}
-
-struct Harness {
-    _dir: tempfile::TempDir,
-    log: FileLog,
-    ctx: SourceContext,
-    config: MysqlConfig,
-}
-
-impl Harness {
-    fn new(db: &MysqlDatabase, pipeline: &str) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let log = FileLog::open(dir.path().join("log"), Default::default()).unwrap();
-        let ctx = SourceContext {
-            pipeline: pipeline.into(),
-            log: Arc::new(log.clone()),
-            offsets: OffsetStore::open(dir.path().join("offsets")).unwrap(),
-            cancel: CancellationToken::new(),
-            metrics: Default::default(),
-        };
-        let config = MysqlConfig {
-            url: siphon_core::ConnectionUrl::new(db.url.clone()),
-            password: None,
-            password_file: None,
-            tables: vec![format!("{}.items", db.name)],
-            server_id: None,
-            snapshot: SnapshotMode::Initial,
-            heartbeat_interval: HumanDuration(Duration::from_millis(500)),
-        };
-        Harness {
-            _dir: dir,
-            log,
-            ctx,
-            config,
-        }
-    }
-
-    /// Runs the source until cancelled, retrying transient errors as the runtime does.
-    fn start(
-        &self,
-    ) -> (
-        tokio::task::JoinHandle<siphon_core::Result<()>>,
-        CancellationToken,
-    ) {
-        let cancel = CancellationToken::new();
-        let ctx = SourceContext {
-            cancel: cancel.clone(),
-            ..self.ctx.clone()
-        };
-        let mut source = MysqlSource::new(&ctx.pipeline, self.config.clone());
-        let run = tokio::spawn(async move {
-            loop {
-                match source.run(&ctx).await {
-                    Err(e) if e.is_transient() && !ctx.cancel.is_cancelled() => {
-                        tracing::info!(error = %e, "retrying");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                    done => return done,
-                }
-            }
-        });
-        (run, cancel)
-    }
-
-    /// Waits until the source's snapshot is done: what is written from now on is streamed.
-    async fn wait_for_streaming(&self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while self.ctx.metrics.values().get("snapshot_running") != Some(&0.0) {
-            assert!(
-                Instant::now() < deadline,
-                "the source never finished its snapshot"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    fn events(&self) -> Vec<Event> {
-        let mut reader = self.log.file_reader(0).unwrap();
-        let mut out = Vec::new();
-        loop {
-            let batch = reader.read_available(100_000).unwrap();
-            if batch.is_empty() {
-                return out;
-            }
-            out.extend(
-                batch
-                    .into_iter()
-                    .map(|r| Event::decode(&r.value, self.log.schemas()).unwrap()),
-            );
-        }
-    }
-
-    /// Waits until the folded log holds exactly these ids.
-    async fn wait_for_ids(&self, what: &str, ids: &BTreeSet<i64>) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let folded = fold(&self.events());
-            if folded.keys().copied().collect::<BTreeSet<_>>() == *ids {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{what}: the log holds {} rows, the table {}",
-                folded.len(),
-                ids.len()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-}
-
-/// Folds events into id → row.
-fn fold(events: &[Event]) -> BTreeMap<i64, Row> {
-    let mut rows = BTreeMap::new();
-    let id = |r: &Row| match r.get("id") {
-        Some(Value::Int(i)) => *i,
-        other => panic!("no id: {other:?}"),
-    };
-    for e in events {
-        match e.op {
-            Op::Create | Op::Read | Op::Update => {
-                let after = e.after.clone().unwrap();
-                rows.insert(id(&after), after);
-            }
-            Op::Delete => {
-                rows.remove(&id(e.before.as_ref().unwrap()));
-            }
-            Op::Truncate => rows.clear(),
-        }
-    }
-    rows
 }
 
 async fn ids(conn: &mut mysql_async::Conn) -> BTreeSet<i64> {
