@@ -16,7 +16,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD as BASE64, URL_SAFE};
 use serde_json::{Map, Value as Json, json};
 
-use crate::event::{Event, Row, Value};
+use crate::event::{Event, Row, SourcePosition, Value};
 use crate::json::{
     Fraction, UNAVAILABLE, float_json, format_date, format_interval, format_time, format_timestamp,
 };
@@ -241,7 +241,11 @@ pub fn value(value: &Value, column: Option<&Column>, modes: &Modes) -> Json {
         Value::Float64(f) => float_json(*f),
         Value::Decimal(s) => decimal(s, kind, modes.decimal),
         Value::Text(s) | Value::Json(s) | Value::Enum(s) => json!(s),
-        Value::Bytes(b) => bytes(b, modes.binary),
+        Value::Bytes(b) => match mysql_type(column) {
+            Some(MysqlType::Bits(n)) => json!(BASE64.encode(mysql_bits_le(b, n))),
+            Some(MysqlType::Geometry) => mysql_geometry(b),
+            _ => bytes(b, modes.binary),
+        },
         // The hyphenated text, as in the store encoding.
         Value::Uuid(_) => crate::json::value_json(value),
         Value::Date(days) => match modes.time {
@@ -307,31 +311,7 @@ pub fn envelope_schema(event: &Event, schema: &TableSchema, modes: &Modes) -> Js
         "fields": [
             row("before"),
             row("after"),
-            {
-                "type": "struct",
-                "fields": [
-                    field("string", false, "version"),
-                    field("string", false, "connector"),
-                    field("string", false, "name"),
-                    field("int64", false, "ts_ms"),
-                    snapshot,
-                    field("string", false, "db"),
-                    field("string", true, "sequence"),
-                    field("int64", true, "ts_us"),
-                    field("int64", true, "ts_ns"),
-                    field("string", false, "schema"),
-                    field("string", false, "table"),
-                    field("int64", true, "txId"),
-                    field("int64", true, "lsn"),
-                    field("int64", true, "xmin"),
-                    field("string", true, "origin"),
-                    field("int64", true, "origin_lsn"),
-                ],
-                "optional": false,
-                "name": "io.debezium.connector.postgresql.Source",
-                "version": 1,
-                "field": "source",
-            },
+            source_schema(event, snapshot),
             {
                 "type": "struct",
                 "fields": [
@@ -352,6 +332,57 @@ pub fn envelope_schema(event: &Event, schema: &TableSchema, modes: &Modes) -> Js
         "optional": false,
         "name": format!("{prefix}.Envelope"),
         "version": 2,
+    })
+}
+
+/// Debezium's `source` struct of the event's connector.
+fn source_schema(event: &Event, snapshot: Json) -> Json {
+    let field = |ty: &str, optional: bool, name: &str| json!({"type": ty, "optional": optional, "field": name});
+    let mut fields = vec![
+        field("string", false, "version"),
+        field("string", false, "connector"),
+        field("string", false, "name"),
+        field("int64", false, "ts_ms"),
+        snapshot,
+        field("string", false, "db"),
+        field("string", true, "sequence"),
+        field("int64", true, "ts_us"),
+        field("int64", true, "ts_ns"),
+    ];
+    let name = match event.source.position {
+        SourcePosition::Mysql { .. } => {
+            fields.extend([
+                field("string", true, "table"),
+                field("int64", false, "server_id"),
+                field("string", true, "gtid"),
+                field("string", false, "file"),
+                field("int64", false, "pos"),
+                field("int32", false, "row"),
+                field("int64", true, "thread"),
+                field("string", true, "query"),
+            ]);
+            "io.debezium.connector.mysql.Source"
+        }
+        _ => {
+            fields.extend([
+                field("string", false, "schema"),
+                field("string", false, "table"),
+                field("int64", true, "txId"),
+                field("int64", true, "lsn"),
+                field("int64", true, "xmin"),
+                field("string", true, "origin"),
+                field("int64", true, "origin_lsn"),
+            ]);
+            "io.debezium.connector.postgresql.Source"
+        }
+    };
+    json!({
+        "type": "struct",
+        "fields": fields,
+        "optional": false,
+        "name": name,
+        "version": 1,
+        "field": "source",
     })
 }
 
@@ -386,6 +417,9 @@ fn kind_schema(kind: &ColumnKind, column: &Column, modes: &Modes) -> Json {
     match kind {
         ColumnKind::Bool => plain("boolean"),
         ColumnKind::Int16 => plain("int16"),
+        ColumnKind::Int32 if mysql_type(Some(column)) == Some(MysqlType::Year) => {
+            named("int32", "io.debezium.time.Year")
+        }
         ColumnKind::Int32 => plain("int32"),
         ColumnKind::Int64 => plain("int64"),
         ColumnKind::Float32 => plain("float"),
@@ -394,12 +428,30 @@ fn kind_schema(kind: &ColumnKind, column: &Column, modes: &Modes) -> Json {
             decimal_schema(*precision, *scale, modes.decimal)
         }
         ColumnKind::Text { .. } => plain("string"),
-        // Debezium turns bytes into text in its string modes; `bytes` stays bytes.
-        ColumnKind::Bytes => plain(if modes.binary == BinaryMode::Bytes {
-            "bytes"
-        } else {
-            "string"
-        }),
+        ColumnKind::Bytes => match mysql_type(Some(column)) {
+            Some(MysqlType::Bits(n)) => {
+                let mut s = named("bytes", "io.debezium.data.Bits");
+                s["parameters"] = json!({"length": n.to_string()});
+                s
+            }
+            Some(MysqlType::Geometry) => json!({
+                "type": "struct",
+                "fields": [
+                    {"type": "bytes", "optional": false, "field": "wkb"},
+                    {"type": "int32", "optional": true, "field": "srid"},
+                ],
+                "optional": true,
+                "name": "io.debezium.data.geometry.Geometry",
+                "version": 1,
+                "doc": "Geometry",
+            }),
+            // Debezium turns bytes into text in its string modes; `bytes` stays bytes.
+            _ => plain(if modes.binary == BinaryMode::Bytes {
+                "bytes"
+            } else {
+                "string"
+            }),
+        },
         ColumnKind::Json { .. } => named("string", "io.debezium.data.Json"),
         ColumnKind::Uuid => named("string", "io.debezium.data.Uuid"),
         ColumnKind::Enum { labels } => {
@@ -645,6 +697,50 @@ fn other(type_name: &str, text: &str, column: Option<&Column>, modes: &Modes) ->
         return json!(BASE64.encode(bits_le(text)));
     }
     json!(text)
+}
+
+/// MySQL types whose Debezium form is not what their kind gives. A MySQL column has no type
+/// id (PostgreSQL's always has its OID); its type name is MySQL's own spelling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MysqlType {
+    /// `bit(n)`, n > 1: Debezium's Bits, little-endian.
+    Bits(i32),
+    /// Any geometry: Debezium's Geometry struct (WKB and SRID).
+    Geometry,
+    /// `year`: Debezium's Year.
+    Year,
+}
+
+fn mysql_type(column: Option<&Column>) -> Option<MysqlType> {
+    let column = column.filter(|c| c.type_id == 0)?;
+    match column.type_name.as_str() {
+        "geometry" => Some(MysqlType::Geometry),
+        "year" => Some(MysqlType::Year),
+        name if name.starts_with("bit(") && column.type_modifier > 1 => {
+            Some(MysqlType::Bits(column.type_modifier))
+        }
+        _ => None,
+    }
+}
+
+/// A MySQL bit value (its bytes most significant first, as the server sends them) as Debezium
+/// writes it: little-endian, one byte per 8 bits of the column, rounded up.
+fn mysql_bits_le(big_endian: &[u8], bits: i32) -> Vec<u8> {
+    let size = usize::try_from(bits).unwrap_or(0).div_ceil(8);
+    let mut out: Vec<u8> = big_endian.iter().rev().copied().take(size).collect();
+    out.resize(size, 0);
+    out
+}
+
+/// MySQL's internal geometry (SRID, 4 bytes little-endian, then WKB) as Debezium's Geometry:
+/// the WKB and the SRID, null when 0.
+fn mysql_geometry(internal: &[u8]) -> Json {
+    let (srid, wkb) = internal.split_at(internal.len().min(4));
+    let srid = <[u8; 4]>::try_from(srid).map_or(0, u32::from_le_bytes);
+    json!({
+        "wkb": BASE64.encode(wkb),
+        "srid": (srid != 0).then_some(srid),
+    })
 }
 
 /// `$1,234.56` / `-$0.50` / `1.234,56 €` as a plain decimal: the digits, the sign and the
@@ -961,5 +1057,104 @@ mod tests {
         assert!(err.contains("adaptive_time_microseconds"), "{err}");
         let err = Modes::default().set("snapshot.mode=never").unwrap_err();
         assert!(err.contains("allowed: decimal.handling.mode"), "{err}");
+    }
+
+    /// MySQL's types as Debezium's MySQL connector documents them (its MariaDB connector
+    /// shares the converters; neither runs against MariaDB 10.11 here): `bit(n)` as
+    /// io.debezium.data.Bits, little-endian and ceil(n/8) bytes long; geometry as
+    /// io.debezium.data.geometry.Geometry {wkb, srid} (srid null for 0); `year` as
+    /// io.debezium.time.Year; `time` as MicroTime and `datetime(p)` as Timestamp (p ≤ 3) or
+    /// MicroTimestamp in adaptive_time_microseconds, the connector's default.
+    #[test]
+    fn mysql_types_come_out_as_debezium_documents_them() {
+        let mysql = |type_name: &str, type_modifier: i32, kind: ColumnKind| Column {
+            type_name: type_name.into(),
+            ..column(0, type_modifier, kind)
+        };
+        let mut modes = Modes::default();
+        modes
+            .set("time.precision.mode=adaptive_time_microseconds")
+            .unwrap();
+        let bits = mysql("bit(12)", 12, ColumnKind::Bytes);
+        // b'1010 0000 0011' as the server sends it: 0x0a 0x03.
+        assert_eq!(
+            value(&Value::Bytes(vec![0x0a, 0x03]), Some(&bits), &modes),
+            json!(BASE64.encode([0x03, 0x0a]))
+        );
+        assert_eq!(
+            value(&Value::Bytes(vec![0x01]), Some(&bits), &modes),
+            json!(BASE64.encode([0x01, 0x00])),
+            "padded to the column's bytes"
+        );
+        let bits_schema = kind_schema(&bits.kind, &bits, &modes);
+        assert_eq!(bits_schema["name"], "io.debezium.data.Bits");
+        assert_eq!(bits_schema["parameters"]["length"], "12");
+
+        let geometry = mysql("geometry", -1, ColumnKind::Bytes);
+        // POINT(1 2) with SRID 4326: the SRID little-endian, then WKB.
+        let wkb: Vec<u8> = [1u8, 1, 0, 0, 0]
+            .into_iter()
+            .chain(1f64.to_le_bytes())
+            .chain(2f64.to_le_bytes())
+            .collect();
+        let internal: Vec<u8> = 4326u32
+            .to_le_bytes()
+            .into_iter()
+            .chain(wkb.clone())
+            .collect();
+        assert_eq!(
+            value(&Value::Bytes(internal), Some(&geometry), &modes),
+            json!({"wkb": BASE64.encode(&wkb), "srid": 4326})
+        );
+        let no_srid: Vec<u8> = [0u8; 4].into_iter().chain(wkb.clone()).collect();
+        assert_eq!(
+            value(&Value::Bytes(no_srid), Some(&geometry), &modes),
+            json!({"wkb": BASE64.encode(&wkb), "srid": null})
+        );
+        let geometry_schema = kind_schema(&geometry.kind, &geometry, &modes);
+        assert_eq!(
+            geometry_schema["name"],
+            "io.debezium.data.geometry.Geometry"
+        );
+
+        let year = mysql("year", -1, ColumnKind::Int32);
+        assert_eq!(value(&Value::Int(2024), Some(&year), &modes), json!(2024));
+        assert_eq!(
+            kind_schema(&year.kind, &year, &modes)["name"],
+            "io.debezium.time.Year"
+        );
+
+        let time = mysql("time(3)", 3, ColumnKind::Time);
+        assert_eq!(
+            value(&Value::Time(-93_784_500_000), Some(&time), &modes),
+            json!(-93_784_500_000_i64),
+            "a negative time past a day, in microseconds"
+        );
+        assert_eq!(
+            kind_schema(&time.kind, &time, &modes)["name"],
+            "io.debezium.time.MicroTime"
+        );
+        let datetime3 = mysql("datetime(3)", 3, ColumnKind::Timestamp);
+        assert_eq!(
+            value(
+                &Value::Timestamp(1_709_201_472_123_000),
+                Some(&datetime3),
+                &modes
+            ),
+            json!(1_709_201_472_123_i64)
+        );
+        let datetime6 = mysql("datetime(6)", 6, ColumnKind::Timestamp);
+        assert_eq!(
+            value(
+                &Value::Timestamp(1_709_201_472_123_456),
+                Some(&datetime6),
+                &modes
+            ),
+            json!(1_709_201_472_123_456_i64)
+        );
+        assert_eq!(
+            kind_schema(&datetime6.kind, &datetime6, &modes)["name"],
+            "io.debezium.time.MicroTimestamp"
+        );
     }
 }

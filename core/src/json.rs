@@ -129,12 +129,17 @@ fn source_json(event: &Event) -> Json {
             gtid,
             server_id,
         } => {
+            m.insert("sequence".into(), Json::Null);
             m.insert("table".into(), json!(s.table));
             m.insert("server_id".into(), json!(server_id));
             m.insert("gtid".into(), json!(gtid));
             m.insert("file".into(), json!(file));
             m.insert("pos".into(), json!(pos));
             m.insert("row".into(), json!(row));
+            // The thread id is in a BEGIN query event, which MariaDB's GTID event replaces;
+            // the statement needs binlog_annotate_row_events (Debezium's include.query).
+            m.insert("thread".into(), Json::Null);
+            m.insert("query".into(), Json::Null);
         }
         SourcePosition::Sequence(seq) => {
             m.insert("schema".into(), json!(s.schema));

@@ -143,13 +143,14 @@ pub fn from_catalog(
     binary_charset: bool,
 ) -> ColumnInfo {
     let unsigned = column_type.contains("unsigned");
-    let bits = || {
+    // The number in `bit(12)`, `datetime(6)`.
+    let size = || {
         column_type
-            .trim_start_matches("bit(")
-            .trim_end_matches(')')
-            .parse::<u32>()
-            .unwrap_or(1)
+            .split_once('(')
+            .and_then(|(_, rest)| rest.split_once(')'))
+            .and_then(|(n, _)| n.parse::<u32>().ok())
     };
+    let bits = || size().unwrap_or(1);
     let data = match data_type {
         "tinyint" | "smallint" | "mediumint" | "int" | "integer" | "year" => DataType::Integer,
         "bigint" if unsigned => DataType::BigUnsigned,
@@ -181,7 +182,12 @@ pub fn from_catalog(
     };
     let precision = precision.filter(|_| data == DataType::Decimal);
     let scale = scale.filter(|_| data == DataType::Decimal);
-    info(name, base, data, nullable, (precision, scale), bits())
+    let size = match data {
+        DataType::Bit1 | DataType::Bits => bits(),
+        DataType::Time | DataType::DateTime | DataType::Timestamp => size().unwrap_or(0),
+        _ => 0,
+    };
+    info(name, base, data, nullable, (precision, scale), size)
 }
 
 /// The columns of a table map with full row metadata (`binlog_row_metadata = FULL`): names,
@@ -294,7 +300,9 @@ pub fn from_table_map(tme: &TableMapEvent<'_>) -> Result<(Vec<ColumnInfo>, Vec<u
         let binary = charset == Some(63);
         let nullable = tme.null_bitmask().get(i).is_some_and(|b| *b);
         use ColumnType::*;
-        let (base, data, precision_scale, bits) = match real_type {
+        // Temporal types' metadata: the digits of fractional seconds.
+        let fsp = u32::from(meta.first().copied().unwrap_or(0));
+        let (base, data, precision_scale, size) = match real_type {
             MYSQL_TYPE_TINY => ("tinyint", DataType::Integer, (None, None), 0),
             MYSQL_TYPE_SHORT => ("smallint", DataType::Integer, (None, None), 0),
             MYSQL_TYPE_INT24 => ("mediumint", DataType::Integer, (None, None), 0),
@@ -325,13 +333,12 @@ pub fn from_table_map(tme: &TableMapEvent<'_>) -> Result<(Vec<ColumnInfo>, Vec<u
                 ("bit", data, (None, None), bits)
             }
             MYSQL_TYPE_DATE | MYSQL_TYPE_NEWDATE => ("date", DataType::Date, (None, None), 0),
-            MYSQL_TYPE_TIME | MYSQL_TYPE_TIME2 => ("time", DataType::Time, (None, None), 0),
-            MYSQL_TYPE_DATETIME | MYSQL_TYPE_DATETIME2 => {
-                ("datetime", DataType::DateTime, (None, None), 0)
-            }
-            MYSQL_TYPE_TIMESTAMP | MYSQL_TYPE_TIMESTAMP2 => {
-                ("timestamp", DataType::Timestamp, (None, None), 0)
-            }
+            MYSQL_TYPE_TIME => ("time", DataType::Time, (None, None), 0),
+            MYSQL_TYPE_TIME2 => ("time", DataType::Time, (None, None), fsp),
+            MYSQL_TYPE_DATETIME => ("datetime", DataType::DateTime, (None, None), 0),
+            MYSQL_TYPE_DATETIME2 => ("datetime", DataType::DateTime, (None, None), fsp),
+            MYSQL_TYPE_TIMESTAMP => ("timestamp", DataType::Timestamp, (None, None), 0),
+            MYSQL_TYPE_TIMESTAMP2 => ("timestamp", DataType::Timestamp, (None, None), fsp),
             MYSQL_TYPE_ENUM => (
                 "enum",
                 DataType::Enum(enum_labels.next().unwrap_or_default()),
@@ -374,7 +381,7 @@ pub fn from_table_map(tme: &TableMapEvent<'_>) -> Result<(Vec<ColumnInfo>, Vec<u
             data,
             nullable,
             precision_scale,
-            bits,
+            size,
         ));
     }
     Ok((columns, key))
@@ -414,14 +421,16 @@ fn labels(column_type: &str) -> Vec<String> {
 
 /// A column described by its base type name, signedness and what decoding needs. The type
 /// name the schema record carries is built from these alone (`int unsigned`,
-/// `decimal(10,2)`, `enum('a','b')`), so the catalog and a table map give the same.
+/// `decimal(10,2)`, `enum('a','b')`, `datetime(6)`), so the catalog and a table map give the
+/// same. `size` is a bit column's bits or a temporal column's digits of fractional seconds;
+/// it is also the type modifier (Debezium's `length` and precision).
 fn info(
     name: &str,
     (base, unsigned): (&str, bool),
     data: DataType,
     nullable: bool,
     (precision, scale): (Option<u32>, Option<u32>),
-    bits: u32,
+    size: u32,
 ) -> ColumnInfo {
     let quoted = |labels: &[String]| {
         labels
@@ -436,7 +445,10 @@ fn info(
             precision.unwrap_or(10),
             scale.unwrap_or(0)
         ),
-        DataType::Bits | DataType::Bit1 => format!("bit({})", bits.max(1)),
+        DataType::Bits | DataType::Bit1 => format!("bit({})", size.max(1)),
+        DataType::Time | DataType::DateTime | DataType::Timestamp if size > 0 => {
+            format!("{base}({size})")
+        }
         DataType::Enum(l) => format!("enum({})", quoted(l)),
         DataType::Set(l) => format!("set({})", quoted(l)),
         DataType::Text if matches!(base, "tinytext" | "mediumtext" | "longtext") => "text".into(),
@@ -470,6 +482,11 @@ fn info(
         (DataType::Set(_), _, _) => ColumnKind::Other,
         (DataType::Json, _, _) => ColumnKind::Json { binary: true },
     };
+    let type_modifier = match &data {
+        DataType::Bits | DataType::Bit1 => size.max(1) as i32,
+        DataType::Time | DataType::DateTime | DataType::Timestamp => size as i32,
+        _ => -1,
+    };
     ColumnInfo {
         name: name.into(),
         data_type: data,
@@ -477,7 +494,7 @@ fn info(
             name: name.into(),
             type_name,
             type_id: 0,
-            type_modifier: -1,
+            type_modifier,
             kind,
             nullable,
             generated: false,
@@ -532,5 +549,21 @@ mod tests {
         );
         let bit = from_catalog("x", "bit", "bit(1)", true, (None, None), false);
         assert_eq!(bit.column.kind, ColumnKind::Bool);
+        let bits = from_catalog("x", "bit", "bit(12)", true, (None, None), false);
+        assert_eq!(
+            (bits.column.type_name.as_str(), bits.column.type_modifier),
+            ("bit(12)", 12)
+        );
+        let dt = from_catalog("x", "datetime", "datetime(3)", true, (None, None), false);
+        assert_eq!(
+            (dt.column.type_name.as_str(), dt.column.type_modifier),
+            ("datetime(3)", 3),
+            "the digits of fractional seconds are Debezium's precision"
+        );
+        let tm = from_catalog("x", "time", "time", true, (None, None), false);
+        assert_eq!(
+            (tm.column.type_name.as_str(), tm.column.type_modifier),
+            ("time", 0)
+        );
     }
 }
