@@ -26,7 +26,7 @@ use siphon_core::log::{LogId, RecordFlags};
 use siphon_core::source::{SnapshotMode, Source, SourceContext, TableInfo};
 use siphon_core::{Error, Result};
 
-pub use config::MysqlConfig;
+pub use config::{MysqlConfig, TlsMode};
 use events::EventFactory;
 use gtid::{Gtid, GtidState};
 use stream::{Held, Resume};
@@ -102,7 +102,7 @@ impl MysqlSource {
                 .map_err(|e| Error::permanent(format!("password_file {}: {e}", path.display())))?;
             builder = builder.pass(Some(secret.expose().to_owned()));
         }
-        Ok(builder.into())
+        Ok(builder.ssl_opts(self.config.ssl_opts()).into())
     }
 
     async fn connect(&self) -> Result<mysql_async::Conn> {

@@ -43,6 +43,9 @@ impl Harness {
             server_id: None,
             snapshot: SnapshotMode::Initial,
             heartbeat_interval: HumanDuration(Duration::from_millis(500)),
+            tls: siphon_source_mysql::TlsMode::Disable,
+            tls_server_name: None,
+            tls_ca_file: None,
         };
         Harness {
             _dir: dir,
