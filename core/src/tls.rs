@@ -65,6 +65,14 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
+/// Makes ring rustls' process-wide provider, for a client library that builds its TLS
+/// configuration from that default (mysql_async): with ring and aws-lc-rs both in one build
+/// (other dependencies enable the latter), rustls cannot choose one itself and panics.
+/// Idempotent; a provider installed before stays.
+pub fn install_default_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// The rustls configuration for `mode`; `None` without TLS. `verify_ca` and `verify_full`
 /// trust the certificates of `ca_file` (PEM), or the system's when there is none.
 pub fn client_config(mode: TlsMode, ca_file: Option<&Path>) -> Result<Option<ClientConfig>> {

@@ -122,6 +122,9 @@ impl MysqlConfig {
                 .map(|path| path.clone().into())
                 .collect::<Vec<_>>()
         };
+        if self.tls != TlsMode::Disable {
+            siphon_core::tls::install_default_provider();
+        }
         let opts = mysql_async::SslOpts::default();
         match self.tls {
             // verify_ca is refused by `validate`.
