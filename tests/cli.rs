@@ -33,6 +33,28 @@ fn bad_config_exits_2_naming_the_key() {
     );
 }
 
+/// `--version` names what the build holds, and the binary starts with no environment at all
+/// from another directory (its rpath finds DuckDB's library).
+#[test]
+fn the_version_names_the_build_and_needs_no_environment() {
+    let out = Command::new(BIN)
+        .arg("--version")
+        .env_clear()
+        .current_dir("/")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    for part in [
+        env!("CARGO_PKG_VERSION"),
+        "sources: postgres, mysql, generator",
+        "duckdb (prebuilt libduckdb.so)",
+        "redis",
+    ] {
+        assert!(text.contains(part), "{part:?} missing from {text:?}");
+    }
+}
+
 #[test]
 fn environment_overrides_any_key() {
     let setup = Setup::new(10, "1ms", "");

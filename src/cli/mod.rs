@@ -10,7 +10,7 @@ mod status;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::config::{Config, ConfigError};
 
@@ -127,7 +127,20 @@ const EXIT_CONFIG: u8 = 2;
 
 /// Runs the command line; the process exits with what this returns.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // `--version` names what this build holds; clap keeps the text for the process's life.
+    let version: &'static str = Box::leak(
+        format!(
+            "{} ({})",
+            env!("CARGO_PKG_VERSION"),
+            crate::config::build_features()
+        )
+        .into_boxed_str(),
+    );
+    let matches = Cli::command().version(version).get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     crate::logging::init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

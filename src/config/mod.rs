@@ -18,7 +18,7 @@ use siphon_core::sink::routing::Routing;
 use siphon_core::units::HumanDuration;
 
 pub use error::ConfigError;
-pub use registry::{LogSpec, SinkSpec, SourceSpec};
+pub use registry::{LogSpec, SinkSpec, SourceSpec, build_features};
 
 /// Prefix of environment overrides: `SIPHON__DATA_DIR`, `SIPHON__PIPELINES__X__…`.
 pub const ENV_PREFIX: &str = "SIPHON";

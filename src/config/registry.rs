@@ -60,6 +60,27 @@ fn split_kind(
     ))
 }
 
+/// What this build holds, for `siphon --version`: its source and sink kinds, and how the
+/// DuckDB sink is linked.
+pub fn build_features() -> String {
+    let duckdb = if cfg!(feature = "duckdb-bundled") {
+        Some("duckdb (bundled)")
+    } else if cfg!(feature = "duckdb") {
+        Some("duckdb (prebuilt libduckdb.so)")
+    } else {
+        None
+    };
+    let sinks: Vec<&str> = SinkSpec::KINDS
+        .iter()
+        .filter_map(|&kind| if kind == "duckdb" { duckdb } else { Some(kind) })
+        .collect();
+    format!(
+        "sources: {}; sinks: {}; TLS: rustls",
+        SourceSpec::KINDS.join(", "),
+        sinks.join(", ")
+    )
+}
+
 /// A configured source.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SourceSpec {
