@@ -4,7 +4,10 @@
 //! - `GET /ready`: every pipeline's source and sinks are running (503 otherwise);
 //! - `GET /metrics`: Prometheus text;
 //! - `GET /api/pipelines`: status JSON (what `siphon status` prints);
-//! - `POST /api/pipelines/{pipeline}/sinks/{sink}/replay?from=N&reset=true`: start a replay.
+//! - `POST /api/pipelines/{pipeline}/sinks/{sink}/replay?from=N&reset=true`: start a replay;
+//! - `GET /api/pipelines/{pipeline}/sinks/{sink}/wait?lsn=X/Y&timeout=2s` (or `gtid=`):
+//!   read-your-writes, 200 once the sink's store has every change committed up to that
+//!   source position, 408 when the time runs out; the body says where the sink stands.
 //!
 //! With a token configured, every endpoint but `/health` needs `Authorization: Bearer TOKEN`.
 //! The `/api` endpoints refuse a `Host` header that names a host other than an IP address,
@@ -27,7 +30,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::AdminConfig;
-use crate::runtime::{ReplayError, Runtime};
+use crate::runtime::{ReplayError, Runtime, WaitError};
 
 /// A bound, not yet serving, admin API.
 #[derive(Debug)]
@@ -68,6 +71,7 @@ pub async fn bind(config: &AdminConfig, runtime: Arc<Runtime>) -> anyhow::Result
     };
     let api = Router::new()
         .route("/api/pipelines", get(pipelines))
+        .route("/api/pipelines/{pipeline}/sinks/{sink}/wait", get(wait))
         .merge(
             Router::new()
                 .route(
@@ -215,6 +219,60 @@ async fn metrics(State(state): State<AppState>) -> Response {
 
 async fn pipelines(State(state): State<AppState>) -> Response {
     axum::Json(state.runtime.statuses()).into_response()
+}
+
+#[derive(Debug, Deserialize)]
+struct WaitParams {
+    /// PostgreSQL: `pg_current_wal_lsn()` after the commit.
+    lsn: Option<String>,
+    /// MariaDB: `@@gtid_binlog_pos` after the commit.
+    gtid: Option<String>,
+    /// How long to wait ("2s", "500ms"); 5s by default, 60s at most.
+    timeout: Option<String>,
+}
+
+/// Longest wait a request may ask for.
+const MAX_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+async fn wait(
+    State(state): State<AppState>,
+    Path((pipeline, sink)): Path<(String, String)>,
+    Query(params): Query<WaitParams>,
+) -> Response {
+    let bad = |message: String| (StatusCode::BAD_REQUEST, message).into_response();
+    let point = match (&params.lsn, &params.gtid) {
+        (Some(lsn), None) => match siphon_core::source::SourcePoint::parse_lsn(lsn) {
+            Some(lsn) => siphon_core::source::SourcePoint::Lsn(lsn),
+            None => {
+                return bad(format!(
+                    "lsn={lsn:?} is not a WAL position such as 16/B374D848"
+                ));
+            }
+        },
+        (None, Some(gtid)) => siphon_core::source::SourcePoint::Gtids(gtid.clone()),
+        _ => return bad("give one of lsn= (PostgreSQL) or gtid= (MariaDB)".into()),
+    };
+    let timeout = match params.timeout.as_deref() {
+        None => std::time::Duration::from_secs(5),
+        Some(text) => match text.parse::<siphon_core::units::HumanDuration>() {
+            Ok(d) if d.0 <= MAX_WAIT => d.0,
+            _ => {
+                return bad(format!(
+                    "timeout={text:?}: a duration such as \"2s\" or \"500ms\", at most 60s"
+                ));
+            }
+        },
+    };
+    match state.runtime.wait(&pipeline, &sink, point, timeout).await {
+        Ok(reached) => axum::Json(reached).into_response(),
+        Err(WaitError::TimedOut(at)) => {
+            (StatusCode::REQUEST_TIMEOUT, axum::Json(at)).into_response()
+        }
+        Err(e @ WaitError::NotFound { .. }) => {
+            (StatusCode::NOT_FOUND, e.to_string()).into_response()
+        }
+        Err(e @ WaitError::BadPoint(_)) => bad(e.to_string()),
+    }
 }
 
 #[derive(Debug, Deserialize)]

@@ -184,6 +184,23 @@ pub enum SourcePosition {
     Sequence(u64),
 }
 
+impl SourcePosition {
+    /// Where the event's transaction committed, as its database names places: PostgreSQL's
+    /// commit LSN (`16/B374D848`), MySQL's GTID (or `file:pos` without GTIDs).
+    pub fn commit_point(&self) -> String {
+        match self {
+            SourcePosition::Postgres { commit_lsn, .. } => {
+                crate::source::SourcePoint::Lsn(*commit_lsn).to_string()
+            }
+            SourcePosition::Mysql {
+                gtid: Some(gtid), ..
+            } => gtid.clone(),
+            SourcePosition::Mysql { file, pos, .. } => format!("{file}:{pos}"),
+            SourcePosition::Sequence(seq) => seq.to_string(),
+        }
+    }
+}
+
 /// Whether an event comes from a snapshot, and whether it is the snapshot's last.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub enum SnapshotMarker {

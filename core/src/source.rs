@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::Result;
@@ -96,9 +97,66 @@ pub struct SourceContext {
 
 /// What a source reports for status and metrics: named gauges (e.g. `snapshot_rows`,
 /// `slot_lag_bytes`, exported as `siphon_source_<name>`), whether it is connected to its
-/// database, and how far behind the database it is. Cheap to clone; clones share the values.
-#[derive(Debug, Clone, Default)]
-pub struct SourceMetrics(Arc<Mutex<MetricsState>>);
+/// database, how far behind the database it is, and the place in the database's change
+/// stream it has read to (for read-your-writes waits). Cheap to clone; clones share the
+/// values.
+#[derive(Debug, Clone)]
+pub struct SourceMetrics {
+    state: Arc<Mutex<MetricsState>>,
+    reached: Arc<watch::Sender<Reached>>,
+    nudge: Arc<Notify>,
+}
+
+impl Default for SourceMetrics {
+    fn default() -> Self {
+        SourceMetrics {
+            state: Arc::default(),
+            reached: Arc::new(watch::Sender::new(Reached::default())),
+            nudge: Arc::default(),
+        }
+    }
+}
+
+/// A place in a database's change stream that an application names after its commit, to
+/// wait until a sink has applied everything committed up to it (read-your-writes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourcePoint {
+    /// PostgreSQL: a WAL position (`pg_current_wal_lsn()` after the commit).
+    Lsn(u64),
+    /// MariaDB: a GTID state, one GTID per replication domain (`@@gtid_binlog_pos` after the
+    /// commit).
+    Gtids(String),
+}
+
+impl SourcePoint {
+    /// PostgreSQL's spelling of a WAL position: `16/B374D848`.
+    pub fn parse_lsn(text: &str) -> Option<u64> {
+        let (high, low) = text.split_once('/')?;
+        Some(
+            u64::from(u32::from_str_radix(high, 16).ok()?) << 32
+                | u64::from(u32::from_str_radix(low, 16).ok()?),
+        )
+    }
+}
+
+impl std::fmt::Display for SourcePoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SourcePoint::Lsn(lsn) => write!(f, "{:X}/{:X}", lsn >> 32, lsn & 0xFFFF_FFFF),
+            SourcePoint::Gtids(state) => f.write_str(state),
+        }
+    }
+}
+
+/// How far a source has read: every change the database committed at or before `point` is
+/// in the log below `log_end`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reached {
+    /// Where in the database's change stream; `None` before the source says.
+    pub point: Option<SourcePoint>,
+    /// The log's end when it said so.
+    pub log_end: u64,
+}
 
 #[derive(Debug, Default)]
 struct MetricsState {
@@ -115,12 +173,12 @@ struct MetricsState {
 impl SourceMetrics {
     /// Sets a gauge.
     pub fn set(&self, name: &'static str, value: f64) {
-        self.0.lock().unwrap().gauges.insert(name, value);
+        self.state.lock().unwrap().gauges.insert(name, value);
     }
 
     /// Every gauge now.
     pub fn values(&self) -> BTreeMap<String, f64> {
-        self.0
+        self.state
             .lock()
             .unwrap()
             .gauges
@@ -131,12 +189,12 @@ impl SourceMetrics {
 
     /// The source reached its database and is reading changes (or a snapshot).
     pub fn connected(&self) {
-        self.0.lock().unwrap().connected = true;
+        self.state.lock().unwrap().connected = true;
     }
 
     /// The source lost its database (the runtime says so when `run` returns).
     pub fn disconnected(&self) {
-        let mut state = self.0.lock().unwrap();
+        let mut state = self.state.lock().unwrap();
         state.connected = false;
         if state.idle {
             state.caught_up_ms = Some(now_ms());
@@ -146,13 +204,13 @@ impl SourceMetrics {
 
     /// Whether the source is connected.
     pub fn is_connected(&self) -> bool {
-        self.0.lock().unwrap().connected
+        self.state.lock().unwrap().connected
     }
 
     /// Everything the database has sent is in the log now (the stream has nothing waiting
     /// and no transaction open); the source is caught up until it calls [`Self::working`].
     pub fn caught_up(&self) {
-        let mut state = self.0.lock().unwrap();
+        let mut state = self.state.lock().unwrap();
         state.idle = true;
         state.caught_up_ms = Some(now_ms());
     }
@@ -160,7 +218,7 @@ impl SourceMetrics {
     /// The database sent something new (a transaction began): the log is behind until the
     /// next [`Self::caught_up`].
     pub fn working(&self) {
-        let mut state = self.0.lock().unwrap();
+        let mut state = self.state.lock().unwrap();
         if state.idle {
             state.caught_up_ms = Some(now_ms());
         }
@@ -169,8 +227,34 @@ impl SourceMetrics {
 
     /// Changes committed at `commit_ms` (ms since the epoch) are in the log.
     pub fn committed(&self, commit_ms: i64) {
-        let mut state = self.0.lock().unwrap();
+        let mut state = self.state.lock().unwrap();
         state.newest_commit_ms = state.newest_commit_ms.max(Some(commit_ms));
+    }
+
+    /// Every change the database committed at or before `point` is in the log (durable)
+    /// below `log_end`.
+    pub fn reached(&self, point: SourcePoint, log_end: u64) {
+        self.reached.send_replace(Reached {
+            point: Some(point),
+            log_end,
+        });
+    }
+
+    /// Follows what [`Self::reached`] records.
+    pub fn watch_reached(&self) -> watch::Receiver<Reached> {
+        self.reached.subscribe()
+    }
+
+    /// Asks the source to show soon that it has read past the database's current position,
+    /// for a wait that an idle stream would not end (PostgreSQL writes a message into the WAL,
+    /// which the stream then passes).
+    pub fn nudge(&self) {
+        self.nudge.notify_one();
+    }
+
+    /// Fires after [`Self::nudge`] (at most one stored nudge).
+    pub async fn nudged(&self) {
+        self.nudge.notified().await;
     }
 
     /// How far behind its database the log is, at `now_ms`: nothing while the source is
@@ -178,7 +262,7 @@ impl SourceMetrics {
     /// newest change it appended, whichever is less; since `started_ms` if neither happened
     /// yet. It grows while the source is down.
     pub fn behind_ms(&self, now_ms: i64, started_ms: i64) -> u64 {
-        let state = self.0.lock().unwrap();
+        let state = self.state.lock().unwrap();
         if state.connected && state.idle {
             return 0;
         }

@@ -12,6 +12,7 @@ mod prefetch;
 mod sink_task;
 mod source_task;
 pub mod status;
+mod wait;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -23,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::status::needs_replay_message;
 pub use self::status::{PipelineStatus, SinkProgress, SinkStatus, State};
+pub use self::wait::{WaitError, WaitState};
 use crate::config::Config;
 use siphon_core::offsets::LostRecords;
 pub(crate) use siphon_core::source::now_ms;

@@ -18,6 +18,9 @@ pub(super) struct DecodedBatch {
     pub first_offset: u64,
     /// Append time of its last log record, ms since the epoch.
     pub last_append_ms: i64,
+    /// Where its last log record's change committed in the source, and when (ms since the
+    /// epoch), whether or not this sink takes that record.
+    pub last_commit: Option<(String, i64)>,
     /// The records this sink takes (routed, excluded columns removed; maybe none), the end
     /// of the stretch and whether it ends a source transaction.
     pub batch: SinkBatch,
@@ -86,6 +89,7 @@ fn decode(records: &[LogRecord], routing: &Routing, schemas: &SchemaRegistry) ->
     let mut decoded = DecodedBatch {
         first_offset: first.offset,
         last_append_ms: last.timestamp_ms,
+        last_commit: None,
         batch: SinkBatch {
             records: Vec::with_capacity(records.len()),
             end: last.offset + 1,
@@ -93,7 +97,13 @@ fn decode(records: &[LogRecord], routing: &Routing, schemas: &SchemaRegistry) ->
         },
     };
     for r in records {
-        match Event::decode(&r.value, schemas) {
+        let decoded_event = Event::decode(&r.value, schemas);
+        if r.offset == last.offset
+            && let Ok(event) = &decoded_event
+        {
+            decoded.last_commit = Some((event.source.position.commit_point(), event.source.ts_ms));
+        }
+        match decoded_event {
             Ok(event) if !routing.accepts_source(&event.source) => {}
             Ok(mut event) => {
                 routing.strip(&mut event);

@@ -437,6 +437,7 @@ impl SinkTask {
         let DecodedBatch {
             first_offset,
             last_append_ms,
+            last_commit,
             mut batch,
         } = decoded;
         let started = Instant::now();
@@ -522,6 +523,13 @@ impl SinkTask {
         let replaying = self.progress.borrow().replay_until.is_some();
         self.update(|s| {
             s.last_applied_append_ms = last_append_ms;
+            // The watermark moves with what the store has committed.
+            if committed == next
+                && let Some((position, commit_ms)) = last_commit
+            {
+                s.applied_position = Some(position);
+                s.applied_commit_ms = Some(commit_ms);
+            }
             s.records_applied += next - first_offset;
             s.batches += 1;
             s.last_batch_records = batch.records.len();

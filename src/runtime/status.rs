@@ -112,6 +112,13 @@ pub struct SinkStatus {
     pub lag_ms: u64,
     /// Append time of the last record applied, ms since the epoch.
     pub last_applied_append_ms: i64,
+    /// Where the last change committed in its store committed in the source (an LSN, a GTID):
+    /// its watermark.
+    #[serde(default)]
+    pub applied_position: Option<String>,
+    /// When that change committed in the source, ms since the epoch.
+    #[serde(default)]
+    pub applied_commit_ms: Option<i64>,
     /// Records applied since start.
     pub records_applied: u64,
     /// Batches applied since start.
@@ -309,6 +316,15 @@ pub fn render_metrics(pipelines: &[PipelineStatus]) -> String {
         "gauge",
         "Next offset the sink applies.",
         per_sink(&|s| s.next_offset as f64),
+    );
+    family(
+        "siphon_sink_applied_commit_seconds",
+        "gauge",
+        "Commit time in the source (seconds since the epoch) of the last change committed in the sink's store.",
+        per_sink(&|s| {
+            s.applied_commit_ms
+                .map_or(f64::NAN, |ms| ms as f64 / 1000.0)
+        }),
     );
     family(
         "siphon_sink_lag_records",

@@ -12,7 +12,7 @@ mod catalog;
 mod columns;
 mod config;
 mod events;
-mod gtid;
+pub mod gtid;
 mod rows;
 mod snapshot;
 mod stream;

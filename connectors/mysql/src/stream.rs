@@ -19,7 +19,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{BinlogStream, BinlogStreamRequest};
 use siphon_core::event::{Op, Row, SnapshotMarker};
 use siphon_core::json::format_uuid;
-use siphon_core::source::SourceContext;
+use siphon_core::source::{SourceContext, SourcePoint};
 use siphon_core::{Error, Event, KeyChange, Result};
 
 use crate::catalog::my_error;
@@ -275,6 +275,7 @@ impl Stream<'_> {
                 }
                 Some(EventData::HeartbeatEvent) if state.transaction.is_none() => {
                     self.ctx.metrics.caught_up();
+                    self.report_reached(state);
                     self.save_gtids(state, None, true)?;
                 }
                 _ => {}
@@ -460,7 +461,19 @@ impl Stream<'_> {
             self.ctx.append(&transaction.events, true).await?;
             self.ctx.metrics.committed(commit_ms);
         }
+        self.report_reached(state);
         self.save_gtids(state, None, false)
+    }
+
+    /// Every transaction up to the GTID state is in the log: a read-your-writes wait up to it
+    /// can end.
+    fn report_reached(&self, state: &State) {
+        if let Some(gtids) = state.gtids.as_ref().filter(|g| !g.is_empty()) {
+            self.ctx.metrics.reached(
+                SourcePoint::Gtids(gtids.to_string()),
+                self.ctx.log.durable_end(),
+            );
+        }
     }
 
     /// Saves the GTID state in the checkpoint, with the log's end it is current at: at most

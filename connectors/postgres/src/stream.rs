@@ -7,7 +7,7 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use pgwire_replication::{ReplicationClient, ReplicationEvent};
 use siphon_core::event::{Op, SnapshotMarker};
-use siphon_core::source::SourceContext;
+use siphon_core::source::{SourceContext, SourcePoint};
 use siphon_core::{Error, Event, KeyChange, Result, Row, Value};
 use tokio_postgres::Client;
 
@@ -225,6 +225,10 @@ impl Stream<'_> {
         }
         if let Some(lsn) = pending.confirm.take() {
             self.repl.update_applied_lsn(lsn);
+            // Everything before `lsn` is durable: a read-your-writes wait up to it can end.
+            self.ctx
+                .metrics
+                .reached(SourcePoint::Lsn(lsn.as_u64()), self.ctx.log.durable_end());
         }
         if let Some(commit_ms) = pending
             .commit_ms
@@ -234,6 +238,13 @@ impl Stream<'_> {
             self.ctx.metrics.committed(commit_ms);
         }
         Ok(())
+    }
+
+    async fn write_heartbeat(&self) -> Result<()> {
+        self.client
+            .batch_execute("select pg_logical_emit_message(false, 'siphon_heartbeat', '')")
+            .await
+            .map_err(|e| pg_error("writing a heartbeat", &e))
     }
 
     /// Waits for the next replication event, writing heartbeats meanwhile; `None` on shutdown.
@@ -246,12 +257,10 @@ impl Stream<'_> {
             tokio::select! {
                 biased;
                 _ = self.ctx.cancel.cancelled() => return Ok(None),
-                _ = heartbeat.tick(), if self.heartbeat.is_some() => {
-                    self.client
-                        .batch_execute("select pg_logical_emit_message(false, 'siphon_heartbeat', '')")
-                        .await
-                        .map_err(|e| pg_error("writing a heartbeat", &e))?;
-                }
+                // A heartbeat on schedule, or now for a read-your-writes wait: WAL written
+                // after the waited-for position, which the stream then passes.
+                _ = heartbeat.tick(), if self.heartbeat.is_some() => self.write_heartbeat().await?,
+                () = self.ctx.metrics.nudged() => self.write_heartbeat().await?,
                 _ = lag.tick() => self.report_lag().await,
                 event = self.repl.recv() => return Ok(Some(event)),
             }
