@@ -87,6 +87,26 @@ enum Bench {
         #[arg(long, value_delimiter = ',', default_values_t = [String::from("redis"), String::from("postgres"), String::from("duckdb")])]
         only: Vec<String>,
     },
+    /// Read-your-writes latency: commit → the admin API's wait answering for the Redis sink,
+    /// while pgbench -R loads the table (the daemon is the release `siphon` beside this
+    /// binary).
+    Wait {
+        /// Background rates (pgbench -R, transactions per second) to measure at.
+        #[arg(long, value_delimiter = ',', default_values_t = [1000u32, 2500, 5000])]
+        rates: Vec<u32>,
+        /// Seconds of load per rate.
+        #[arg(long, default_value_t = 20)]
+        seconds: u64,
+        /// PostgreSQL server URL (a database is created and dropped in it).
+        #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
+        url: String,
+        /// Redis URL (keys under `siphon-bench-wait:`, removed afterwards).
+        #[arg(long, default_value = "redis://127.0.0.1:6379")]
+        redis: String,
+        /// The Redis sink's `linger` (default: the daemon's).
+        #[arg(long)]
+        linger: Option<String>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -109,6 +129,7 @@ impl std::fmt::Display for Fsync {
 mod mysql;
 mod pg;
 mod sinks;
+mod wait;
 
 /// The allocator the `siphon` binary uses, so that the figures are the daemon's.
 #[global_allocator]
@@ -118,6 +139,13 @@ fn main() -> anyhow::Result<()> {
     match Args::parse().bench {
         Bench::Pg { rows, txns, url } => pg::run(&url, rows, txns)?,
         Bench::Mysql { rows, url } => mysql::run(&url, rows)?,
+        Bench::Wait {
+            rates,
+            seconds,
+            url,
+            redis,
+            linger,
+        } => wait::run(&url, &redis, &rates, seconds, linger.as_deref())?,
         Bench::Sinks {
             rows,
             batch,

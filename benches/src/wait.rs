@@ -1,0 +1,209 @@
+//! `siphon-bench wait`: read-your-writes latency under load. The daemon (the release `siphon`
+//! binary beside this one) streams a PostgreSQL table into Redis while `pgbench -R RATE`
+//! updates it; a probe commits an update of its own row, reads `pg_current_wal_lsn()` and
+//! calls the admin API's wait for the Redis sink until it answers 200. Reported per rate: the
+//! rate pgbench sustained, and p50/p90/p99/max of the probe's commit → applied time (from the
+//! commit's return to the wait's answer).
+
+use std::io::Write as _;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::pg::{psql, with_db};
+
+const DB: &str = "siphon_bench_wait";
+const ROWS: u32 = 10_000;
+
+/// A daemon run for one measurement; killed when dropped.
+struct Daemon {
+    child: Child,
+    admin: String,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn run(
+    url: &str,
+    redis: &str,
+    rates: &[u32],
+    seconds: u64,
+    linger: Option<&str>,
+) -> anyhow::Result<()> {
+    let siphon = std::env::current_exe()?.with_file_name("siphon");
+    anyhow::ensure!(
+        siphon.exists(),
+        "{} is missing: cargo build --release --bin siphon",
+        siphon.display()
+    );
+    println!(
+        "| pgbench -R (tx/s asked) | sustained tx/s | probes | p50 ms | p90 ms | p99 ms | max ms |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for &rate in rates {
+        let row = measure(url, redis, &siphon, rate, seconds, linger)?;
+        println!("{row}");
+    }
+    Ok(())
+}
+
+fn measure(
+    url: &str,
+    redis: &str,
+    siphon: &std::path::Path,
+    rate: u32,
+    seconds: u64,
+    linger: Option<&str>,
+) -> anyhow::Result<String> {
+    psql(url, &format!("drop database if exists {DB} with (force)"))?;
+    let _ = psql(
+        url,
+        &format!("select pg_drop_replication_slot('{DB}') from pg_replication_slots where slot_name = '{DB}'"),
+    );
+    psql(url, &format!("create database {DB}"))?;
+    let db_url = with_db(url, DB);
+    psql(
+        &db_url,
+        &format!(
+            "create table accounts (id int primary key, v bigint not null);
+             insert into accounts select g, 0 from generate_series(0, {ROWS}) g"
+        ),
+    )?;
+    let dir = tempfile::tempdir()?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let config = dir.path().join("siphon.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"data_dir = "{data}"
+[admin]
+listen = "127.0.0.1:{port}"
+[pipelines.bench.source]
+kind = "postgres"
+url = "{db_url}"
+tables = ["public.accounts"]
+slot = "{DB}"
+[pipelines.bench.sinks.cache]
+kind = "redis"
+url = "{redis}"
+prefix = "siphon-bench-wait:"
+{linger}
+"#,
+            data = dir.path().join("data").display(),
+            linger = linger.map_or(String::new(), |l| format!("linger = \"{l}\""))
+        ),
+    )?;
+    let log = std::fs::File::create(dir.path().join("daemon.log"))?;
+    let daemon = Daemon {
+        child: Command::new(siphon)
+            .args(["run", "--config"])
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()?,
+        admin: format!("127.0.0.1:{port}"),
+    };
+    let runtime = tokio::runtime::Runtime::new()?;
+    let result = runtime.block_on(probe(&daemon, &db_url, rate, seconds));
+    drop(daemon);
+    let _ = psql(url, &format!("select pg_drop_replication_slot('{DB}')"));
+    psql(url, &format!("drop database if exists {DB} with (force)"))?;
+    let _ = Command::new("redis-cli")
+        .args(["-u", redis, "eval", "for _, k in ipairs(redis.call('keys', 'siphon-bench-wait:*')) do redis.call('del', k) end", "0"])
+        .output();
+    result
+}
+
+async fn probe(daemon: &Daemon, db_url: &str, rate: u32, seconds: u64) -> anyhow::Result<String> {
+    let http = reqwest::Client::new();
+    // The snapshot applied.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let status: serde_json::Value = match http
+            .get(format!("http://{}/api/pipelines", daemon.admin))
+            .send()
+            .await
+        {
+            Ok(r) => r.json().await.unwrap_or_default(),
+            Err(_) => serde_json::Value::Null,
+        };
+        if status[0]["sinks"]["cache"]["committed_offset"].as_u64() > Some(u64::from(ROWS)) {
+            break;
+        }
+        anyhow::ensure!(Instant::now() < deadline, "the daemon never applied its snapshot");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let mut script = tempfile::NamedTempFile::new()?;
+    writeln!(
+        script,
+        "\\set id random(1, {ROWS})\nupdate accounts set v = v + 1 where id = :id;"
+    )?;
+    let load = tokio::process::Command::new("pgbench")
+        .args(["-n", "-c", "8", "-j", "2", "-R", &rate.to_string(), "-T", &seconds.to_string()])
+        .arg("-f")
+        .arg(script.path())
+        .arg(db_url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let (client, connection) = tokio_postgres::connect(db_url, tokio_postgres::NoTls).await?;
+    tokio::spawn(connection);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let until = Instant::now() + Duration::from_secs(seconds.saturating_sub(3));
+    let mut times = Vec::new();
+    let mut n = 0i64;
+    while Instant::now() < until {
+        n += 1;
+        client
+            .execute("update accounts set v = $1 where id = 0", &[&n])
+            .await?;
+        let committed = Instant::now();
+        let lsn: String = client
+            .query_one("select pg_current_wal_lsn()::text", &[])
+            .await?
+            .get(0);
+        let resp = http
+            .get(format!(
+                "http://{}/api/pipelines/bench/sinks/cache/wait?lsn={lsn}&timeout=10s",
+                daemon.admin
+            ))
+            .send()
+            .await?;
+        anyhow::ensure!(
+            resp.status().as_u16() == 200,
+            "a wait answered {}",
+            resp.status()
+        );
+        times.push(committed.elapsed());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let out = load.wait_with_output().await?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let tps = text
+        .lines()
+        .find_map(|l| l.strip_prefix("tps = "))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap_or("?")
+        .to_owned();
+    times.sort();
+    let ms = |q: f64| {
+        let i = ((times.len() as f64 - 1.0) * q).round() as usize;
+        times[i].as_secs_f64() * 1000.0
+    };
+    anyhow::ensure!(!times.is_empty(), "no probe ran");
+    Ok(format!(
+        "| {rate} | {tps} | {} | {:.2} | {:.2} | {:.2} | {:.2} |",
+        times.len(),
+        ms(0.5),
+        ms(0.9),
+        ms(0.99),
+        ms(1.0)
+    ))
+}
