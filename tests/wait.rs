@@ -32,6 +32,16 @@ async fn wait(client: &reqwest::Client, admin: &str, sink: &str, query: &str) ->
     )
 }
 
+/// A wait of the `cache` sink for a position the database has not reached: 408 after its
+/// timeout, with where the sink stands.
+async fn times_out(client: &reqwest::Client, admin: &str, point: &str) {
+    let started = Instant::now();
+    let (status, body) = wait(client, admin, "cache", &format!("{point}&timeout=300ms")).await;
+    assert_eq!(status, 408, "{body}");
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert!(body["committed_offset"].as_u64() > Some(0), "{body}");
+}
+
 async fn redis_field(
     conn: &mut redis::aio::MultiplexedConnection,
     key: &str,
@@ -194,17 +204,7 @@ tables = ["public.other"]
     // A position the database has not reached: 408, with where the sink stands.
     let (high, low) = lsn.split_once('/').unwrap();
     let future = format!("{:X}/{low}", u32::from_str_radix(high, 16).unwrap() + 1);
-    let started = Instant::now();
-    let (status, body) = wait(
-        &http,
-        &d.admin,
-        "cache",
-        &format!("lsn={future}&timeout=300ms"),
-    )
-    .await;
-    assert_eq!(status, 408, "{body}");
-    assert!(started.elapsed() >= Duration::from_millis(300));
-    assert!(body["committed_offset"].as_u64() > Some(0), "{body}");
+    times_out(&http, &d.admin, &format!("lsn={future}")).await;
     // Bad requests name what is wrong.
     let (status, body) = wait(&http, &d.admin, "cache", "lsn=nonsense").await;
     assert_eq!(status, 400);
@@ -286,13 +286,6 @@ async fn a_mariadb_write_is_read_back_after_waiting_for_its_gtid() {
         .unwrap();
     let (domain_server, seq) = gtid.rsplit_once('-').unwrap();
     let future = format!("{domain_server}-{}", seq.parse::<u64>().unwrap() + 1000);
-    let (status, body) = wait(
-        &http,
-        &d.admin,
-        "cache",
-        &format!("gtid={future}&timeout=300ms"),
-    )
-    .await;
-    assert_eq!(status, 408, "{body}");
+    times_out(&http, &d.admin, &format!("gtid={future}")).await;
     drop(d);
 }

@@ -64,7 +64,9 @@ fn measure(
     psql(url, &format!("drop database if exists {DB} with (force)"))?;
     let _ = psql(
         url,
-        &format!("select pg_drop_replication_slot('{DB}') from pg_replication_slots where slot_name = '{DB}'"),
+        &format!(
+            "select pg_drop_replication_slot('{DB}') from pg_replication_slots where slot_name = '{DB}'"
+        ),
     );
     psql(url, &format!("create database {DB}"))?;
     let db_url = with_db(url, DB);
@@ -76,7 +78,9 @@ fn measure(
         ),
     )?;
     let dir = tempfile::tempdir()?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
     let config = dir.path().join("siphon.toml");
     std::fs::write(
         &config,
@@ -136,7 +140,10 @@ async fn probe(daemon: &Daemon, db_url: &str, rate: u32, seconds: u64) -> anyhow
         if status[0]["sinks"]["cache"]["committed_offset"].as_u64() > Some(u64::from(ROWS)) {
             break;
         }
-        anyhow::ensure!(Instant::now() < deadline, "the daemon never applied its snapshot");
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the daemon never applied its snapshot"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
@@ -146,7 +153,17 @@ async fn probe(daemon: &Daemon, db_url: &str, rate: u32, seconds: u64) -> anyhow
         "\\set id random(1, {ROWS})\nupdate accounts set v = v + 1 where id = :id;"
     )?;
     let load = tokio::process::Command::new("pgbench")
-        .args(["-n", "-c", "8", "-j", "2", "-R", &rate.to_string(), "-T", &seconds.to_string()])
+        .args([
+            "-n",
+            "-c",
+            "8",
+            "-j",
+            "2",
+            "-R",
+            &rate.to_string(),
+            "-T",
+            &seconds.to_string(),
+        ])
         .arg("-f")
         .arg(script.path())
         .arg(db_url)
