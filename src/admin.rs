@@ -5,6 +5,8 @@
 //! - `GET /metrics`: Prometheus text;
 //! - `GET /api/pipelines`: status JSON (what `siphon status` prints);
 //! - `POST /api/pipelines/{pipeline}/sinks/{sink}/replay?from=N&reset=true`: start a replay;
+//! - `POST /api/pipelines/{pipeline}/snapshot?tables=schema.table,…`: an incremental
+//!   snapshot of those tables while streaming goes on (progress in the source's metrics);
 //! - `GET /api/pipelines/{pipeline}/sinks/{sink}/wait?lsn=X/Y&timeout=2s` (or `gtid=`):
 //!   read-your-writes, 200 once the sink's store has every change committed up to that
 //!   source position, 408 when the time runs out; the body says where the sink stands.
@@ -78,6 +80,7 @@ pub async fn bind(config: &AdminConfig, runtime: Arc<Runtime>) -> anyhow::Result
                     "/api/pipelines/{pipeline}/sinks/{sink}/replay",
                     post(replay),
                 )
+                .route("/api/pipelines/{pipeline}/snapshot", post(snapshot))
                 .route_layer(middleware::from_fn(same_origin)),
         )
         .route_layer(middleware::from_fn_with_state(state.clone(), known_host));
@@ -219,6 +222,45 @@ async fn metrics(State(state): State<AppState>) -> Response {
 
 async fn pipelines(State(state): State<AppState>) -> Response {
     axum::Json(state.runtime.statuses()).into_response()
+}
+
+#[derive(Debug, Deserialize)]
+struct SnapshotParams {
+    /// Comma-separated "schema.table" names.
+    tables: String,
+}
+
+async fn snapshot(
+    State(state): State<AppState>,
+    Path(pipeline): Path<String>,
+    Query(params): Query<SnapshotParams>,
+) -> Response {
+    let tables: Vec<String> = params
+        .tables
+        .split(',')
+        .map(|t| t.trim().to_owned())
+        .filter(|t| !t.is_empty())
+        .collect();
+    if tables.is_empty()
+        || tables.iter().any(|t| {
+            t.split_once('.')
+                .is_none_or(|(s, n)| s.is_empty() || n.is_empty())
+        })
+    {
+        return (
+            StatusCode::BAD_REQUEST,
+            "tables: give one or more \"schema.table\", comma-separated",
+        )
+            .into_response();
+    }
+    match state.runtime.request_snapshot(&pipeline, tables.clone()) {
+        Ok(()) => (
+            StatusCode::ACCEPTED,
+            axum::Json(serde_json::json!({"pipeline": pipeline, "tables": tables})),
+        )
+            .into_response(),
+        Err(e) => (StatusCode::CONFLICT, e.to_string()).into_response(),
+    }
 }
 
 #[derive(Debug, Deserialize)]

@@ -156,11 +156,11 @@ async fn log_tail_prints_the_events_as_json() {
         "{out:?}"
     );
 
-    // Not built yet, but it says so instead of crashing.
+    // An incremental snapshot runs in the daemon: without one, it says so.
     let out = setup.cli(&["snapshot", "demo", "demo.orders"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        stderr(&out).contains("not yet available"),
+        stderr(&out).contains("runs in the running daemon"),
         "{}",
         stderr(&out)
     );

@@ -217,6 +217,8 @@ pub enum SnapshotMarker {
     FirstInTable,
     /// The last row of a table, other than the snapshot's last.
     LastInTable,
+    /// A row of an incremental snapshot, read while streaming went on.
+    Incremental,
 }
 
 /// Debezium's `source` block: where the change comes from.

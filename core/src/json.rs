@@ -101,6 +101,7 @@ fn source_json(event: &Event) -> Json {
         SnapshotMarker::First => "first",
         SnapshotMarker::FirstInTable => "first_in_data_collection",
         SnapshotMarker::LastInTable => "last_in_data_collection",
+        SnapshotMarker::Incremental => "incremental",
     };
     m.insert("snapshot".into(), json!(snapshot));
     m.insert("db".into(), json!(s.db));

@@ -105,6 +105,8 @@ pub struct SourceMetrics {
     state: Arc<Mutex<MetricsState>>,
     reached: Arc<watch::Sender<Reached>>,
     nudge: Arc<Notify>,
+    /// Tables asked to be snapshotted again, not yet taken by the source.
+    snapshot_requests: Arc<Mutex<Vec<String>>>,
 }
 
 impl Default for SourceMetrics {
@@ -113,6 +115,7 @@ impl Default for SourceMetrics {
             state: Arc::default(),
             reached: Arc::new(watch::Sender::new(Reached::default())),
             nudge: Arc::default(),
+            snapshot_requests: Arc::default(),
         }
     }
 }
@@ -255,6 +258,18 @@ impl SourceMetrics {
     /// Fires after [`Self::nudge`] (at most one stored nudge).
     pub async fn nudged(&self) {
         self.nudge.notified().await;
+    }
+
+    /// Asks the source to snapshot `tables` again while it streams (an incremental
+    /// snapshot); it is nudged, so that an idle stream takes the request at once.
+    pub fn request_snapshot(&self, tables: Vec<String>) {
+        self.snapshot_requests.lock().unwrap().extend(tables);
+        self.nudge();
+    }
+
+    /// The tables asked for since the last call.
+    pub fn take_snapshot_requests(&self) -> Vec<String> {
+        std::mem::take(&mut *self.snapshot_requests.lock().unwrap())
     }
 
     /// How far behind its database the log is, at `now_ms`: nothing while the source is

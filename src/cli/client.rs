@@ -76,6 +76,25 @@ impl AdminClient {
     }
 }
 
+impl AdminClient {
+    /// Asks the daemon for an incremental snapshot of `tables`.
+    pub async fn snapshot(&self, pipeline: &str, tables: &[String]) -> anyhow::Result<()> {
+        let path = format!(
+            "/api/pipelines/{pipeline}/snapshot?tables={}",
+            tables.join(",")
+        );
+        let resp = self.request(reqwest::Method::POST, &path).send().await?;
+        if !resp.status().is_success() {
+            let status = resp.status();
+            anyhow::bail!(
+                "the daemon refused the snapshot ({status}): {}",
+                resp.text().await.unwrap_or_default().trim()
+            );
+        }
+        Ok(())
+    }
+}
+
 fn check(resp: &reqwest::Response) -> anyhow::Result<()> {
     if resp.status() == reqwest::StatusCode::UNAUTHORIZED {
         anyhow::bail!("the admin API wants a token: set admin.token_file or SIPHON__ADMIN__TOKEN");

@@ -70,12 +70,14 @@ enum Command {
     /// Read the change log.
     #[command(subcommand)]
     Log(LogCommand),
-    /// Re-snapshot one table while streaming (not yet available).
+    /// Snapshot tables again while streaming goes on (an incremental snapshot, PostgreSQL
+    /// sources), through the running daemon; `siphon status` shows its progress.
     Snapshot {
         /// The pipeline.
         pipeline: String,
-        /// The table, as schema.table.
-        table: String,
+        /// The tables, as schema.table.
+        #[arg(required = true)]
+        tables: Vec<String>,
     },
 }
 
@@ -199,13 +201,21 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             .await
         }
         Command::Log(LogCommand::Stats) => log::stats(&config),
-        Command::Snapshot { pipeline, table } => {
+        Command::Snapshot { pipeline, tables } => {
             config.pipeline(&pipeline)?;
+            let client = client::AdminClient::new(&config)?;
+            if !client.is_up().await {
+                anyhow::bail!(
+                    "no daemon answers on {}: an incremental snapshot runs in the running daemon (siphon run)",
+                    config.admin.listen
+                );
+            }
+            client.snapshot(&pipeline, &tables).await?;
             eprintln!(
-                "siphon snapshot {pipeline} {table}: not yet available. Incremental snapshots arrive with the \
-                 PostgreSQL source; until then, `siphon replay` rebuilds a sink from the log."
+                "siphon snapshot {pipeline}: {} queued; `siphon status` shows the source's incremental_snapshot_rows and incremental_snapshot_tables_left",
+                tables.join(", ")
             );
-            Ok(ExitCode::FAILURE)
+            Ok(ExitCode::SUCCESS)
         }
     }
 }

@@ -117,6 +117,22 @@ pub enum ReplayError {
 }
 
 impl Runtime {
+    /// Asks pipeline `pipeline`'s source to snapshot `tables` again while it streams.
+    pub fn request_snapshot(&self, pipeline: &str, tables: Vec<String>) -> Result<(), ReplayError> {
+        let p = self
+            .pipelines
+            .get(pipeline)
+            .ok_or_else(|| ReplayError::Refused(format!("no pipeline {pipeline:?}")))?;
+        let kind = p.status.lock().unwrap().source.kind.clone();
+        if kind != "postgres" {
+            return Err(ReplayError::Refused(format!(
+                "incremental snapshots are built for PostgreSQL sources; {pipeline:?} reads from {kind:?}"
+            )));
+        }
+        p.source_metrics.request_snapshot(tables);
+        Ok(())
+    }
+
     /// The status of every pipeline.
     pub fn statuses(&self) -> Vec<PipelineStatus> {
         self.pipelines.values().map(|p| p.status()).collect()

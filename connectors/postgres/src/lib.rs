@@ -12,6 +12,7 @@ mod binary;
 mod catalog;
 mod config;
 mod events;
+mod incremental;
 mod pgoutput;
 mod snapshot;
 mod stream;
@@ -36,6 +37,9 @@ const SESSION_SETTINGS: &str = "-c DateStyle=ISO -c IntervalStyle=postgres -c Ti
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Checkpoint {
+    /// An incremental snapshot in progress: the tables left and where the current one stands.
+    #[serde(default, skip_serializing_if = "is_idle")]
+    incremental: incremental::Progress,
     /// The slot it belongs to.
     slot: String,
     /// Whether the snapshot for that slot finished.
@@ -43,6 +47,10 @@ struct Checkpoint {
     /// The change log the snapshot went into (absent in checkpoints of older siphons).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     log_id: Option<LogId>,
+}
+
+fn is_idle(progress: &incremental::Progress) -> bool {
+    *progress == incremental::Progress::default()
 }
 
 /// The PostgreSQL source of one pipeline.
@@ -365,6 +373,12 @@ impl Source for PostgresSource {
                 slot: self.slot.clone(),
                 snapshot_done,
                 log_id: Some(ctx.log.id().clone()),
+                // A new initial snapshot reads every table anyway.
+                incremental: if need_snapshot {
+                    incremental::Progress::default()
+                } else {
+                    checkpoint.incremental.clone()
+                },
             })
         };
         if need_snapshot {
@@ -427,13 +441,21 @@ impl Source for PostgresSource {
             save(true)?;
         }
         // Resume after the last streamed event the log holds.
+        // An incremental snapshot's rows sit at their high watermark, in the stream's order.
         let resume_after = match ctx.last_event().await? {
-            Some(e) if e.source.snapshot == SnapshotMarker::False => match e.source.position {
-                SourcePosition::Postgres {
-                    commit_lsn, index, ..
-                } => Some((commit_lsn, index)),
-                _ => None,
-            },
+            Some(e)
+                if matches!(
+                    e.source.snapshot,
+                    SnapshotMarker::False | SnapshotMarker::Incremental
+                ) =>
+            {
+                match e.source.position {
+                    SourcePosition::Postgres {
+                        commit_lsn, index, ..
+                    } => Some((commit_lsn, index)),
+                    _ => None,
+                }
+            }
             _ => None,
         };
         repl.start().await.map_err(|e| replication_error(&e))?;
@@ -441,8 +463,14 @@ impl Source for PostgresSource {
             .await
             .map_err(|e| replication_error(&e))?;
         tracing::info!(pipeline = %self.pipeline, slot = %self.slot, ?resume_after, "streaming changes");
+        let checkpoint = ctx
+            .offsets
+            .source_checkpoint::<Checkpoint>()?
+            .unwrap_or_default();
         let result = stream::Stream {
             ctx,
+            checkpoint,
+            publication: self.publication.clone(),
             repl: &mut repl,
             client: &client,
             factory,

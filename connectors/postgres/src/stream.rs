@@ -13,6 +13,7 @@ use tokio_postgres::Client;
 
 use crate::catalog::{self, ColumnRef, TypeCache, pg_error};
 use crate::events::{EventFactory, PG_EPOCH_MICROS, Place, Shape};
+use crate::incremental;
 use crate::pgoutput::{self, Message, Relation, TupleValue};
 
 /// Events appended per call while a transaction is open (it streams through, never held
@@ -43,6 +44,10 @@ struct Transaction {
 /// Streams until cancelled or the connection fails.
 pub struct Stream<'a> {
     pub ctx: &'a SourceContext,
+    /// The source's checkpoint, which the stream saves an incremental snapshot's progress in.
+    pub checkpoint: crate::Checkpoint,
+    /// The publication: the tables an incremental snapshot may read.
+    pub publication: String,
     pub repl: &'a mut ReplicationClient,
     pub client: &'a Client,
     pub factory: EventFactory,
@@ -69,6 +74,10 @@ impl Stream<'_> {
             tokio::time::interval(self.heartbeat.unwrap_or(Duration::from_secs(3600)));
         heartbeat.tick().await;
         let mut lag = tokio::time::interval(self.lag_interval);
+        let mut progress = self.checkpoint.incremental.clone();
+        let mut chunk: Option<incremental::Chunk> = None;
+        let mut reader: Option<incremental::TableReader> = None;
+        self.report(&progress);
         loop {
             // Whatever the server has sent already joins the batch; when nothing more is
             // waiting, the batch goes to the log with one fsync (group commit).
@@ -84,6 +93,11 @@ impl Stream<'_> {
                     if tx.is_none() {
                         // Nothing waiting, nothing open: the log holds all the server sent.
                         self.ctx.metrics.caught_up();
+                        if chunk.is_none() {
+                            chunk = self
+                                .next_chunk(&mut types, &mut progress, &mut reader)
+                                .await?;
+                        }
                     }
                     match self.next_event(&mut heartbeat, &mut lag).await? {
                         Some(event) => event,
@@ -167,6 +181,9 @@ impl Stream<'_> {
                                 let mut event =
                                     self.factory.event(shape, op, before, after, key, at);
                                 event.key_change = key_change;
+                                if let Some(chunk) = &mut chunk {
+                                    chunk.saw(&event);
+                                }
                                 pending.events.push(event);
                                 if pending.events.len() > CHUNK {
                                     self.flush(&mut pending, true).await?;
@@ -196,6 +213,21 @@ impl Stream<'_> {
                     // server's position can be confirmed even when the captured tables are idle.
                     if tx.is_none() {
                         pending.confirm = Some(pending.confirm.map_or(wal_end, |c| c.max(wal_end)));
+                    }
+                }
+                ReplicationEvent::Message {
+                    prefix,
+                    content,
+                    lsn,
+                    ..
+                } if prefix == incremental::WATERMARK => {
+                    if let Some(closed) = chunk
+                        .as_mut()
+                        .and_then(|c| c.watermark(&content, lsn.as_u64()))
+                    {
+                        chunk = None;
+                        self.append_chunk(&mut pending, &mut progress, closed)
+                            .await?;
                     }
                 }
                 ReplicationEvent::Message { .. } => {}
@@ -238,6 +270,98 @@ impl Stream<'_> {
             self.ctx.metrics.committed(commit_ms);
         }
         Ok(())
+    }
+
+    /// Takes requested tables into `progress` and reads the next chunk between watermarks,
+    /// if a table is left; tables that cannot be read are dropped on the way.
+    async fn next_chunk(
+        &self,
+        types: &mut TypeCache,
+        progress: &mut incremental::Progress,
+        reader: &mut Option<incremental::TableReader>,
+    ) -> Result<Option<incremental::Chunk>> {
+        let requested = self.ctx.metrics.take_snapshot_requests();
+        let mut changed = !requested.is_empty();
+        progress.request(requested);
+        let chunk = loop {
+            let Some(name) = progress.tables.front() else {
+                break None;
+            };
+            if reader.as_ref().is_none_or(|r| r.name != *name) {
+                *reader = incremental::TableReader::prepare(
+                    self.client,
+                    types,
+                    (self.ctx, &self.factory),
+                    &self.publication,
+                    name,
+                )
+                .await?;
+            }
+            match reader {
+                Some(r) => {
+                    break Some(
+                        r.read(self.client, &self.factory, progress.after.as_deref())
+                            .await?,
+                    );
+                }
+                None => {
+                    progress.tables.pop_front();
+                    progress.after = None;
+                    changed = true;
+                }
+            }
+        };
+        if changed {
+            self.save_progress(progress)?;
+        }
+        Ok(chunk)
+    }
+
+    /// Appends a closed chunk's rows (durable), then records how far the snapshot is.
+    async fn append_chunk(
+        &mut self,
+        pending: &mut Pending,
+        progress: &mut incremental::Progress,
+        closed: incremental::Closed,
+    ) -> Result<()> {
+        let n = closed.rows.len();
+        if n > 0 {
+            pending.events.extend(closed.rows);
+            pending.ends.push(pending.events.len() - 1);
+        }
+        self.flush(pending, false).await?;
+        progress.rows += n as u64;
+        match closed.next_after {
+            Some(after) => progress.after = Some(after),
+            None => {
+                if let Some(done) = progress.tables.pop_front() {
+                    tracing::info!(table = %done, rows = progress.rows, "incremental snapshot: table done");
+                }
+                progress.after = None;
+            }
+        }
+        self.save_progress(progress)
+    }
+
+    fn save_progress(&self, progress: &incremental::Progress) -> Result<()> {
+        self.ctx
+            .offsets
+            .save_source_checkpoint(&crate::Checkpoint {
+                incremental: progress.clone(),
+                ..self.checkpoint.clone()
+            })?;
+        self.report(progress);
+        Ok(())
+    }
+
+    /// An incremental snapshot's progress in status and metrics.
+    fn report(&self, progress: &incremental::Progress) {
+        let metrics = &self.ctx.metrics;
+        metrics.set("incremental_snapshot_rows", progress.rows as f64);
+        metrics.set(
+            "incremental_snapshot_tables_left",
+            progress.tables.len() as f64,
+        );
     }
 
     async fn write_heartbeat(&self) -> Result<()> {
