@@ -107,6 +107,7 @@ async fn siphon_in(
         snapshot_parallelism: 2,
         heartbeat_interval: None,
         status_interval: siphon_core::units::HumanDuration(Duration::from_secs(10)),
+        table_poll_interval: siphon_core::units::HumanDuration(std::time::Duration::from_secs(10)),
         drop_slot_on_stop: false,
         tls: None,
         tls_ca_file: None,

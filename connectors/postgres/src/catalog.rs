@@ -303,13 +303,15 @@ async fn index_columns(client: &Client, oid: u32, flag: &str, what: &str) -> Res
         .collect())
 }
 
-/// Makes sure the publication exists, covers every table, and publishes a partitioned
-/// table's changes under its own name (`publish_via_partition_root`).
+/// Makes sure the publication exists, covers exactly these tables, and publishes a
+/// partitioned table's changes under its own name (`publish_via_partition_root`). Returns the
+/// tables it added to an existing publication ("schema.table"): their rows from before are
+/// not in the stream.
 pub async fn ensure_publication(
     client: &Client,
     publication: &str,
     tables: &[Table],
-) -> Result<()> {
+) -> Result<Vec<String>> {
     let existing = client
         .query_opt(
             "select puballtables, pubviaroot from pg_publication where pubname = $1",
@@ -330,7 +332,7 @@ pub async fn ensure_publication(
             .await
             .map_err(|e| pg_error("creating the publication", &e))?;
         tracing::info!(publication, tables = all.len(), "created the publication");
-        return Ok(());
+        return Ok(Vec::new());
     };
     let (all_tables, via_root): (bool, bool) = (existing.get(0), existing.get(1));
     if !via_root {
@@ -347,7 +349,7 @@ pub async fn ensure_publication(
         );
     }
     if all_tables {
-        return Ok(());
+        return Ok(Vec::new());
     }
     // Membership by OID: pg_publication_tables lists a partitioned table's partitions, not
     // the table (or the other way round), depending on publish_via_partition_root.
@@ -382,7 +384,33 @@ pub async fn ensure_publication(
             "added tables to the publication"
         );
     }
-    Ok(())
+    // Tables the patterns no longer name leave it (their stores keep what they hold).
+    let wanted: Vec<u32> = tables.iter().map(|t| t.oid).collect();
+    let gone: Vec<String> = client
+        .query(
+            "select format('%I.%I', n.nspname, c.relname) from pg_publication_rel r \
+             join pg_publication p on p.oid = r.prpubid join pg_class c on c.oid = r.prrelid \
+             join pg_namespace n on n.oid = c.relnamespace \
+             where p.pubname = $1 and not (r.prrelid = any($2))",
+            &[&publication, &wanted],
+        )
+        .await
+        .map_err(|e| pg_error("reading the publication", &e))?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    if !gone.is_empty() {
+        client
+            .batch_execute(&format!(
+                "alter publication {} drop table {}",
+                quote_ident(publication),
+                gone.join(", ")
+            ))
+            .await
+            .map_err(|e| pg_error("dropping tables from the publication", &e))?;
+        tracing::info!(publication, tables = ?gone, "dropped tables the configuration no longer names from the publication");
+    }
+    Ok(missing.iter().map(|t| t.qualified()).collect())
 }
 
 /// The state of a replication slot.

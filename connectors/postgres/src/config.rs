@@ -25,6 +25,10 @@ pub struct PostgresConfig {
     pub password_file: Option<PathBuf>,
     /// Tables to capture, as "schema.table"; "schema.*" takes every table of a schema.
     pub tables: Vec<String>,
+    /// How often to look for tables that match `tables` but are not captured yet (created
+    /// since): each is added to the publication and snapshotted incrementally.
+    #[serde(default = "default_table_poll_interval")]
+    pub table_poll_interval: HumanDuration,
     /// Replication slot name (default: "siphon_<pipeline>").
     #[serde(default)]
     pub slot: Option<String>,
@@ -59,6 +63,10 @@ pub struct PostgresConfig {
 
 fn default_parallelism() -> usize {
     2
+}
+
+fn default_table_poll_interval() -> HumanDuration {
+    HumanDuration(Duration::from_secs(10))
 }
 
 fn default_status_interval() -> HumanDuration {

@@ -332,7 +332,7 @@ impl Source for PostgresSource {
                  `ALTER TABLE {} REPLICA IDENTITY DEFAULT`", t.quoted()
             );
         }
-        catalog::ensure_publication(&client, &self.publication, &tables).await?;
+        let added = catalog::ensure_publication(&client, &self.publication, &tables).await?;
         // A checkpoint of another slot, or of another change log (the log was lost or
         // replaced), says nothing about this one: the snapshot is taken again.
         let checkpoint = ctx
@@ -463,14 +463,22 @@ impl Source for PostgresSource {
             .await
             .map_err(|e| replication_error(&e))?;
         tracing::info!(pipeline = %self.pipeline, slot = %self.slot, ?resume_after, "streaming changes");
-        let checkpoint = ctx
+        let mut checkpoint = ctx
             .offsets
             .source_checkpoint::<Checkpoint>()?
             .unwrap_or_default();
+        if !need_snapshot && !added.is_empty() {
+            // Created while siphon was down: their rows so far are in no snapshot.
+            tracing::info!(tables = ?added, "new tables joined the publication: snapshotting them incrementally");
+            checkpoint.incremental.request(added);
+            ctx.offsets.save_source_checkpoint(&checkpoint)?;
+        }
         let result = stream::Stream {
             ctx,
             checkpoint,
             publication: self.publication.clone(),
+            patterns: self.config.tables.clone(),
+            table_poll_interval: self.config.table_poll_interval.0,
             repl: &mut repl,
             client: &client,
             factory,

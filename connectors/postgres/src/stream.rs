@@ -32,6 +32,16 @@ struct Pending {
     commit_ms: Option<i64>,
 }
 
+/// What the stream waits for next.
+enum Next {
+    /// A replication event, or the stream's failure.
+    Event(pgwire_replication::Result<Option<ReplicationEvent>>),
+    /// Time to look for tables created since.
+    PollTables,
+    /// Shutdown.
+    Shutdown,
+}
+
 /// The transaction being received.
 struct Transaction {
     final_lsn: u64,
@@ -48,6 +58,9 @@ pub struct Stream<'a> {
     pub checkpoint: crate::Checkpoint,
     /// The publication: the tables an incremental snapshot may read.
     pub publication: String,
+    /// The configured table patterns, and how often to look for new tables matching them.
+    pub patterns: Vec<String>,
+    pub table_poll_interval: Duration,
     pub repl: &'a mut ReplicationClient,
     pub client: &'a Client,
     pub factory: EventFactory,
@@ -74,6 +87,8 @@ impl Stream<'_> {
             tokio::time::interval(self.heartbeat.unwrap_or(Duration::from_secs(3600)));
         heartbeat.tick().await;
         let mut lag = tokio::time::interval(self.lag_interval);
+        let mut table_poll = tokio::time::interval(self.table_poll_interval);
+        table_poll.tick().await;
         let mut progress = self.checkpoint.incremental.clone();
         let mut chunk: Option<incremental::Chunk> = None;
         let mut reader: Option<incremental::TableReader> = None;
@@ -99,9 +114,15 @@ impl Stream<'_> {
                                 .await?;
                         }
                     }
-                    match self.next_event(&mut heartbeat, &mut lag).await? {
-                        Some(event) => event,
-                        None => return Ok(()),
+                    loop {
+                        match self
+                            .next_event(&mut heartbeat, &mut lag, &mut table_poll)
+                            .await?
+                        {
+                            Next::Event(event) => break event,
+                            Next::PollTables => self.poll_tables(&mut progress).await?,
+                            Next::Shutdown => return Ok(()),
+                        }
                     }
                 }
             };
@@ -272,6 +293,20 @@ impl Stream<'_> {
         Ok(())
     }
 
+    /// Tables that match the patterns but are not captured yet (created since): added to the
+    /// publication, and to the incremental snapshot (durably, before their rows are read), so
+    /// that rows written before they joined reach the log too.
+    async fn poll_tables(&self, progress: &mut incremental::Progress) -> Result<()> {
+        let tables = catalog::tables(self.client, &self.patterns).await?;
+        let added = catalog::ensure_publication(self.client, &self.publication, &tables).await?;
+        if !added.is_empty() {
+            tracing::info!(tables = ?added, "new tables joined the publication: snapshotting them incrementally");
+            progress.request(added);
+            self.save_progress(progress)?;
+        }
+        Ok(())
+    }
+
     /// Takes requested tables into `progress` and reads the next chunk between watermarks,
     /// if a table is left; tables that cannot be read are dropped on the way.
     async fn next_chunk(
@@ -376,17 +411,19 @@ impl Stream<'_> {
         &mut self,
         heartbeat: &mut tokio::time::Interval,
         lag: &mut tokio::time::Interval,
-    ) -> Result<Option<pgwire_replication::Result<Option<ReplicationEvent>>>> {
+        table_poll: &mut tokio::time::Interval,
+    ) -> Result<Next> {
         loop {
             tokio::select! {
                 biased;
-                _ = self.ctx.cancel.cancelled() => return Ok(None),
+                _ = self.ctx.cancel.cancelled() => return Ok(Next::Shutdown),
+                _ = table_poll.tick() => return Ok(Next::PollTables),
                 // A heartbeat on schedule, or now for a read-your-writes wait: WAL written
                 // after the waited-for position, which the stream then passes.
                 _ = heartbeat.tick(), if self.heartbeat.is_some() => self.write_heartbeat().await?,
                 () = self.ctx.metrics.nudged() => self.write_heartbeat().await?,
                 _ = lag.tick() => self.report_lag().await,
-                event = self.repl.recv() => return Ok(Some(event)),
+                event = self.repl.recv() => return Ok(Next::Event(event)),
             }
         }
     }

@@ -20,6 +20,7 @@ fn config(url: &str, tls: TlsMode, ca: Option<PathBuf>) -> PostgresConfig {
         snapshot_parallelism: 1,
         heartbeat_interval: None,
         status_interval: siphon_core::units::HumanDuration(Duration::from_secs(1)),
+        table_poll_interval: siphon_core::units::HumanDuration(std::time::Duration::from_secs(10)),
         drop_slot_on_stop: false,
         tls: Some(tls),
         tls_ca_file: ca,

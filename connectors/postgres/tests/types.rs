@@ -207,6 +207,7 @@ async fn check_every_type(binary: bool) {
         snapshot_parallelism: 1,
         heartbeat_interval: None,
         status_interval: siphon_core::units::HumanDuration(Duration::from_millis(200)),
+        table_poll_interval: siphon_core::units::HumanDuration(std::time::Duration::from_secs(10)),
         drop_slot_on_stop: true,
         tls: Some(TlsMode::Require),
         tls_ca_file: None,
