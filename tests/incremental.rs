@@ -1,9 +1,9 @@
 //! An incremental snapshot through the daemon: a 200,000-row table that the pipeline never
 //! snapshotted (`snapshot = "never"`) is read again with `siphon snapshot` while a writer
 //! updates, deletes and inserts rows in it, and the daemon is killed with SIGKILL twice
-//! midway. Afterwards the file sink's output folds into the table, row by row, and no `r`
-//! event went back in time: each one carries what the stream had last said of its row (never
-//! a row the stream had deleted).
+//! midway. Afterwards the file sink's output, Redis and the PostgreSQL mirror each equal the
+//! table, row by row, and no `r` event went back in time: each one carries what the stream had
+//! last said of its row (never a row the stream had deleted).
 
 mod common;
 
@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use common::Setup;
 use serde_json::Value as Json;
-use siphon_test_support::postgres;
+use siphon_test_support::{postgres, redis};
 
 const ROWS: i64 = 200_000;
 
@@ -25,6 +25,8 @@ fn source_gauge(status: &Json, name: &str) -> f64 {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_incremental_snapshot_under_writes_and_kill_9_matches_the_table() {
     let db = postgres().await.unwrap();
+    let target = postgres().await.unwrap();
+    let cache = redis().await.unwrap();
     let client = db.client().await.unwrap();
     client
         .batch_execute(&format!(
@@ -38,8 +40,12 @@ async fn an_incremental_snapshot_under_writes_and_kill_9_matches_the_table() {
         "kind = \"postgres\"\nurl = \"{}\"\ntables = [\"public.items\"]\nslot = \"{slot}\"\nsnapshot = \"never\"\nstatus_interval = \"500ms\"",
         db.url
     );
-    // Big output files: the snapshot writes 200,000 lines.
-    let setup = Setup::with_source(&source, 0, "");
+    let sinks = format!(
+        "[pipelines.demo.sinks.cache]\nkind = \"redis\"\nurl = \"{}\"\nprefix = \"{}\"\n\n\
+         [pipelines.demo.sinks.mirror]\nkind = \"postgres\"\nurl = \"{}\"\n",
+        cache.url, cache.prefix, target.url
+    );
+    let setup = Setup::with_source(&source, 0, &sinks);
     let mut d = setup.start();
     common::wait_status(&d, Duration::from_secs(60), "streaming", |s| {
         s[0]["source"]["state"] == "running"
@@ -105,18 +111,16 @@ async fn an_incremental_snapshot_under_writes_and_kill_9_matches_the_table() {
         .await
         .unwrap()
         .get(0);
-    let resp = reqwest::get(format!(
-        "{}/api/pipelines/demo/sinks/out/wait?lsn={lsn}&timeout=60s",
-        d.admin
-    ))
-    .await
-    .unwrap();
-    assert_eq!(
-        resp.status().as_u16(),
-        200,
-        "{}",
-        resp.text().await.unwrap()
-    );
+    for sink in ["out", "cache", "mirror"] {
+        let resp = reqwest::get(format!(
+            "{}/api/pipelines/demo/sinks/{sink}/wait?lsn={lsn}&timeout=60s",
+            d.admin
+        ))
+        .await
+        .unwrap();
+        let status = resp.status().as_u16();
+        assert_eq!(status, 200, "{sink}: {}", resp.text().await.unwrap());
+    }
     d.signal("TERM").unwrap();
     assert!(
         d.wait(Duration::from_secs(30)).unwrap().success(),
@@ -132,26 +136,64 @@ async fn an_incremental_snapshot_under_writes_and_kill_9_matches_the_table() {
         .map(|r| (r.get(0), r.get(1)))
         .collect();
     let output = setup.output();
-    let have: BTreeMap<i64, i64> = common::fold(&output)
+    let folded: BTreeMap<i64, i64> = common::fold(&output)
         .into_iter()
         .map(|((_, id), row)| (id, row["v"].as_i64().unwrap()))
         .collect();
-    let differ: Vec<String> = want
+    let mirrored: BTreeMap<i64, i64> = target
+        .client()
+        .await
+        .unwrap()
+        .query("select id, v from public.items", &[])
+        .await
+        .unwrap()
         .iter()
-        .filter(|(id, v)| have.get(id) != Some(v))
-        .map(|(id, v)| format!("{id}: table {v}, output {:?}", have.get(id)))
-        .chain(
-            have.keys()
-                .filter(|id| !want.contains_key(id))
-                .map(|id| format!("{id}: only in the output")),
-        )
-        .take(10)
+        .map(|r| (r.get(0), r.get(1)))
         .collect();
-    assert!(
-        differ.is_empty(),
-        "the output differs from the table:\n{}",
-        differ.join("\n")
-    );
+    let mut conn = redis::Client::open(cache.url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}items:*", cache.prefix))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut cached = BTreeMap::new();
+    for batch in keys.chunks(1000) {
+        let mut pipe = redis::pipe();
+        for key in batch {
+            pipe.cmd("HGET").arg(key).arg("v");
+        }
+        let values: Vec<String> = pipe.query_async(&mut conn).await.unwrap();
+        for (key, v) in batch.iter().zip(values) {
+            let id: i64 = key.rsplit(':').next().unwrap().parse().unwrap();
+            cached.insert(id, v.parse::<i64>().unwrap());
+        }
+    }
+    for (store, have) in [
+        ("output", &folded),
+        ("Redis", &cached),
+        ("mirror", &mirrored),
+    ] {
+        let differ: Vec<String> = want
+            .iter()
+            .filter(|(id, v)| have.get(id) != Some(v))
+            .map(|(id, v)| format!("{id}: table {v}, {store} {:?}", have.get(id)))
+            .chain(
+                have.keys()
+                    .filter(|id| !want.contains_key(id))
+                    .map(|id| format!("{id}: only in the {store}")),
+            )
+            .take(10)
+            .collect();
+        assert!(
+            differ.is_empty(),
+            "the {store} differs from the table:\n{}",
+            differ.join("\n")
+        );
+    }
 
     // No `r` event went back in time.
     let mut streamed: BTreeMap<i64, Option<i64>> = BTreeMap::new();

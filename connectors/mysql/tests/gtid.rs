@@ -18,15 +18,26 @@ use siphon_test_support::mysql;
 mod harness;
 use harness::{Harness, fold};
 
-/// Closes the current binlog file and drops every earlier one.
-async fn rotate_and_purge(conn: &mut mysql_async::Conn) -> String {
+/// Closes the current binlog file; returns the new one's name.
+async fn rotate(conn: &mut mysql_async::Conn) -> String {
     conn.query_drop("FLUSH BINARY LOGS").await.unwrap();
     let mut status: mysql_async::Row = conn
         .query_first("SHOW MASTER STATUS")
         .await
         .unwrap()
         .unwrap();
-    let current: String = status.take(0).unwrap();
+    status.take(0).unwrap()
+}
+
+/// Closes the current binlog file and drops every earlier one.
+async fn rotate_and_purge(conn: &mut mysql_async::Conn) -> String {
+    let current = rotate(conn).await;
+    purge_to(conn, &current).await;
+    current
+}
+
+/// Drops every binlog file before `current`.
+async fn purge_to(conn: &mut mysql_async::Conn, current: &str) {
     // The server keeps a file until its transactions are durable in the engine (its binlog
     // checkpoint moves on), so the purge is repeated until it took.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -36,8 +47,8 @@ async fn rotate_and_purge(conn: &mut mysql_async::Conn) -> String {
             .unwrap();
         let files: Vec<mysql_async::Row> = conn.query("SHOW BINARY LOGS").await.unwrap();
         let oldest: Option<String> = files.into_iter().next().and_then(|mut r| r.take(0));
-        if oldest.as_deref() == Some(current.as_str()) {
-            return current;
+        if oldest.as_deref() == Some(current) {
+            return;
         }
         assert!(Instant::now() < deadline, "the server kept {oldest:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -79,9 +90,21 @@ async fn a_restart_finds_its_place_by_gtid_after_the_binlog_file_is_purged() {
     cancel.cancel();
     run.await.unwrap().unwrap();
 
-    // The file the source stopped in is gone; nothing after its place is.
-    let current = rotate_and_purge(&mut conn).await;
+    // A new binlog file; the source reads into it and stops there, its GTID state saved at the
+    // stop past the file's start. (Stopped before the rotation, its state could miss
+    // transactions of other databases on the server, which a purge would then drop unread:
+    // the source would refuse, rightly.)
+    conn.query_drop("insert into other values (2)")
+        .await
+        .unwrap();
+    let current = rotate(&mut conn).await;
     assert_ne!(current, file_before);
+    let (run, cancel) = h.start();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    cancel.cancel();
+    run.await.unwrap().unwrap();
+    // The file the source stopped reading in is gone; nothing after its place is.
+    purge_to(&mut conn, &current).await;
     conn.query_drop("start transaction").await.unwrap();
     for k in 21..=30 {
         conn.query_drop(format!("insert into g values ({k}, 'after the purge')"))
