@@ -150,16 +150,27 @@ async fn an_incremental_snapshot_under_writes_and_kill_9_matches_the_table() {
         .iter()
         .map(|r| (r.get(0), r.get(1)))
         .collect();
-    let mut conn = redis::Client::open(cache.url.as_str())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{}items:*", cache.prefix))
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let mut conn = cache.conn().await.unwrap();
+    // SCAN, not KEYS: one KEYS over 200,000 keys can outlast the connection's response
+    // timeout on a loaded machine.
+    let mut keys: Vec<String> = Vec::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("{}items:*", cache.prefix))
+            .arg("COUNT")
+            .arg(5000)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        keys.extend(batch);
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
     let mut cached = BTreeMap::new();
     for batch in keys.chunks(1000) {
         let mut pipe = redis::pipe();

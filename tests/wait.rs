@@ -104,11 +104,7 @@ tables = ["public.other"]
     })
     .await;
     let http = reqwest::Client::new();
-    let mut redis_conn = redis::Client::open(cache.url.as_str())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut redis_conn = cache.conn().await.unwrap();
     let mirror = target.client().await.unwrap();
 
     // A writer in the background: rows 51..=100, small transactions.
@@ -251,11 +247,7 @@ async fn a_mariadb_write_is_read_back_after_waiting_for_its_gtid() {
     })
     .await;
     let http = reqwest::Client::new();
-    let mut redis_conn = redis::Client::open(cache.url.as_str())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut redis_conn = cache.conn().await.unwrap();
     for i in 1..=100_i64 {
         conn.query_drop(format!(
             "insert into accounts values ({id}, {i}) on duplicate key update v = {i}",
