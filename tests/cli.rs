@@ -156,6 +156,14 @@ async fn log_tail_prints_the_events_as_json() {
         "{out:?}"
     );
 
+    // A table the source does not capture is refused, naming the ones it does.
+    let out = setup.cli(&["snapshot", "demo", "public.nope"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("public.nope is not one of pipeline demo's tables (demo."),
+        "{}",
+        stderr(&out)
+    );
     // An incremental snapshot runs in the daemon: without one, it says so.
     let out = setup.cli(&["snapshot", "demo", "demo.orders"]);
     assert_eq!(out.status.code(), Some(1));

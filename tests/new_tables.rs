@@ -114,6 +114,18 @@ async fn tables_created_while_running_or_down_are_complete() {
     for table in ["a", "b", "c"] {
         wait_complete(&db, &setup, &d, table).await;
     }
+    // A table without a primary key cannot be read in chunks: refused, with the reason.
+    client
+        .batch_execute("create table nokey (v int)")
+        .await
+        .unwrap();
+    let out = setup.cli(&["snapshot", "demo", "public.nokey"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("public.nokey has no primary key"),
+        "{stderr}"
+    );
     drop(d);
     db.drop_slot(&slot).await.unwrap();
 }

@@ -202,7 +202,27 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Log(LogCommand::Stats) => log::stats(&config),
         Command::Snapshot { pipeline, tables } => {
-            config.pipeline(&pipeline)?;
+            let p = config.pipeline(&pipeline)?;
+            // Refused here, with the reason, rather than skipped by the source later.
+            let captured = p.source.build(&pipeline).tables().await?;
+            for table in &tables {
+                match captured.iter().find(|t| t.name == *table) {
+                    None => anyhow::bail!(
+                        "{table} is not one of pipeline {pipeline}'s tables ({}); an incremental \
+                         snapshot reads a table the source captures",
+                        captured
+                            .iter()
+                            .map(|t| t.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                    Some(t) if t.key_columns.is_empty() => anyhow::bail!(
+                        "{table} has no primary key: an incremental snapshot reads a table in \
+                         primary-key chunks; add one, or replay the sinks after a new initial snapshot"
+                    ),
+                    Some(_) => {}
+                }
+            }
             let client = client::AdminClient::new(&config)?;
             if !client.is_up().await {
                 anyhow::bail!(
