@@ -56,12 +56,8 @@ async fn an_incremental_snapshot_under_writes_and_kill_9_matches_the_table() {
     let stop = Arc::new(AtomicBool::new(false));
     let writer = {
         let stop = stop.clone();
-        let url = db.url.clone();
+        let c = db.client().await.unwrap();
         tokio::spawn(async move {
-            let (c, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-                .await
-                .unwrap();
-            tokio::spawn(conn);
             let mut n: i64 = 0;
             while !stop.load(Ordering::Relaxed) {
                 n += 1;

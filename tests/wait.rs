@@ -111,12 +111,8 @@ tables = ["public.other"]
     let stop = Arc::new(AtomicBool::new(false));
     let background = {
         let stop = stop.clone();
-        let url = db.url.clone();
+        let c = db.client().await.unwrap();
         tokio::spawn(async move {
-            let (c, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-                .await
-                .unwrap();
-            tokio::spawn(conn);
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 c.execute(

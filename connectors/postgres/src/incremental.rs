@@ -259,7 +259,9 @@ impl TableReader {
         factory: &EventFactory,
         after: Option<&[String]>,
     ) -> Result<Chunk> {
-        let id = format!("{:016x}", rand_id());
+        // Random: a watermark of a chunk read before a restart, which the slot sends again,
+        // must not match a chunk read after it.
+        let id = uuid::Uuid::new_v4().simple().to_string();
         let emit = async |kind: &str| {
             client
                 .execute(
@@ -325,12 +327,4 @@ impl TableReader {
             next_after,
         })
     }
-}
-
-/// An id for a chunk's watermarks: unique enough among the chunks of one stream.
-fn rand_id() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_i64(siphon_core::source::now_ms());
-    h.finish()
 }
