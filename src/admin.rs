@@ -7,6 +7,8 @@
 //! - `POST /api/pipelines/{pipeline}/sinks/{sink}/replay?from=N&reset=true`: start a replay;
 //! - `POST /api/pipelines/{pipeline}/snapshot?tables=schema.table,…`: an incremental
 //!   snapshot of those tables while streaming goes on (progress in the source's metrics);
+//! - `POST /api/pipelines/{pipeline}/snapshot/stop|pause|resume`: forget the tables left,
+//!   read no chunk until resumed, go on;
 //! - `GET /api/pipelines/{pipeline}/sinks/{sink}/wait?lsn=X/Y&timeout=2s` (or `gtid=`):
 //!   read-your-writes, 200 once the sink's store has every change committed up to that
 //!   source position, 408 when the time runs out; the body says where the sink stands.
@@ -14,7 +16,7 @@
 //! With a token configured, every endpoint but `/health` needs `Authorization: Bearer TOKEN`.
 //! The `/api` endpoints refuse a `Host` header that names a host other than an IP address,
 //! `localhost` or `allowed_hosts` (a web page reaching the API through DNS rebinding), and
-//! the replay endpoint refuses a cross-origin request (a web page the operator has open
+//! the replay and snapshot endpoints refuse a cross-origin request (a web page the operator has open
 //! posting to it).
 
 use std::net::SocketAddr;
@@ -28,6 +30,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
 use siphon_core::Secret;
+use siphon_core::incremental::SnapshotRequest;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -81,6 +84,10 @@ pub async fn bind(config: &AdminConfig, runtime: Arc<Runtime>) -> anyhow::Result
                     post(replay),
                 )
                 .route("/api/pipelines/{pipeline}/snapshot", post(snapshot))
+                .route(
+                    "/api/pipelines/{pipeline}/snapshot/{action}",
+                    post(snapshot_control),
+                )
                 .route_layer(middleware::from_fn(same_origin)),
         )
         .route_layer(middleware::from_fn_with_state(state.clone(), known_host));
@@ -253,12 +260,39 @@ async fn snapshot(
         )
             .into_response();
     }
-    match state.runtime.request_snapshot(&pipeline, tables.clone()) {
-        Ok(()) => (
-            StatusCode::ACCEPTED,
-            axum::Json(serde_json::json!({"pipeline": pipeline, "tables": tables})),
-        )
-            .into_response(),
+    let answer = serde_json::json!({"pipeline": pipeline, "tables": tables});
+    request_snapshot(&state, &pipeline, SnapshotRequest::Tables(tables), answer)
+}
+
+/// `stop`, `pause` or `resume` the pipeline's incremental snapshot.
+async fn snapshot_control(
+    State(state): State<AppState>,
+    Path((pipeline, action)): Path<(String, String)>,
+) -> Response {
+    let request = match action.as_str() {
+        "stop" => SnapshotRequest::Stop,
+        "pause" => SnapshotRequest::Pause,
+        "resume" => SnapshotRequest::Resume,
+        other => {
+            return (
+                StatusCode::NOT_FOUND,
+                format!("no snapshot action {other:?}; allowed: stop, pause, resume"),
+            )
+                .into_response();
+        }
+    };
+    let answer = serde_json::json!({"pipeline": pipeline, "action": action});
+    request_snapshot(&state, &pipeline, request, answer)
+}
+
+fn request_snapshot(
+    state: &AppState,
+    pipeline: &str,
+    request: SnapshotRequest,
+    answer: serde_json::Value,
+) -> Response {
+    match state.runtime.request_snapshot(pipeline, request) {
+        Ok(()) => (StatusCode::ACCEPTED, axum::Json(answer)).into_response(),
         Err(e) => (StatusCode::CONFLICT, e.to_string()).into_response(),
     }
 }

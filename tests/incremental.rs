@@ -1,9 +1,9 @@
-//! An incremental snapshot through the daemon: a 200,000-row table that the pipeline never
-//! snapshotted (`snapshot = "never"`) is read again with `siphon snapshot` while a writer
-//! updates, deletes and inserts rows in it, and the daemon is killed with SIGKILL twice
-//! midway. Afterwards the file sink's output, Redis and the PostgreSQL mirror each equal the
-//! table, row by row, and no `r` event went back in time: each one carries what the stream had
-//! last said of its row (never a row the stream had deleted).
+//! An incremental snapshot through the daemon, for each source: a 200,000-row table that the
+//! pipeline never snapshotted (`snapshot = "never"`) is read again with `siphon snapshot`
+//! while a writer updates, deletes and inserts rows in it, and the daemon is killed with
+//! SIGKILL twice midway. Afterwards the file sink's output, Redis and the PostgreSQL mirror
+//! each equal the table, row by row, and no `r` event went back in time: each one carries what
+//! the stream had last said of its row (never a row the stream had deleted).
 
 mod common;
 
@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::Setup;
+use common::db::SourceDb;
 use serde_json::Value as Json;
 use siphon_test_support::{postgres, redis};
 
@@ -23,12 +24,11 @@ fn source_gauge(status: &Json, name: &str) -> f64 {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn an_incremental_snapshot_under_writes_and_kill_9_matches_the_table() {
+async fn a_postgres_incremental_snapshot_under_writes_and_kill_9_matches_the_table() {
     let db = postgres().await.unwrap();
-    let target = postgres().await.unwrap();
-    let cache = redis().await.unwrap();
-    let client = db.client().await.unwrap();
-    client
+    db.client()
+        .await
+        .unwrap()
         .batch_execute(&format!(
             "create table items (id bigint primary key, v bigint not null);
              insert into items select g, 0 from generate_series(1, {ROWS}) g;"
@@ -40,12 +40,41 @@ async fn an_incremental_snapshot_under_writes_and_kill_9_matches_the_table() {
         "kind = \"postgres\"\nurl = \"{}\"\ntables = [\"public.items\"]\nslot = \"{slot}\"\nsnapshot = \"never\"\nstatus_interval = \"500ms\"",
         db.url
     );
+    let db = SourceDb::Postgres(db);
+    under_writes_and_kill_9(&db, &source, "public.items", "public.items").await;
+    if let SourceDb::Postgres(db) = db {
+        db.drop_slot(&slot).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_mariadb_incremental_snapshot_under_writes_and_kill_9_matches_the_table() {
+    let db = siphon_test_support::mysql().await.unwrap();
+    let source = format!(
+        "kind = \"mysql\"\nurl = \"{}\"\ntables = [\"{}.items\"]\nsnapshot = \"never\"\nheartbeat_interval = \"500ms\"",
+        db.url, db.name
+    );
+    let table = format!("{}.items", db.name);
+    let mirrored = format!("\"{}\".items", db.name);
+    let db = SourceDb::Mariadb(db);
+    db.execute(&format!(
+        "create table items (id bigint primary key, v bigint not null);
+         insert into items select seq, 0 from seq_1_to_{ROWS};"
+    ))
+    .await;
+    under_writes_and_kill_9(&db, &source, &table, &mirrored).await;
+}
+
+/// The run: `table` as the source names it, `mirrored` as the PostgreSQL mirror does.
+async fn under_writes_and_kill_9(db: &SourceDb, source: &str, table: &str, mirrored: &str) {
+    let target = postgres().await.unwrap();
+    let cache = redis().await.unwrap();
     let sinks = format!(
         "[pipelines.demo.sinks.cache]\nkind = \"redis\"\nurl = \"{}\"\nprefix = \"{}\"\n\n\
          [pipelines.demo.sinks.mirror]\nkind = \"postgres\"\nurl = \"{}\"\n",
         cache.url, cache.prefix, target.url
     );
-    let setup = Setup::with_source(&source, 0, &sinks);
+    let setup = Setup::with_source(source, 0, &sinks);
     let mut d = setup.start();
     common::wait_status(&d, Duration::from_secs(60), "streaming", |s| {
         s[0]["source"]["state"] == "running"
@@ -56,7 +85,7 @@ async fn an_incremental_snapshot_under_writes_and_kill_9_matches_the_table() {
     let stop = Arc::new(AtomicBool::new(false));
     let writer = {
         let stop = stop.clone();
-        let c = db.client().await.unwrap();
+        let mut session = db.session().await;
         tokio::spawn(async move {
             let mut n: i64 = 0;
             while !stop.load(Ordering::Relaxed) {
@@ -67,13 +96,13 @@ async fn an_incremental_snapshot_under_writes_and_kill_9_matches_the_table() {
                     5 => format!("insert into items values ({}, {n})", ROWS + n),
                     _ => format!("update items set v = {n} where id = {id}"),
                 };
-                c.batch_execute(&sql).await.unwrap();
+                session.execute(&sql).await;
             }
             n
         })
     };
 
-    let out = setup.cli(&["snapshot", "demo", "public.items"]);
+    let out = setup.cli(&["snapshot", "demo", table]);
     assert!(
         out.status.success(),
         "{}",
@@ -102,14 +131,10 @@ async fn an_incremental_snapshot_under_writes_and_kill_9_matches_the_table() {
     assert!(writes > 500, "the writer wrote only {writes} transactions");
 
     // Everything committed is applied: waited for through the read-your-writes endpoint.
-    let lsn: String = client
-        .query_one("select pg_current_wal_lsn()::text", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let position = db.position().await;
     for sink in ["out", "cache", "mirror"] {
         let resp = reqwest::get(format!(
-            "{}/api/pipelines/demo/sinks/{sink}/wait?lsn={lsn}&timeout=60s",
+            "{}/api/pipelines/demo/sinks/{sink}/wait?{position}&timeout=60s",
             d.admin
         ))
         .await
@@ -124,12 +149,11 @@ async fn an_incremental_snapshot_under_writes_and_kill_9_matches_the_table() {
         d.log()
     );
 
-    let want: BTreeMap<i64, i64> = client
-        .query("select id, v from items", &[])
+    let want: BTreeMap<i64, i64> = db
+        .rows("items")
         .await
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
+        .into_iter()
+        .map(|(id, v)| (id, v.parse().unwrap()))
         .collect();
     let output = setup.output();
     let folded: BTreeMap<i64, i64> = common::fold(&output)
@@ -140,7 +164,7 @@ async fn an_incremental_snapshot_under_writes_and_kill_9_matches_the_table() {
         .client()
         .await
         .unwrap()
-        .query("select id, v from public.items", &[])
+        .query(&format!("select id, v from {mirrored}"), &[])
         .await
         .unwrap()
         .iter()
@@ -234,5 +258,4 @@ async fn an_incremental_snapshot_under_writes_and_kill_9_matches_the_table() {
         (150_000..=ROWS + writes / 10 + 2 * 4096).contains(&reads),
         "{reads} r events; status: {status}"
     );
-    db.drop_slot(&slot).await.unwrap();
 }

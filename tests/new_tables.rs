@@ -1,7 +1,10 @@
 //! Tables created later: with `tables = ["public.*"]`, a table created while the daemon runs
 //! and another created while it is down, each with rows written before siphon sees it, are
 //! complete in the output (the file sink's, folded) — added to the publication and
-//! snapshotted incrementally — and their later changes stream as usual.
+//! snapshotted incrementally — and their later changes stream as usual. On MariaDB a table's
+//! earlier rows are in no binlog event siphon reads when it was renamed into a captured
+//! database (or the patterns widened): such tables, one while running and one while down,
+//! are complete as well.
 
 mod common;
 
@@ -9,22 +12,16 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use common::Setup;
-use siphon_test_support::{PgDatabase, postgres};
+use common::db::SourceDb;
+use siphon_test_support::{mysql, postgres};
 
 /// `table`'s rows (id → v) in the database and in the output.
 async fn both(
-    db: &PgDatabase,
+    db: &SourceDb,
     setup: &Setup,
     table: &str,
 ) -> (BTreeMap<i64, String>, BTreeMap<i64, String>) {
-    let client = db.client().await.unwrap();
-    let want = client
-        .query(&format!("select id, v from {table}"), &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
+    let want = db.rows(table).await;
     let have = common::fold(&setup.output())
         .into_iter()
         .filter(|((t, _), _)| t == table)
@@ -33,12 +30,7 @@ async fn both(
     (want, have)
 }
 
-async fn wait_complete(
-    db: &PgDatabase,
-    setup: &Setup,
-    d: &siphon_test_support::Daemon,
-    table: &str,
-) {
+async fn wait_complete(db: &SourceDb, setup: &Setup, d: &siphon_test_support::Daemon, table: &str) {
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         let (want, have) = both(db, setup, table).await;
@@ -74,6 +66,7 @@ async fn tables_created_while_running_or_down_are_complete() {
     );
     let setup = Setup::with_source(&source, 0, "");
     let mut d = setup.start();
+    let db = SourceDb::Postgres(db);
     wait_complete(&db, &setup, &d, "a").await;
 
     // Created while the daemon runs, its rows written at once.
@@ -127,5 +120,61 @@ async fn tables_created_while_running_or_down_are_complete() {
         "{stderr}"
     );
     drop(d);
-    db.drop_slot(&slot).await.unwrap();
+    if let SourceDb::Postgres(db) = db {
+        db.drop_slot(&slot).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mariadb_tables_renamed_in_while_running_or_down_are_complete() {
+    let db = mysql().await.unwrap();
+    let outside = mysql().await.unwrap();
+    let source = format!(
+        "kind = \"mysql\"\nurl = \"{}\"\ntables = [\"{}.*\"]\nheartbeat_interval = \"500ms\"",
+        db.url, db.name
+    );
+    let (name, outside_name) = (db.name.clone(), outside.name.clone());
+    let (db, outside) = (SourceDb::Mariadb(db), SourceDb::Mariadb(outside));
+    db.execute(
+        "create table a (id bigint primary key, v text not null);
+         insert into a select seq, concat('a', seq) from seq_1_to_10;",
+    )
+    .await;
+    let setup = Setup::with_source(&source, 0, "");
+    let mut d = setup.start();
+    wait_complete(&db, &setup, &d, "a").await;
+
+    // Filled in a database siphon does not capture, then renamed into the captured one
+    // while the daemon runs.
+    outside
+        .execute(&format!(
+            "create table b (id bigint primary key, v text not null);
+             insert into b select seq, concat('b', seq) from seq_1_to_5000;
+             rename table {outside_name}.b to {name}.b;"
+        ))
+        .await;
+    db.execute("update b set v = 'changed' where id <= 100; delete from b where id > 4900;")
+        .await;
+    wait_complete(&db, &setup, &d, "b").await;
+
+    // The same while it is down.
+    d.signal("TERM").unwrap();
+    assert!(
+        d.wait(Duration::from_secs(30)).unwrap().success(),
+        "{}",
+        d.log()
+    );
+    outside
+        .execute(&format!(
+            "create table c (id bigint primary key, v text not null);
+             insert into c select seq, concat('c', seq) from seq_1_to_3000;
+             rename table {outside_name}.c to {name}.c;"
+        ))
+        .await;
+    d = setup.start();
+    db.execute("update c set v = 'changed' where id <= 10; insert into a values (11, 'a11');")
+        .await;
+    for table in ["a", "b", "c"] {
+        wait_complete(&db, &setup, &d, table).await;
+    }
 }

@@ -15,6 +15,7 @@ pub mod debezium;
 pub mod error;
 pub mod event;
 mod fsutil;
+pub mod incremental;
 pub mod json;
 pub mod log;
 pub mod offsets;

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::Result;
 use crate::event::{Event, KeyChange, Op, Value};
+use crate::incremental::SnapshotRequest;
 use crate::log::{ChangeLog, NewRecord, RecordFlags};
 use crate::offsets::OffsetStore;
 use crate::schema::TableSchema;
@@ -105,8 +106,8 @@ pub struct SourceMetrics {
     state: Arc<Mutex<MetricsState>>,
     reached: Arc<watch::Sender<Reached>>,
     nudge: Arc<Notify>,
-    /// Tables asked to be snapshotted again, not yet taken by the source.
-    snapshot_requests: Arc<Mutex<Vec<String>>>,
+    /// What was asked of incremental snapshots, not yet taken by the source.
+    snapshot_requests: Arc<Mutex<Vec<SnapshotRequest>>>,
 }
 
 impl Default for SourceMetrics {
@@ -260,16 +261,28 @@ impl SourceMetrics {
         self.nudge.notified().await;
     }
 
-    /// Asks the source to snapshot `tables` again while it streams (an incremental
-    /// snapshot); it is nudged, so that an idle stream takes the request at once.
-    pub fn request_snapshot(&self, tables: Vec<String>) {
-        self.snapshot_requests.lock().unwrap().extend(tables);
+    /// Asks the source's incremental snapshot for something (tables to read again while it
+    /// streams, stop, pause, resume); it is nudged, so that an idle stream takes the request
+    /// at once.
+    pub fn request_snapshot(&self, request: SnapshotRequest) {
+        let mut requests = self.snapshot_requests.lock().unwrap();
+        requests.push(request);
+        self.set(
+            "incremental_snapshot_requests_pending",
+            requests.len() as f64,
+        );
+        drop(requests);
         self.nudge();
     }
 
-    /// The tables asked for since the last call.
-    pub fn take_snapshot_requests(&self) -> Vec<String> {
-        std::mem::take(&mut *self.snapshot_requests.lock().unwrap())
+    /// What was asked since the last call, in order.
+    pub fn take_snapshot_requests(&self) -> Vec<SnapshotRequest> {
+        let mut requests = self.snapshot_requests.lock().unwrap();
+        if requests.is_empty() {
+            return Vec::new();
+        }
+        self.set("incremental_snapshot_requests_pending", 0.0);
+        std::mem::take(&mut *requests)
     }
 
     /// How far behind its database the log is, at `now_ms`: nothing while the source is

@@ -83,11 +83,22 @@ impl AdminClient {
             "/api/pipelines/{pipeline}/snapshot?tables={}",
             tables.join(",")
         );
-        let resp = self.request(reqwest::Method::POST, &path).send().await?;
+        self.post(&path, "the snapshot").await
+    }
+
+    /// Stops, pauses or resumes the pipeline's incremental snapshot.
+    pub async fn snapshot_control(&self, pipeline: &str, action: &str) -> anyhow::Result<()> {
+        let path = format!("/api/pipelines/{pipeline}/snapshot/{action}");
+        self.post(&path, &format!("the snapshot {action}")).await
+    }
+
+    async fn post(&self, path: &str, what: &str) -> anyhow::Result<()> {
+        let resp = self.request(reqwest::Method::POST, path).send().await?;
+        check_token(&resp)?;
         if !resp.status().is_success() {
             let status = resp.status();
             anyhow::bail!(
-                "the daemon refused the snapshot ({status}): {}",
+                "the daemon refused {what} ({status}): {}",
                 resp.text().await.unwrap_or_default().trim()
             );
         }
@@ -95,10 +106,15 @@ impl AdminClient {
     }
 }
 
-fn check(resp: &reqwest::Response) -> anyhow::Result<()> {
+fn check_token(resp: &reqwest::Response) -> anyhow::Result<()> {
     if resp.status() == reqwest::StatusCode::UNAUTHORIZED {
         anyhow::bail!("the admin API wants a token: set admin.token_file or SIPHON__ADMIN__TOKEN");
     }
+    Ok(())
+}
+
+fn check(resp: &reqwest::Response) -> anyhow::Result<()> {
+    check_token(resp)?;
     if !resp.status().is_success() {
         anyhow::bail!("the admin API answered {}", resp.status());
     }

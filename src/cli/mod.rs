@@ -5,6 +5,7 @@ mod client;
 mod log;
 mod replay;
 mod run;
+mod snapshot;
 mod status;
 
 use std::path::PathBuf;
@@ -70,14 +71,26 @@ enum Command {
     /// Read the change log.
     #[command(subcommand)]
     Log(LogCommand),
-    /// Snapshot tables again while streaming goes on (an incremental snapshot, PostgreSQL
-    /// sources), through the running daemon; `siphon status` shows its progress.
+    /// Snapshot tables again while streaming goes on (an incremental snapshot), through the
+    /// running daemon; `siphon status` shows its progress, `--follow` a progress bar.
     Snapshot {
         /// The pipeline.
         pipeline: String,
-        /// The tables, as schema.table.
-        #[arg(required = true)]
+        /// The tables, as schema.table (PostgreSQL) or database.table (MySQL/MariaDB).
+        #[arg(required_unless_present_any = ["stop", "pause", "resume"])]
         tables: Vec<String>,
+        /// Show the snapshot's progress until no table is left.
+        #[arg(long, conflicts_with_all = ["stop", "pause", "resume"])]
+        follow: bool,
+        /// Stop the running incremental snapshot: forget the tables left.
+        #[arg(long, conflicts_with_all = ["tables", "pause", "resume"])]
+        stop: bool,
+        /// Pause it: no chunk is read until `--resume` (kept across restarts).
+        #[arg(long, conflicts_with_all = ["tables", "stop", "resume"])]
+        pause: bool,
+        /// Resume a paused snapshot.
+        #[arg(long, conflicts_with_all = ["tables", "stop", "pause"])]
+        resume: bool,
     },
 }
 
@@ -201,40 +214,18 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             .await
         }
         Command::Log(LogCommand::Stats) => log::stats(&config),
-        Command::Snapshot { pipeline, tables } => {
-            let p = config.pipeline(&pipeline)?;
-            // Refused here, with the reason, rather than skipped by the source later.
-            let captured = p.source.build(&pipeline).tables().await?;
-            for table in &tables {
-                match captured.iter().find(|t| t.name == *table) {
-                    None => anyhow::bail!(
-                        "{table} is not one of pipeline {pipeline}'s tables ({}); an incremental \
-                         snapshot reads a table the source captures",
-                        captured
-                            .iter()
-                            .map(|t| t.name.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                    Some(t) if t.key_columns.is_empty() => anyhow::bail!(
-                        "{table} has no primary key: an incremental snapshot reads a table in \
-                         primary-key chunks; add one, or replay the sinks after a new initial snapshot"
-                    ),
-                    Some(_) => {}
-                }
-            }
-            let client = client::AdminClient::new(&config)?;
-            if !client.is_up().await {
-                anyhow::bail!(
-                    "no daemon answers on {}: an incremental snapshot runs in the running daemon (siphon run)",
-                    config.admin.listen
-                );
-            }
-            client.snapshot(&pipeline, &tables).await?;
-            eprintln!(
-                "siphon snapshot {pipeline}: {} queued; `siphon status` shows the source's incremental_snapshot_rows and incremental_snapshot_tables_left",
-                tables.join(", ")
-            );
+        Command::Snapshot {
+            pipeline,
+            tables,
+            follow,
+            stop,
+            pause,
+            resume,
+        } => {
+            let control = [(stop, "stop"), (pause, "pause"), (resume, "resume")]
+                .into_iter()
+                .find_map(|(set, action)| set.then_some(action));
+            snapshot::run(&config, &pipeline, &tables, control, follow).await?;
             Ok(ExitCode::SUCCESS)
         }
     }

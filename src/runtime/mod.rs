@@ -17,6 +17,7 @@ mod wait;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use siphon_core::incremental::SnapshotRequest;
 use siphon_core::log::ChangeLog;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
@@ -117,19 +118,24 @@ pub enum ReplayError {
 }
 
 impl Runtime {
-    /// Asks pipeline `pipeline`'s source to snapshot `tables` again while it streams.
-    pub fn request_snapshot(&self, pipeline: &str, tables: Vec<String>) -> Result<(), ReplayError> {
+    /// Asks pipeline `pipeline`'s source's incremental snapshot for something: tables to
+    /// read again while it streams, stop, pause or resume.
+    pub fn request_snapshot(
+        &self,
+        pipeline: &str,
+        request: SnapshotRequest,
+    ) -> Result<(), ReplayError> {
         let p = self
             .pipelines
             .get(pipeline)
             .ok_or_else(|| ReplayError::Refused(format!("no pipeline {pipeline:?}")))?;
         let kind = p.status.lock().unwrap().source.kind.clone();
-        if kind != "postgres" {
+        if kind != "postgres" && kind != "mysql" {
             return Err(ReplayError::Refused(format!(
-                "incremental snapshots are built for PostgreSQL sources; {pipeline:?} reads from {kind:?}"
+                "incremental snapshots are built for PostgreSQL and MySQL/MariaDB sources; {pipeline:?} reads from {kind:?}"
             )));
         }
-        p.source_metrics.request_snapshot(tables);
+        p.source_metrics.request_snapshot(request);
         Ok(())
     }
 

@@ -134,6 +134,21 @@ pub async fn tables(
     conn: &mut mysql_async::Conn,
     config: &MysqlConfig,
 ) -> Result<Vec<(String, String)>> {
+    let found = matching_tables(conn, config).await?;
+    if found.is_empty() {
+        return Err(Error::permanent(format!(
+            "no table matches tables = {:?} (or the user may not see it: grant SELECT on it)",
+            config.tables
+        )));
+    }
+    Ok(found)
+}
+
+/// The tables the patterns name now (`database`, `table`), in name order; maybe none.
+pub async fn matching_tables(
+    conn: &mut mysql_async::Conn,
+    config: &MysqlConfig,
+) -> Result<Vec<(String, String)>> {
     let all: Vec<(String, String)> = conn
         .query(
             "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES \
@@ -143,17 +158,10 @@ pub async fn tables(
         )
         .await
         .map_err(|e| my_error("listing the tables", &e))?;
-    let found: Vec<(String, String)> = all
+    Ok(all
         .into_iter()
         .filter(|(d, t)| config.captures(d, t))
-        .collect();
-    if found.is_empty() {
-        return Err(Error::permanent(format!(
-            "no table matches tables = {:?} (or the user may not see it: grant SELECT on it)",
-            config.tables
-        )));
-    }
-    Ok(found)
+        .collect())
 }
 
 /// A table's columns in order, and the positions of its primary-key columns.

@@ -48,6 +48,17 @@ pub struct MysqlConfig {
     /// URL's host (a server reached by its IP address, say).
     #[serde(default)]
     pub tls_server_name: Option<String>,
+    /// The table ("database.table") incremental snapshots write their watermarks into, one
+    /// row per pipeline, so that they pass through the binlog. siphon creates it (and its
+    /// database) when the first incremental snapshot starts; a user without CREATE creates it
+    /// beforehand: `CREATE TABLE siphon.watermarks (pipeline VARCHAR(190) PRIMARY KEY, mark
+    /// VARCHAR(80) NOT NULL)` and grants INSERT, UPDATE on it. Never captured.
+    #[serde(default = "default_watermark_table")]
+    pub watermark_table: String,
+}
+
+fn default_watermark_table() -> String {
+    "siphon.watermarks".into()
 }
 
 fn default_heartbeat() -> HumanDuration {
@@ -68,6 +79,16 @@ impl MysqlConfig {
         }) {
             return Err(format!(
                 "tables: {bad:?} is not of the form \"database.table\" or \"database.*\""
+            ));
+        }
+        if self
+            .watermark_table
+            .split_once('.')
+            .is_none_or(|(d, t)| d.is_empty() || t.is_empty() || t.contains('.') || t.contains('*'))
+        {
+            return Err(format!(
+                "watermark_table: {:?} is not of the form \"database.table\"",
+                self.watermark_table
             ));
         }
         if self.password.is_some() && self.password_file.is_some() {
@@ -137,13 +158,21 @@ impl MysqlConfig {
         }
     }
 
-    /// Whether `database.table` is one of the configured tables.
+    /// Whether `database.table` is one of the configured tables (never the watermark table).
     pub fn captures(&self, database: &str, table: &str) -> bool {
-        self.tables.iter().any(|pattern| {
-            pattern
-                .split_once('.')
-                .is_some_and(|(d, t)| glob(d, database) && glob(t, table))
-        })
+        !self.is_watermark_table(database, table)
+            && self.tables.iter().any(|pattern| {
+                pattern
+                    .split_once('.')
+                    .is_some_and(|(d, t)| glob(d, database) && glob(t, table))
+            })
+    }
+
+    /// Whether `database.table` is the table incremental snapshots write watermarks into.
+    pub fn is_watermark_table(&self, database: &str, table: &str) -> bool {
+        self.watermark_table
+            .split_once('.')
+            .is_some_and(|(d, t)| d == database && t == table)
     }
 }
 
@@ -178,6 +207,7 @@ mod tests {
             tls: TlsMode::Disable,
             tls_ca_file: None,
             tls_server_name: None,
+            watermark_table: default_watermark_table(),
         }
     }
 
@@ -190,6 +220,11 @@ mod tests {
         assert!(c.captures("x", "y"));
         assert!(!c.captures("x", "yy"));
         assert!(!c.captures("shopx", "items"));
+        let c = config(&["siphon.*"]);
+        assert!(
+            !c.captures("siphon", "watermarks"),
+            "the watermark table is never captured"
+        );
     }
 
     #[test]
@@ -204,6 +239,9 @@ mod tests {
         assert!(c.validate().unwrap_err().contains("tls_ca_file"));
         c.tls = TlsMode::VerifyCa;
         assert!(c.validate().unwrap_err().contains("allowed"));
+        let mut c = config(&["a.b"]);
+        c.watermark_table = "watermarks".into();
+        assert!(c.validate().unwrap_err().contains("watermark_table"));
         assert_eq!(config(&["a.b"]).validate(), Ok(()));
     }
 

@@ -13,15 +13,19 @@ mod columns;
 mod config;
 mod events;
 pub mod gtid;
+mod incremental;
 mod rows;
 mod snapshot;
 mod stream;
 mod values;
 
+use std::collections::BTreeSet;
+
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use siphon_core::Event;
 use siphon_core::event::{SnapshotMarker, SourcePosition};
+use siphon_core::incremental::Progress;
 use siphon_core::log::{LogId, RecordFlags};
 use siphon_core::source::{SnapshotMode, Source, SourceContext, TableInfo};
 use siphon_core::{Error, Result};
@@ -46,6 +50,18 @@ pub(crate) struct Checkpoint {
     /// MariaDB: the GTID state, saved by the stream now and then.
     #[serde(default)]
     gtids: Option<GtidCheckpoint>,
+    /// An incremental snapshot in progress: the tables left and where the current one stands.
+    #[serde(default, skip_serializing_if = "is_idle")]
+    incremental: Progress,
+    /// The tables the patterns named at the last look ("database.table"): one found later
+    /// that is not among them is snapshotted incrementally. None in checkpoints of older
+    /// siphons (then the tables found at start are taken as known).
+    #[serde(default)]
+    tables: Option<BTreeSet<String>>,
+}
+
+fn is_idle(progress: &Progress) -> bool {
+    *progress == Progress::default()
 }
 
 /// MariaDB's GTID state as the stream last saved it. The log's last event names its own
@@ -241,7 +257,13 @@ impl Source for MysqlSource {
                 file: point.file.clone(),
                 pos: point.pos,
                 log_id: Some(ctx.log.id().clone()),
-                gtids: None,
+                tables: Some(
+                    shapes
+                        .iter()
+                        .map(|s| format!("{}.{}", s.database, s.table))
+                        .collect(),
+                ),
+                ..Checkpoint::default()
             })?;
             Resume {
                 file: point.file,
@@ -266,7 +288,7 @@ impl Source for MysqlSource {
                 file: file.clone(),
                 pos,
                 log_id: Some(ctx.log.id().clone()),
-                gtids: None,
+                ..Checkpoint::default()
             })?;
             Resume {
                 file,
@@ -275,11 +297,27 @@ impl Source for MysqlSource {
                 held: None,
             }
         };
-        drop(conn);
-        let checkpoint = ctx
+        let mut checkpoint = ctx
             .offsets
             .source_checkpoint::<Checkpoint>()?
             .unwrap_or_default();
+        // Tables that appeared while siphon was down (created, renamed in, or named by
+        // patterns widened since): their earlier rows are in no binlog event siphon reads.
+        let now: BTreeSet<String> = catalog::matching_tables(&mut conn, &self.config)
+            .await?
+            .into_iter()
+            .map(|(d, t)| format!("{d}.{t}"))
+            .collect();
+        if let Some(known) = &checkpoint.tables {
+            let added: Vec<String> = now.difference(known).cloned().collect();
+            if !added.is_empty() {
+                tracing::info!(tables = ?added, "new tables match the source's patterns: snapshotting them incrementally");
+                checkpoint.incremental.request(added);
+            }
+        }
+        checkpoint.tables = Some(now);
+        ctx.offsets.save_source_checkpoint(&checkpoint)?;
+        drop(conn);
         stream::Stream {
             ctx,
             checkpoint,
@@ -301,7 +339,12 @@ async fn resume_from_log(ctx: &SourceContext, checkpoint: &Checkpoint) -> Result
         return Ok(None);
     };
     let event = Event::decode(&record.value, ctx.log.schemas())?;
-    if event.source.snapshot != SnapshotMarker::False {
+    // An incremental snapshot's rows sit at their high watermark's transaction, in the
+    // stream's order.
+    if !matches!(
+        event.source.snapshot,
+        SnapshotMarker::False | SnapshotMarker::Incremental
+    ) {
         return Ok(None);
     }
     let SourcePosition::Mysql {
@@ -355,8 +398,10 @@ fn gtids_at(
         }
         for record in records {
             let event = Event::decode(&record.value, ctx.log.schemas())?;
-            if let (SnapshotMarker::False, SourcePosition::Mysql { gtid: Some(g), .. }) =
-                (event.source.snapshot, &event.source.position)
+            if let (
+                SnapshotMarker::False | SnapshotMarker::Incremental,
+                SourcePosition::Mysql { gtid: Some(g), .. },
+            ) = (event.source.snapshot, &event.source.position)
                 && let Some(g) = Gtid::parse(g)
             {
                 state.advance(g);

@@ -100,6 +100,21 @@ pub async fn begin(conn: &mut mysql_async::Conn, mariadb: bool) -> Result<Snapsh
     }
 }
 
+/// A result row of `shape`'s columns, selected in their order.
+pub fn row_of(shape: &Shape, found: &mut mysql_async::Row) -> Row {
+    Row(shape
+        .columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let v = found
+                .take::<mysql_async::Value, _>(i)
+                .unwrap_or(mysql_async::Value::NULL);
+            (c.name.clone(), value(c, v))
+        })
+        .collect())
+}
+
 /// Reads every table in the snapshot's transaction and appends its rows as `r` events; with
 /// `replaces_earlier`, a truncate of each table first (the log holds an earlier snapshot).
 pub async fn read(
@@ -155,17 +170,7 @@ pub async fn read(
             if ctx.cancel.is_cancelled() {
                 return Err(Error::Cancelled);
             }
-            let row = Row(shape
-                .columns
-                .iter()
-                .enumerate()
-                .map(|(i, c)| {
-                    let v = found
-                        .take::<mysql_async::Value, _>(i)
-                        .unwrap_or(mysql_async::Value::NULL);
-                    (c.name.clone(), value(c, v))
-                })
-                .collect());
+            let row = row_of(shape, &mut found);
             // Debezium's markers: the snapshot's first row, each other table's first and last
             // rows, the snapshot's last row (set when the next row or the end comes).
             place.snapshot = if rows == 0 {

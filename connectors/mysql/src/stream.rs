@@ -8,16 +8,17 @@
 //! transaction is appended in parts as it arrives (bounded memory); only its end makes it
 //! durable.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use mysql_async::binlog::EventType;
 use mysql_async::binlog::events::{Event as BinlogEvent, EventData, RowsEventData, TableMapEvent};
 use mysql_async::binlog::row::BinlogRow;
 use mysql_async::prelude::Queryable;
 use mysql_async::{BinlogStream, BinlogStreamRequest};
 use siphon_core::event::{Op, Row, SnapshotMarker};
+use siphon_core::incremental::{Chunk, Progress};
 use siphon_core::json::format_uuid;
 use siphon_core::source::{SourceContext, SourcePoint};
 use siphon_core::{Error, Event, KeyChange, Result};
@@ -26,6 +27,7 @@ use crate::catalog::my_error;
 use crate::columns::{DataType, Shape, from_table_map};
 use crate::events::{EventFactory, Place, key_of};
 use crate::gtid::{Gtid, GtidState};
+use crate::incremental::{self, TableReader, Watermarks};
 use crate::rows::RowDecoder;
 use crate::values::value;
 use crate::{Checkpoint, GtidCheckpoint, MysqlConfig, OpenTransaction};
@@ -173,19 +175,47 @@ impl Stream<'_> {
             generic_decodes: 0,
             gtids,
             gtids_saved: None,
+            saved: self.checkpoint.gtids.clone(),
+            pending: Pending::default(),
+            snapshot: IncrementalState {
+                progress: self.checkpoint.incremental.clone(),
+                known: self.checkpoint.tables.clone().unwrap_or_default(),
+                tables_changed: false,
+                chunk: None,
+                reader: None,
+                conn: None,
+                watermarks: Watermarks::new(self.config, &self.ctx.pipeline),
+            },
         };
+        state.snapshot.progress.report(&self.ctx.metrics);
         self.save_gtids(&mut state, None, true)?;
         loop {
-            let next = tokio::select! {
-                () = self.ctx.cancel.cancelled() => {
-                    // Stopped between transactions: the state is exact, for a restart by GTID
-                    // on a server that no longer holds this binlog file.
-                    if state.transaction.is_none() {
-                        self.save_gtids(&mut state, None, true)?;
-                    }
-                    return Ok(());
+            if self.ctx.cancel.is_cancelled() {
+                // Stopped: what is pending goes to the log; between transactions the GTID
+                // state is exact, for a restart by GTID on a server that no longer holds this
+                // binlog file.
+                self.flush(&mut state).await?;
+                if state.transaction.is_none() {
+                    self.save_gtids(&mut state, None, true)?;
                 }
-                next = stream.next() => next,
+                return Ok(());
+            }
+            if state.transaction.is_none() {
+                self.between_transactions(&mut state).await?;
+            }
+            // Whatever the server has sent already joins the pending transactions; when nothing
+            // more is waiting, they go to the log with one fsync (group commit).
+            let next = match stream.next().now_or_never() {
+                Some(next) => next,
+                None => {
+                    self.flush(&mut state).await?;
+                    tokio::select! {
+                        () = self.ctx.cancel.cancelled() => continue,
+                        // An incremental snapshot asked for: taken above, between transactions.
+                        () = self.ctx.metrics.nudged(), if state.transaction.is_none() => continue,
+                        next = stream.next() => next,
+                    }
+                }
             };
             let event = match next {
                 Some(Ok(event)) => event,
@@ -263,7 +293,9 @@ impl Stream<'_> {
                         self.commit(state, header.timestamp()).await?;
                     } else {
                         // A DDL (or a non-transactional statement): its own transaction. The
-                        // table maps that follow describe the tables as they now are.
+                        // table maps that follow describe the tables as they now are. It may
+                        // have made a table the patterns name (CREATE, RENAME).
+                        state.snapshot.tables_changed = true;
                         if state.transaction.as_ref().is_some_and(|t| t.standalone) {
                             self.commit(state, header.timestamp()).await?;
                         }
@@ -274,8 +306,8 @@ impl Stream<'_> {
                     self.rows(state, stream, &rows, header.timestamp()).await?;
                 }
                 Some(EventData::HeartbeatEvent) if state.transaction.is_none() => {
+                    self.flush(state).await?;
                     self.ctx.metrics.caught_up();
-                    self.report_reached(state);
                     self.save_gtids(state, None, true)?;
                 }
                 _ => {}
@@ -327,10 +359,11 @@ impl Stream<'_> {
                 rows.table_id()
             )));
         };
-        if !self
-            .config
-            .captures(&tme.database_name(), &tme.table_name())
-        {
+        let (database, table) = (tme.database_name(), tme.table_name());
+        if self.config.is_watermark_table(&database, &table) {
+            return self.watermark(state, rows, tme).await;
+        }
+        if !self.config.captures(&database, &table) {
             return Ok(());
         }
         let (shape, decoder) = state.shape(self.ctx, &self.factory, rows.table_id(), tme)?;
@@ -404,6 +437,9 @@ impl Stream<'_> {
                 }
             }
             for mut event in made {
+                if let Some(chunk) = &mut state.snapshot.chunk {
+                    chunk.saw(&event);
+                }
                 let index = transaction.place.row;
                 transaction.place.row += 1;
                 set_row(&mut event, index);
@@ -417,6 +453,8 @@ impl Stream<'_> {
             }
             if transaction.events.len() >= PART {
                 if !transaction.appended {
+                    // The transactions before it go first.
+                    self.append_pending(&mut state.pending).await?;
                     // A restart that finds part of this transaction in the log connects with
                     // the state before it: saved before the part is written.
                     let open = transaction
@@ -457,12 +495,55 @@ impl Stream<'_> {
         for e in &mut transaction.events {
             e.source.ts_ms = commit_ms;
         }
-        if !transaction.events.is_empty() || transaction.appended {
+        let pending = &mut state.pending;
+        if transaction.appended {
+            // Its first parts are in the log (after the transactions before it): its end makes
+            // them durable.
             self.ctx.append(&transaction.events, true).await?;
             self.ctx.metrics.committed(commit_ms);
+        } else if !transaction.events.is_empty() {
+            pending.events.append(&mut transaction.events);
+            pending.ends.push(pending.events.len() - 1);
+            pending.commit_ms = Some(commit_ms);
+            if pending.events.len() >= PART {
+                self.append_pending(pending).await?;
+            }
         }
-        self.report_reached(state);
-        self.save_gtids(state, None, false)
+        if state.pending.events.is_empty() {
+            self.report_reached(state);
+            self.save_gtids(state, None, false)?;
+        }
+        Ok(())
+    }
+
+    /// Makes the pending transactions durable, then, between transactions, reports how far
+    /// the source has read and saves the GTID state.
+    async fn flush(&self, state: &mut State) -> Result<()> {
+        if state.pending.events.is_empty() {
+            return Ok(());
+        }
+        self.append_pending(&mut state.pending).await?;
+        if state.transaction.is_none() {
+            self.report_reached(state);
+            self.save_gtids(state, None, false)?;
+        }
+        Ok(())
+    }
+
+    /// Appends the pending transactions with one fsync.
+    async fn append_pending(&self, pending: &mut Pending) -> Result<()> {
+        if pending.events.is_empty() {
+            return Ok(());
+        }
+        self.ctx
+            .append_marked(&pending.events, &pending.ends)
+            .await?;
+        pending.events.clear();
+        pending.ends.clear();
+        if let Some(commit_ms) = pending.commit_ms.take() {
+            self.ctx.metrics.committed(commit_ms);
+        }
+        Ok(())
     }
 
     /// Every transaction up to the GTID state is in the log: a read-your-writes wait up to it
@@ -505,21 +586,187 @@ impl Stream<'_> {
         if !due {
             return Ok(());
         }
-        self.ctx.offsets.save_source_checkpoint(&Checkpoint {
-            gtids: Some(GtidCheckpoint {
-                state: gtids.to_string(),
-                log_end: self.ctx.log.durable_end(),
-                open,
-            }),
-            ..self.checkpoint.clone()
-        })?;
+        state.saved = Some(GtidCheckpoint {
+            state: gtids.to_string(),
+            log_end: self.ctx.log.durable_end(),
+            open,
+        });
         state.gtids_saved = Some((now, gtids.clone()));
+        self.save(state)
+    }
+
+    /// Saves the checkpoint: the GTID state last saved, the incremental snapshot's progress
+    /// and the tables known.
+    fn save(&self, state: &State) -> Result<()> {
+        self.ctx.offsets.save_source_checkpoint(&Checkpoint {
+            gtids: state.saved.clone(),
+            incremental: state.snapshot.progress.clone(),
+            tables: Some(state.snapshot.known.clone()),
+            ..self.checkpoint.clone()
+        })
+    }
+
+    /// Between transactions: looks for tables a DDL made, takes what was asked of the
+    /// incremental snapshot, and reads its next chunk between watermarks if none is open.
+    async fn between_transactions(&self, state: &mut State) -> Result<()> {
+        let mut changed = false;
+        if std::mem::take(&mut state.snapshot.tables_changed) {
+            changed |= self.poll_tables(state).await?;
+        }
+        changed |= state.snapshot.progress.take_requests(&self.ctx.metrics);
+        let snapshot = &mut state.snapshot;
+        while snapshot.chunk.is_none() && snapshot.progress.wants_chunk() {
+            let name = snapshot
+                .progress
+                .tables
+                .front()
+                .expect("wants a chunk")
+                .clone();
+            let conn = query_conn(&mut snapshot.conn, &self.opts).await?;
+            if snapshot.reader.as_ref().is_none_or(|r| r.name != name) {
+                snapshot.reader =
+                    TableReader::prepare(conn, (self.ctx, &self.factory), self.config, &name)
+                        .await?;
+            }
+            match &snapshot.reader {
+                Some(reader) => {
+                    let after = snapshot.progress.after.as_deref();
+                    let chunk = reader
+                        .read(conn, &mut snapshot.watermarks, &self.factory, after)
+                        .await?;
+                    snapshot.chunk = Some(chunk);
+                }
+                None => {
+                    snapshot.progress.next_table();
+                    changed = true;
+                }
+            }
+        }
+        if changed {
+            self.save(state)?;
+            state.snapshot.progress.report(&self.ctx.metrics);
+        }
+        Ok(())
+    }
+
+    /// Tables that match the patterns and were not there at the last look (created, renamed
+    /// into a captured database): snapshotted incrementally, since rows they held before
+    /// (a rename, CREATE … SELECT on some servers) are in no binlog event siphon read.
+    /// Whether anything changed.
+    async fn poll_tables(&self, state: &mut State) -> Result<bool> {
+        let conn = query_conn(&mut state.snapshot.conn, &self.opts).await?;
+        let now: BTreeSet<String> = crate::catalog::matching_tables(conn, self.config)
+            .await?
+            .into_iter()
+            .map(|(d, t)| format!("{d}.{t}"))
+            .collect();
+        if now == state.snapshot.known {
+            return Ok(false);
+        }
+        let added: Vec<String> = now.difference(&state.snapshot.known).cloned().collect();
+        if !added.is_empty() {
+            tracing::info!(tables = ?added, "new tables match the source's patterns: snapshotting them incrementally");
+            state.snapshot.progress.request(added);
+        }
+        state.snapshot.known = now;
+        Ok(true)
+    }
+
+    /// A row of the watermark table: the open chunk's window opens at its low watermark; at
+    /// its high one the chunk's rows are appended, placed at this transaction.
+    async fn watermark(
+        &self,
+        state: &mut State,
+        rows: &RowsEventData<'_>,
+        tme: &TableMapEvent<'_>,
+    ) -> Result<()> {
+        for pair in rows.rows(tme) {
+            let (_, after) =
+                pair.map_err(|e| Error::permanent(format!("decoding a watermark row: {e}")))?;
+            let Some(mark) = after
+                .as_ref()
+                .and_then(|r| incremental::watermark_in(r, &self.ctx.pipeline))
+            else {
+                continue;
+            };
+            let Some(mut closed) = state
+                .snapshot
+                .chunk
+                .as_mut()
+                .and_then(|c| c.watermark(&mark))
+            else {
+                continue;
+            };
+            state.snapshot.chunk = None;
+            if let Some(t) = &state.transaction {
+                incremental::place(&mut closed.rows, &t.place);
+            }
+            let n = closed.rows.len();
+            if n > 0 {
+                // After every change before the high watermark.
+                self.append_pending(&mut state.pending).await?;
+                self.ctx.append(&closed.rows, true).await?;
+            }
+            state.snapshot.progress.chunk_done(n, closed.next_after);
+            self.save(state)?;
+            state.snapshot.progress.report(&self.ctx.metrics);
+        }
         Ok(())
     }
 }
 
+/// An incremental snapshot as the stream runs it, and the tables the patterns name.
+struct IncrementalState {
+    progress: Progress,
+    /// The captured tables at the last look ("database.table").
+    known: BTreeSet<String>,
+    /// A DDL passed since: look at the tables again.
+    tables_changed: bool,
+    /// The chunk whose watermarks the stream waits for.
+    chunk: Option<Chunk>,
+    reader: Option<TableReader>,
+    /// The connection chunks are read and watermarks written on, opened when first needed.
+    conn: Option<mysql_async::Conn>,
+    watermarks: Watermarks,
+}
+
+/// The incremental snapshot's connection, opened when first needed.
+async fn query_conn<'c>(
+    slot: &'c mut Option<mysql_async::Conn>,
+    opts: &mysql_async::Opts,
+) -> Result<&'c mut mysql_async::Conn> {
+    if let Some(conn) = slot {
+        return Ok(conn);
+    }
+    let mut conn = mysql_async::Conn::new(opts.clone())
+        .await
+        .map_err(|e| my_error("connecting for an incremental snapshot", &e))?;
+    // As the snapshot: TIMESTAMP values in UTC, as the binlog holds them.
+    conn.query_drop("SET SESSION time_zone = '+00:00'")
+        .await
+        .map_err(|e| my_error("preparing the incremental snapshot's connection", &e))?;
+    Ok(slot.insert(conn))
+}
+
+/// Transactions read and not yet in the log: appended together, with one fsync, when the
+/// server has sent nothing more (group commit).
+#[derive(Default)]
+struct Pending {
+    events: Vec<Event>,
+    /// Indices of the events that end a transaction.
+    ends: Vec<usize>,
+    /// Commit time (ms since the epoch) of the newest transaction pending.
+    commit_ms: Option<i64>,
+}
+
 /// What the stream keeps between events.
 struct State {
+    /// Transactions read, not yet in the log.
+    pending: Pending,
+    /// The GTID checkpoint last saved.
+    saved: Option<GtidCheckpoint>,
+    /// The incremental snapshot, and the tables known.
+    snapshot: IncrementalState,
     /// The binlog file being read.
     file: String,
     /// The position after the last event read: where the next one starts.

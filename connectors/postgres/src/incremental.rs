@@ -1,22 +1,12 @@
-//! Incremental snapshots: tables read again while streaming goes on, without locks, by the
-//! watermark method (Netflix's DBLog; Debezium's incremental snapshots).
+//! Incremental snapshots of PostgreSQL tables (the method: `siphon_core::incremental`).
 //!
-//! A table is read in primary-key chunks. For each chunk the source writes a low watermark
-//! into the WAL (`pg_logical_emit_message`, non-transactional), reads the chunk, and writes a
-//! high watermark. The stream sees the low watermark, then every transaction that committed
-//! around the read, then the high watermark: each key such a transaction changed is dropped
-//! from the chunk (the stream carries a newer or equal state of it), and the rest go into the
-//! log as `r` events at the high watermark, after everything streamed before it. So an `r`
-//! event never goes back in time, and the stream never pauses. The tables left and the last
-//! key read are in the source's checkpoint, saved once a chunk's rows are durable: after a
-//! crash the snapshot goes on from the last finished chunk.
+//! The watermarks are `pg_logical_emit_message` calls (non-transactional, no table needed);
+//! a chunk is the next [`CHUNK_ROWS`] rows by primary key, each value read as text.
 
-use std::collections::{HashSet, VecDeque};
-
-use serde::{Deserialize, Serialize};
 use siphon_core::event::{Op, SnapshotMarker};
+use siphon_core::incremental::{CHUNK_ROWS, Chunk, Mark, chunk_id};
 use siphon_core::source::SourceContext;
-use siphon_core::{Event, KeyChange, Result, SourcePosition, Value};
+use siphon_core::{Event, Result, SourcePosition, Value};
 use tokio_postgres::Client;
 
 use crate::catalog::{self, TypeCache, pg_error, quote_ident};
@@ -24,116 +14,16 @@ use crate::events::{EventFactory, Place, Shape};
 
 /// The prefix of siphon's watermark messages in the WAL.
 pub const WATERMARK: &str = "siphon_watermark";
-/// Rows read per chunk.
-const CHUNK_ROWS: usize = 4096;
 
-/// What survives a restart, in the source's checkpoint.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Progress {
-    /// Tables still to read ("schema.table"), the current one first.
-    pub tables: VecDeque<String>,
-    /// The current table's last key read, each key column as text; none before its first
-    /// chunk.
-    pub after: Option<Vec<String>>,
-    /// Rows emitted so far.
-    pub rows: u64,
-}
-
-impl Progress {
-    /// Adds tables to read (each once).
-    pub fn request(&mut self, tables: impl IntoIterator<Item = String>) {
-        for table in tables {
-            if !self.tables.contains(&table) {
-                self.tables.push_back(table);
-            }
-        }
+/// Places a closed chunk's rows at the high watermark's position, in order.
+pub fn place(rows: &mut [Event], lsn: u64) {
+    for (i, e) in rows.iter_mut().enumerate() {
+        e.source.position = SourcePosition::Postgres {
+            commit_lsn: lsn,
+            lsn,
+            index: i as u64,
+        };
     }
-}
-
-/// A chunk read between its watermarks, waiting for the stream to pass the high one.
-#[derive(Debug)]
-pub struct Chunk {
-    id: String,
-    /// Its rows as `r` events (placed when the high watermark arrives).
-    rows: Vec<Event>,
-    /// Schema and table.
-    table: (String, String),
-    /// The stream is past the low watermark.
-    open: bool,
-    /// Log keys the stream changed since the low watermark.
-    changed: HashSet<Vec<u8>>,
-    /// The stream truncated the table since the low watermark.
-    truncated: bool,
-    /// Where the next chunk starts; none when this one ended the table.
-    next_after: Option<Vec<String>>,
-}
-
-impl Chunk {
-    /// Notes a change the stream carries (between the watermarks, its key leaves the chunk).
-    pub fn saw(&mut self, event: &Event) {
-        if !self.open
-            || self.table.0 != event.source.namespace()
-            || self.table.1 != *event.source.table
-        {
-            return;
-        }
-        if event.op == Op::Truncate {
-            self.truncated = true;
-            return;
-        }
-        self.changed.insert(event.log_key());
-        if let Some(KeyChange::From(old) | KeyChange::To(old)) = &event.key_change {
-            self.changed.insert(event.log_key_of(old));
-        }
-    }
-
-    /// A watermark message: the low one opens the window; the high one closes it and gives
-    /// back the rows to append, placed at `lsn`, with where the table stands after them.
-    pub fn watermark(&mut self, content: &[u8], lsn: u64) -> Option<Closed> {
-        let text = std::str::from_utf8(content).ok()?;
-        let (kind, id) = text.split_once(' ')?;
-        if id != self.id {
-            return None;
-        }
-        match kind {
-            "low" => {
-                self.open = true;
-                None
-            }
-            "high" if self.open => {
-                let rows = if self.truncated {
-                    Vec::new()
-                } else {
-                    let changed = std::mem::take(&mut self.changed);
-                    let mut rows = std::mem::take(&mut self.rows);
-                    rows.retain(|e| !changed.contains(&e.log_key()));
-                    for (i, e) in rows.iter_mut().enumerate() {
-                        e.source.position = SourcePosition::Postgres {
-                            commit_lsn: lsn,
-                            lsn,
-                            index: i as u64,
-                        };
-                    }
-                    rows
-                };
-                Some(Closed {
-                    rows,
-                    next_after: self.next_after.take(),
-                })
-            }
-            _ => None,
-        }
-    }
-}
-
-/// A chunk whose window closed.
-#[derive(Debug)]
-pub struct Closed {
-    /// Its rows to append.
-    pub rows: Vec<Event>,
-    /// Where the next chunk starts; none: the table is done.
-    pub next_after: Option<Vec<String>>,
 }
 
 /// How to read one table in chunks: its shape, and the statement for the chunk after a key.
@@ -181,6 +71,17 @@ impl TableReader {
                 return Ok(None);
             }
         };
+        // For a progress bar: the planner's estimate (-1 before the first ANALYZE).
+        let estimate: f64 = client
+            .query_one(
+                "select greatest(reltuples, 0)::float8 from pg_class where oid = $1",
+                &[&table.oid],
+            )
+            .await
+            .map_err(|e| pg_error("reading a table's size estimate", &e))?
+            .get(0);
+        ctx.metrics
+            .set("incremental_snapshot_table_rows_estimate", estimate);
         let shape = Shape::resolve(
             client,
             types,
@@ -259,19 +160,17 @@ impl TableReader {
         factory: &EventFactory,
         after: Option<&[String]>,
     ) -> Result<Chunk> {
-        // Random: a watermark of a chunk read before a restart, which the slot sends again,
-        // must not match a chunk read after it.
-        let id = uuid::Uuid::new_v4().simple().to_string();
-        let emit = async |kind: &str| {
+        let id = chunk_id();
+        let emit = async |mark: Mark| {
             client
                 .execute(
                     "select pg_logical_emit_message(false, $1, $2)",
-                    &[&WATERMARK, &format!("{kind} {id}")],
+                    &[&WATERMARK, &mark.text(&id)],
                 )
                 .await
                 .map_err(|e| pg_error("writing a snapshot watermark", &e))
         };
-        emit("low").await?;
+        emit(Mark::Low).await?;
         let rows = match after {
             Some(after) => {
                 let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = after
@@ -283,7 +182,7 @@ impl TableReader {
             None => client.query(&self.first, &[]).await,
         }
         .map_err(|e| pg_error("reading a chunk of an incremental snapshot", &e))?;
-        emit("high").await?;
+        emit(Mark::High).await?;
 
         let next_after = (rows.len() == CHUNK_ROWS).then(|| {
             let last = rows.last().expect("a full chunk");
@@ -317,14 +216,11 @@ impl TableReader {
                 factory.event(shape, Op::Read, None, Some(row), key, place)
             })
             .collect();
-        Ok(Chunk {
+        Ok(Chunk::new(
             id,
-            rows: events,
-            table: (shape.schema.to_string(), shape.table.to_string()),
-            open: false,
-            changed: HashSet::new(),
-            truncated: false,
+            (shape.schema.to_string(), shape.table.to_string()),
+            events,
             next_after,
-        })
+        ))
     }
 }

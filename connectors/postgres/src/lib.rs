@@ -29,6 +29,7 @@ use tokio_postgres::config::Host;
 
 pub use config::{PostgresConfig, SnapshotMode, TlsMode};
 use events::{EventFactory, Shape};
+use siphon_core::incremental::Progress;
 
 /// Session settings that make the server's text output what [`values`] reads.
 const SESSION_SETTINGS: &str = "-c DateStyle=ISO -c IntervalStyle=postgres -c TimeZone=UTC -c extra_float_digits=1 -c bytea_output=hex";
@@ -39,7 +40,7 @@ const SESSION_SETTINGS: &str = "-c DateStyle=ISO -c IntervalStyle=postgres -c Ti
 struct Checkpoint {
     /// An incremental snapshot in progress: the tables left and where the current one stands.
     #[serde(default, skip_serializing_if = "is_idle")]
-    incremental: incremental::Progress,
+    incremental: Progress,
     /// The slot it belongs to.
     slot: String,
     /// Whether the snapshot for that slot finished.
@@ -49,8 +50,8 @@ struct Checkpoint {
     log_id: Option<LogId>,
 }
 
-fn is_idle(progress: &incremental::Progress) -> bool {
-    *progress == incremental::Progress::default()
+fn is_idle(progress: &Progress) -> bool {
+    *progress == Progress::default()
 }
 
 /// The PostgreSQL source of one pipeline.
@@ -375,7 +376,7 @@ impl Source for PostgresSource {
                 log_id: Some(ctx.log.id().clone()),
                 // A new initial snapshot reads every table anyway.
                 incremental: if need_snapshot {
-                    incremental::Progress::default()
+                    Progress::default()
                 } else {
                     checkpoint.incremental.clone()
                 },

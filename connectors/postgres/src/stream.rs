@@ -13,8 +13,9 @@ use tokio_postgres::Client;
 
 use crate::catalog::{self, ColumnRef, TypeCache, pg_error};
 use crate::events::{EventFactory, PG_EPOCH_MICROS, Place, Shape};
-use crate::incremental;
+use crate::incremental::{self, TableReader};
 use crate::pgoutput::{self, Message, Relation, TupleValue};
+use siphon_core::incremental::{Chunk, Closed, Progress};
 
 /// Events appended per call while a transaction is open (it streams through, never held
 /// whole in memory).
@@ -90,9 +91,9 @@ impl Stream<'_> {
         let mut table_poll = tokio::time::interval(self.table_poll_interval);
         table_poll.tick().await;
         let mut progress = self.checkpoint.incremental.clone();
-        let mut chunk: Option<incremental::Chunk> = None;
-        let mut reader: Option<incremental::TableReader> = None;
-        self.report(&progress);
+        let mut chunk: Option<Chunk> = None;
+        let mut reader: Option<TableReader> = None;
+        progress.report(&self.ctx.metrics);
         loop {
             // Whatever the server has sent already joins the batch; when nothing more is
             // waiting, the batch goes to the log with one fsync (group commit).
@@ -242,11 +243,10 @@ impl Stream<'_> {
                     lsn,
                     ..
                 } if prefix == incremental::WATERMARK => {
-                    if let Some(closed) = chunk
-                        .as_mut()
-                        .and_then(|c| c.watermark(&content, lsn.as_u64()))
-                    {
+                    let text = std::str::from_utf8(&content).unwrap_or_default();
+                    if let Some(mut closed) = chunk.as_mut().and_then(|c| c.watermark(text)) {
                         chunk = None;
+                        incremental::place(&mut closed.rows, lsn.as_u64());
                         self.append_chunk(&mut pending, &mut progress, closed)
                             .await?;
                     }
@@ -296,7 +296,7 @@ impl Stream<'_> {
     /// Tables that match the patterns but are not captured yet (created since): added to the
     /// publication, and to the incremental snapshot (durably, before their rows are read), so
     /// that rows written before they joined reach the log too.
-    async fn poll_tables(&self, progress: &mut incremental::Progress) -> Result<()> {
+    async fn poll_tables(&self, progress: &mut Progress) -> Result<()> {
         let tables = catalog::tables(self.client, &self.patterns).await?;
         let added = catalog::ensure_publication(self.client, &self.publication, &tables).await?;
         if !added.is_empty() {
@@ -307,23 +307,22 @@ impl Stream<'_> {
         Ok(())
     }
 
-    /// Takes requested tables into `progress` and reads the next chunk between watermarks,
-    /// if a table is left; tables that cannot be read are dropped on the way.
+    /// Takes what was asked of the incremental snapshot into `progress` and reads the next
+    /// chunk between watermarks, if a table is left; tables that cannot be read are dropped on
+    /// the way.
     async fn next_chunk(
         &self,
         types: &mut TypeCache,
-        progress: &mut incremental::Progress,
-        reader: &mut Option<incremental::TableReader>,
-    ) -> Result<Option<incremental::Chunk>> {
-        let requested = self.ctx.metrics.take_snapshot_requests();
-        let mut changed = !requested.is_empty();
-        progress.request(requested);
+        progress: &mut Progress,
+        reader: &mut Option<TableReader>,
+    ) -> Result<Option<Chunk>> {
+        let mut changed = progress.take_requests(&self.ctx.metrics);
         let chunk = loop {
-            let Some(name) = progress.tables.front() else {
+            let Some(name) = progress.tables.front().filter(|_| progress.wants_chunk()) else {
                 break None;
             };
             if reader.as_ref().is_none_or(|r| r.name != *name) {
-                *reader = incremental::TableReader::prepare(
+                *reader = TableReader::prepare(
                     self.client,
                     types,
                     (self.ctx, &self.factory),
@@ -340,8 +339,7 @@ impl Stream<'_> {
                     );
                 }
                 None => {
-                    progress.tables.pop_front();
-                    progress.after = None;
+                    progress.next_table();
                     changed = true;
                 }
             }
@@ -356,8 +354,8 @@ impl Stream<'_> {
     async fn append_chunk(
         &mut self,
         pending: &mut Pending,
-        progress: &mut incremental::Progress,
-        closed: incremental::Closed,
+        progress: &mut Progress,
+        closed: Closed,
     ) -> Result<()> {
         let n = closed.rows.len();
         if n > 0 {
@@ -365,38 +363,19 @@ impl Stream<'_> {
             pending.ends.push(pending.events.len() - 1);
         }
         self.flush(pending, false).await?;
-        progress.rows += n as u64;
-        match closed.next_after {
-            Some(after) => progress.after = Some(after),
-            None => {
-                if let Some(done) = progress.tables.pop_front() {
-                    tracing::info!(table = %done, rows = progress.rows, "incremental snapshot: table done");
-                }
-                progress.after = None;
-            }
-        }
+        progress.chunk_done(n, closed.next_after);
         self.save_progress(progress)
     }
 
-    fn save_progress(&self, progress: &incremental::Progress) -> Result<()> {
+    fn save_progress(&self, progress: &Progress) -> Result<()> {
         self.ctx
             .offsets
             .save_source_checkpoint(&crate::Checkpoint {
                 incremental: progress.clone(),
                 ..self.checkpoint.clone()
             })?;
-        self.report(progress);
+        progress.report(&self.ctx.metrics);
         Ok(())
-    }
-
-    /// An incremental snapshot's progress in status and metrics.
-    fn report(&self, progress: &incremental::Progress) {
-        let metrics = &self.ctx.metrics;
-        metrics.set("incremental_snapshot_rows", progress.rows as f64);
-        metrics.set(
-            "incremental_snapshot_tables_left",
-            progress.tables.len() as f64,
-        );
     }
 
     async fn write_heartbeat(&self) -> Result<()> {

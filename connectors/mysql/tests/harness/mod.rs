@@ -46,6 +46,7 @@ impl Harness {
             tls: siphon_source_mysql::TlsMode::Disable,
             tls_server_name: None,
             tls_ca_file: None,
+            watermark_table: "siphon.watermarks".into(),
         };
         Harness {
             _dir: dir,
