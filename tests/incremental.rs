@@ -121,6 +121,42 @@ async fn under_writes_and_kill_9(db: &SourceDb, source: &str, table: &str, mirro
         );
         d = setup.start();
     }
+    // Paused, it reads no chunk (one read before the pause may still close), also after a
+    // restart; resumed and followed (`--follow`) to its end.
+    let cli = |args: &[&str]| {
+        let out = setup.cli(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    cli(&["snapshot", "demo", "--pause"]);
+    let rows_now = async |d: &siphon_test_support::Daemon| {
+        let status = common::wait_status(d, Duration::from_secs(60), "paused", |s| {
+            source_gauge(s, "incremental_snapshot_paused") == 1.0
+        })
+        .await;
+        source_gauge(&status, "incremental_snapshot_rows")
+    };
+    rows_now(&d).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let paused_at = rows_now(&d).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(rows_now(&d).await, paused_at, "a paused snapshot read on");
+    d.kill_9().unwrap();
+    d = setup.start();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        rows_now(&d).await,
+        paused_at,
+        "the pause did not survive a restart"
+    );
+    assert!(paused_at < ROWS as f64, "paused after the end");
+    cli(&["snapshot", "demo", "--resume"]);
+    let followed = cli(&["snapshot", "demo", table, "--follow"]);
+    assert!(followed.contains(": done, "), "{followed}");
     let status = common::wait_status(&d, Duration::from_secs(300), "the snapshot done", |s| {
         source_gauge(s, "incremental_snapshot_tables_left") == 0.0
             && source_gauge(s, "incremental_snapshot_rows") > 150_000.0
@@ -258,4 +294,28 @@ async fn under_writes_and_kill_9(db: &SourceDb, source: &str, table: &str, mirro
         (150_000..=ROWS + writes / 10 + 2 * 4096).contains(&reads),
         "{reads} r events; status: {status}"
     );
+
+    // Stopped, the tables left are forgotten.
+    let mut d = setup.start();
+    let before = source_gauge(
+        &common::wait_status(&d, Duration::from_secs(60), "running", |s| {
+            s[0]["source"]["state"] == "running"
+        })
+        .await,
+        "incremental_snapshot_rows",
+    );
+    cli(&["snapshot", "demo", table]);
+    cli(&["snapshot", "demo", "--stop"]);
+    let stopped = common::wait_status(&d, Duration::from_secs(60), "stopped", |s| {
+        source_gauge(s, "incremental_snapshot_tables_left") == 0.0
+            && source_gauge(s, "incremental_snapshot_requests_pending") == 0.0
+    })
+    .await;
+    let read = source_gauge(&stopped, "incremental_snapshot_rows") - before;
+    assert!(
+        read < ROWS as f64 / 2.0,
+        "{read} rows read after the stop was asked"
+    );
+    d.signal("TERM").unwrap();
+    assert!(d.wait(Duration::from_secs(30)).unwrap().success());
 }

@@ -64,6 +64,9 @@ enum Bench {
         /// Rows of the single-transaction insert and of the snapshot table.
         #[arg(long, default_value_t = 1_000_000)]
         rows: u64,
+        /// Single-row transactions of the small-transaction stream.
+        #[arg(long, default_value_t = 20_000)]
+        small: u64,
         /// Server URL (a database is created and dropped in it).
         #[arg(long, default_value = "mysql://root@127.0.0.1:3306")]
         url: String,
@@ -138,7 +141,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> anyhow::Result<()> {
     match Args::parse().bench {
         Bench::Pg { rows, txns, url } => pg::run(&url, rows, txns)?,
-        Bench::Mysql { rows, url } => mysql::run(&url, rows)?,
+        Bench::Mysql { rows, small, url } => mysql::run(&url, rows, small)?,
         Bench::Wait {
             rates,
             seconds,

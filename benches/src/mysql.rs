@@ -4,7 +4,9 @@
 //! 1. one transaction inserting `rows` rows, streamed from the binlog into the log (fsynced),
 //!    vs `mariadb-binlog --read-from-remote-server` (`--raw`: the bytes only; and
 //!    `--base64-output=decode-rows -v`: the rows decoded, as siphon decodes them);
-//! 2. a snapshot of the table vs a full scan (`SELECT *` through the client, `--quick`).
+//! 2. `small` single-row transactions (autocommit inserts), streamed, vs `mariadb-binlog -v`:
+//!    the per-transaction cost (each needs its end durable; siphon groups them per fsync);
+//! 3. a snapshot of the table vs a full scan (`SELECT *` through the client, `--quick`).
 
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -108,7 +110,7 @@ async fn siphon(
     Ok(elapsed)
 }
 
-pub fn run(url: &str, rows: u64) -> anyhow::Result<()> {
+pub fn run(url: &str, rows: u64, small: u64) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -160,6 +162,37 @@ pub fn run(url: &str, rows: u64) -> anyhow::Result<()> {
             reference,
             ours,
         );
+        let small_file = sql(&opts, "show master status")?
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        // A compound statement, which the `mariadb` client would split at its semicolons.
+        rt.block_on(async {
+            use mysql_async::prelude::Queryable;
+            let mut conn = mysql_async::Conn::new(opts.clone()).await?;
+            conn.query_drop(format!(
+                "begin not atomic for i in 1..{small} do \
+                 insert into {db}.orders (customer_id, city, amount, status, note) \
+                 values (i, 'Oslo', i / 100, 'paid', md5(i)); end for; end"
+            ))
+            .await?;
+            conn.disconnect().await
+        })?;
+        sql(&opts, "flush binary logs")?;
+        let (reference, ours) = abba(
+            || binlog(&opts, &small_file, true),
+            || binlog(&opts, &small_file, true),
+            || rt.block_on(siphon(url, &db, Some(&small_file), small)),
+            || rt.block_on(siphon(url, &db, Some(&small_file), small)),
+        )?;
+        report(
+            &format!("streaming, {small} single-row transactions, vs mariadb-binlog -v (decoded)"),
+            "transactions",
+            small,
+            reference,
+            ours,
+        );
         let scan = || -> anyhow::Result<Duration> {
             let started = Instant::now();
             let status = client(&opts)
@@ -169,16 +202,17 @@ pub fn run(url: &str, rows: u64) -> anyhow::Result<()> {
             anyhow::ensure!(status.success(), "the full scan failed");
             Ok(started.elapsed())
         };
+        let table_rows = rows + small;
         let (reference, ours) = abba(
             scan,
             scan,
-            || rt.block_on(siphon(url, &db, None, rows)),
-            || rt.block_on(siphon(url, &db, None, rows)),
+            || rt.block_on(siphon(url, &db, None, table_rows)),
+            || rt.block_on(siphon(url, &db, None, table_rows)),
         )?;
         report(
-            &format!("snapshot of {rows} rows, vs SELECT * --quick"),
+            &format!("snapshot of {table_rows} rows, vs SELECT * --quick"),
             "rows",
-            rows,
+            table_rows,
             reference,
             ours,
         );
