@@ -298,8 +298,8 @@ async fn under_writes_and_kill_9(db: &SourceDb, source: &str, table: &str, mirro
     // Stopped, the tables left are forgotten.
     let mut d = setup.start();
     let before = source_gauge(
-        &common::wait_status(&d, Duration::from_secs(60), "running", |s| {
-            s[0]["source"]["state"] == "running"
+        &common::wait_status(&d, Duration::from_secs(60), "streaming", |s| {
+            source_gauge(s, "incremental_snapshot_rows") >= 0.0
         })
         .await,
         "incremental_snapshot_rows",
@@ -308,7 +308,8 @@ async fn under_writes_and_kill_9(db: &SourceDb, source: &str, table: &str, mirro
     cli(&["snapshot", "demo", "--stop"]);
     let stopped = common::wait_status(&d, Duration::from_secs(60), "stopped", |s| {
         source_gauge(s, "incremental_snapshot_tables_left") == 0.0
-            && source_gauge(s, "incremental_snapshot_requests_pending") == 0.0
+            && source_gauge(s, "incremental_snapshot_requests_done")
+                == source_gauge(s, "incremental_snapshot_requests")
     })
     .await;
     let read = source_gauge(&stopped, "incremental_snapshot_rows") - before;

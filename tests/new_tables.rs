@@ -157,6 +157,20 @@ async fn mariadb_tables_renamed_in_while_running_or_down_are_complete() {
         .await;
     wait_complete(&db, &setup, &d, "b").await;
 
+    // Created in the captured database, its rows are all in the binlog: not read again.
+    db.execute(
+        "create table d (id bigint primary key, v text not null);
+         insert into d select seq, concat('d', seq) from seq_1_to_500;",
+    )
+    .await;
+    wait_complete(&db, &setup, &d, "d").await;
+    let reread = setup
+        .output()
+        .iter()
+        .filter(|e| e["source"]["table"] == "d" && e["op"] == "r")
+        .count();
+    assert_eq!(reread, 0, "a table created in the binlog was snapshotted");
+
     // The same while it is down.
     d.signal("TERM").unwrap();
     assert!(
@@ -174,7 +188,7 @@ async fn mariadb_tables_renamed_in_while_running_or_down_are_complete() {
     d = setup.start();
     db.execute("update c set v = 'changed' where id <= 10; insert into a values (11, 'a11');")
         .await;
-    for table in ["a", "b", "c"] {
+    for table in ["a", "b", "c", "d"] {
         wait_complete(&db, &setup, &d, table).await;
     }
 }

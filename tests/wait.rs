@@ -275,5 +275,20 @@ async fn a_mariadb_write_is_read_back_after_waiting_for_its_gtid() {
     let (domain_server, seq) = gtid.rsplit_once('-').unwrap();
     let future = format!("{domain_server}-{}", seq.parse::<u64>().unwrap() + 1000);
     times_out(&http, &d.admin, &format!("gtid={future}")).await;
+
+    // Restarted with nothing new to read, the source still says how far it has read (at the
+    // server's heartbeat): a wait for the last write answers.
+    let mut d = d;
+    d.signal("TERM").unwrap();
+    assert!(d.wait(Duration::from_secs(30)).unwrap().success());
+    let d = setup.start();
+    let (status, body) = wait(
+        &http,
+        &d.admin,
+        "cache",
+        &format!("gtid={gtid}&timeout=10s"),
+    )
+    .await;
+    assert_eq!(status, 200, "after a restart: {body}");
     drop(d);
 }

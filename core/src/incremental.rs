@@ -54,10 +54,13 @@ impl Progress {
     }
 
     /// Takes what was asked through the admin API or CLI since the last call (tables to read,
-    /// stop, pause, resume); whether anything changed.
+    /// stop, pause, resume); whether anything was asked (the caller saves and reports the
+    /// progress then, which tells the CLI its request was taken). Only between chunks: a stop
+    /// must not leave a chunk open whose end would move the next table's place.
     pub fn take_requests(&mut self, metrics: &SourceMetrics) -> bool {
-        let before = self.clone();
-        for request in metrics.take_snapshot_requests() {
+        let requests = metrics.take_snapshot_requests();
+        let taken = !requests.is_empty();
+        for request in requests {
             match request {
                 SnapshotRequest::Tables(tables) => self.request(tables),
                 SnapshotRequest::Stop => {
@@ -73,7 +76,7 @@ impl Progress {
                 SnapshotRequest::Resume => self.paused = false,
             }
         }
-        *self != before
+        taken
     }
 
     /// A table is done (or cannot be read): the next one is current.
@@ -114,6 +117,7 @@ impl Progress {
             "incremental_snapshot_paused",
             f64::from(u8::from(self.paused)),
         );
+        metrics.snapshot_requests_reported();
     }
 }
 
@@ -294,6 +298,11 @@ mod tests {
             }
         );
         assert!(!progress.take_requests(&metrics), "nothing asked");
+        metrics.request_snapshot(SnapshotRequest::Resume);
+        assert!(
+            progress.take_requests(&metrics),
+            "asked, though nothing changed: taken all the same"
+        );
     }
 
     #[test]

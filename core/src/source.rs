@@ -106,8 +106,8 @@ pub struct SourceMetrics {
     state: Arc<Mutex<MetricsState>>,
     reached: Arc<watch::Sender<Reached>>,
     nudge: Arc<Notify>,
-    /// What was asked of incremental snapshots, not yet taken by the source.
-    snapshot_requests: Arc<Mutex<Vec<SnapshotRequest>>>,
+    /// What was asked of incremental snapshots.
+    snapshot_requests: Arc<Mutex<SnapshotRequests>>,
 }
 
 impl Default for SourceMetrics {
@@ -119,6 +119,16 @@ impl Default for SourceMetrics {
             snapshot_requests: Arc::default(),
         }
     }
+}
+
+/// Requests to a source's incremental snapshot.
+#[derive(Debug, Default)]
+struct SnapshotRequests {
+    /// Not yet taken by the source.
+    pending: Vec<SnapshotRequest>,
+    /// Made, and taken, since the process started.
+    made: u64,
+    taken: u64,
 }
 
 /// A place in a database's change stream that an application names after its commit, to
@@ -263,14 +273,13 @@ impl SourceMetrics {
 
     /// Asks the source's incremental snapshot for something (tables to read again while it
     /// streams, stop, pause, resume); it is nudged, so that an idle stream takes the request
-    /// at once.
+    /// at once. Counted in `incremental_snapshot_requests`; once the source has taken it and
+    /// reported its progress after it, `incremental_snapshot_requests_done` counts it too.
     pub fn request_snapshot(&self, request: SnapshotRequest) {
         let mut requests = self.snapshot_requests.lock().unwrap();
-        requests.push(request);
-        self.set(
-            "incremental_snapshot_requests_pending",
-            requests.len() as f64,
-        );
+        requests.pending.push(request);
+        requests.made += 1;
+        self.set("incremental_snapshot_requests", requests.made as f64);
         drop(requests);
         self.nudge();
     }
@@ -278,11 +287,15 @@ impl SourceMetrics {
     /// What was asked since the last call, in order.
     pub fn take_snapshot_requests(&self) -> Vec<SnapshotRequest> {
         let mut requests = self.snapshot_requests.lock().unwrap();
-        if requests.is_empty() {
-            return Vec::new();
-        }
-        self.set("incremental_snapshot_requests_pending", 0.0);
-        std::mem::take(&mut *requests)
+        requests.taken += requests.pending.len() as u64;
+        std::mem::take(&mut requests.pending)
+    }
+
+    /// The source has reported its incremental snapshot's progress after the requests it
+    /// took: they are done (`incremental_snapshot_requests_done`).
+    pub fn snapshot_requests_reported(&self) {
+        let taken = self.snapshot_requests.lock().unwrap().taken;
+        self.set("incremental_snapshot_requests_done", taken as f64);
     }
 
     /// How far behind its database the log is, at `now_ms`: nothing while the source is

@@ -71,11 +71,12 @@ pub(super) async fn run(
     Ok(())
 }
 
-/// The source's incremental-snapshot gauges.
-#[derive(Debug, Default, PartialEq)]
+/// The source's incremental-snapshot gauges (missing ones, before the source reports: -1).
 struct Gauges {
-    /// Requests the source has not taken yet.
-    pending: f64,
+    /// Requests made, and taken and reported by the source (after a restart of the daemon
+    /// both start again at 0).
+    requests: f64,
+    requests_done: f64,
     tables_left: f64,
     paused: bool,
     rows: f64,
@@ -95,10 +96,11 @@ async fn gauges(client: &AdminClient, pipeline: &str) -> anyhow::Result<Gauges> 
             .source_metrics
             .get(&format!("incremental_snapshot_{name}"))
             .copied()
-            .unwrap_or_default()
+            .unwrap_or(-1.0)
     };
     Ok(Gauges {
-        pending: gauge("requests_pending"),
+        requests: gauge("requests").max(0.0),
+        requests_done: gauge("requests_done"),
         tables_left: gauge("tables_left"),
         paused: gauge("paused") > 0.0,
         rows: gauge("rows"),
@@ -125,7 +127,7 @@ async fn follow(client: &AdminClient, pipeline: &str, before: &Gauges) -> anyhow
     let mut last_line = Instant::now();
     let now = loop {
         let now = gauges(client, pipeline).await?;
-        if now.pending == 0.0 && now.tables_left == 0.0 {
+        if now.requests_done >= now.requests && now.tables_left == 0.0 {
             break now;
         }
         let message = format!(
@@ -156,7 +158,7 @@ async fn follow(client: &AdminClient, pipeline: &str, before: &Gauges) -> anyhow
     }
     eprintln!(
         "siphon snapshot {pipeline}: done, {} rows in {:.1?}",
-        now.rows - before.rows,
+        (now.rows - before.rows.max(0.0)).max(0.0),
         started.elapsed()
     );
     Ok(())

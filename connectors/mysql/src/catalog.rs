@@ -1,6 +1,6 @@
 //! The server: its settings checked before capture, its tables and their columns.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use mysql_async::prelude::Queryable;
 use siphon_core::{Error, Result};
@@ -162,6 +162,21 @@ pub async fn matching_tables(
         .into_iter()
         .filter(|(d, t)| config.captures(d, t))
         .collect())
+}
+
+/// The tables the patterns name now ("database.table"), and those of them not in `known`.
+pub async fn tables_since(
+    conn: &mut mysql_async::Conn,
+    config: &MysqlConfig,
+    known: &BTreeSet<String>,
+) -> Result<(BTreeSet<String>, Vec<String>)> {
+    let now: BTreeSet<String> = matching_tables(conn, config)
+        .await?
+        .into_iter()
+        .map(|(d, t)| format!("{d}.{t}"))
+        .collect();
+    let added = now.difference(known).cloned().collect();
+    Ok((now, added))
 }
 
 /// A table's columns in order, and the positions of its primary-key columns.

@@ -15,7 +15,7 @@ use siphon_core::{Error, Event, Result, SourcePosition};
 
 use crate::MysqlConfig;
 use crate::catalog::{self, my_error, quote};
-use crate::columns::Shape;
+use crate::columns::{DataType, Shape};
 use crate::events::{EventFactory, Place};
 use crate::snapshot::row_of;
 
@@ -25,6 +25,7 @@ pub struct Watermarks {
     /// Quoted `database`.`table`.
     table: String,
     database: String,
+    name: String,
     pipeline: String,
     ready: bool,
 }
@@ -38,14 +39,23 @@ impl Watermarks {
         Watermarks {
             table: format!("{}.{}", quote(database), quote(table)),
             database: database.to_owned(),
+            name: table.to_owned(),
             pipeline: pipeline.to_owned(),
             ready: false,
         }
     }
 
-    /// Writes a watermark (its own transaction), creating the table first if need be.
+    /// Writes a watermark (its own transaction), creating the table first if it is missing
+    /// (only then: a user without CREATE may write into one made for it).
     pub async fn write(&mut self, conn: &mut mysql_async::Conn, mark: &str) -> Result<()> {
         if !self.ready {
+            let exists: Option<u8> = conn
+                .exec_first(
+                    "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+                    (&self.database, &self.name),
+                )
+                .await
+                .map_err(|e| my_error("looking for the watermark table", &e))?;
             let create = [
                 format!("CREATE DATABASE IF NOT EXISTS {}", quote(&self.database)),
                 format!(
@@ -54,8 +64,8 @@ impl Watermarks {
                     self.table
                 ),
             ];
-            for sql in create {
-                conn.query_drop(&sql).await.map_err(|e| {
+            for sql in create.iter().filter(|_| exists.is_none()) {
+                conn.query_drop(sql).await.map_err(|e| {
                     my_error(
                         &format!(
                             "creating the watermark table (watermark_table; or create it \
@@ -150,9 +160,16 @@ impl TableReader {
             Some(_) => (Vec::new(), Vec::new()),
             None => catalog::columns(conn, database, table).await?,
         };
-        let why = why.or(key
-            .is_empty()
-            .then_some("it has no primary key to read it in chunks by"));
+        let why = why
+            .or(key
+                .is_empty()
+                .then_some("it has no primary key to read it in chunks by"))
+            .or(key
+                .iter()
+                .any(|&i| matches!(columns[i].data_type, DataType::Enum(_) | DataType::Set(_)))
+                .then_some(
+                    "an ENUM or SET key column sorts by its index but compares by its label",
+                ));
         if let Some(why) = why {
             tracing::warn!(table = %name, why, "incremental snapshot: table skipped");
             return Ok(None);
@@ -170,6 +187,16 @@ impl TableReader {
             .iter()
             .map(|&i| quote(&shape.columns[i].name))
             .collect();
+        // The key's values come back as the server sent them; a DECIMAL's text would compare
+        // as a double: cast back to the column's type (`decimal(p,s)`).
+        let params: Vec<String> = shape
+            .key
+            .iter()
+            .map(|&i| match &shape.columns[i].data_type {
+                DataType::Decimal => format!("CAST(? AS {})", shape.columns[i].column.type_name),
+                _ => "?".to_owned(),
+            })
+            .collect();
         let list: Vec<String> = shape.columns.iter().map(|c| quote(&c.name)).collect();
         let select = |filter: &str| {
             format!(
@@ -183,7 +210,7 @@ impl TableReader {
         Ok(Some(TableReader {
             name: name.to_owned(),
             first: select(""),
-            after: select(&format!("WHERE {}", after_key(&keys))),
+            after: select(&format!("WHERE {}", after_key(&keys, &params))),
             shape,
         }))
     }
@@ -254,11 +281,15 @@ impl TableReader {
 
 /// Rows after a key, as a filter an index on the key serves: `(a > ?) OR (a = ? AND b > ?)`
 /// (a row comparison `(a, b) > (?, ?)` is not used for ranges by every server version).
-fn after_key(keys: &[String]) -> String {
+fn after_key(keys: &[String], params: &[String]) -> String {
     (0..keys.len())
         .map(|i| {
-            let mut terms: Vec<String> = keys[..i].iter().map(|k| format!("{k} = ?")).collect();
-            terms.push(format!("{} > ?", keys[i]));
+            let mut terms: Vec<String> = keys[..i]
+                .iter()
+                .zip(params)
+                .map(|(k, p)| format!("{k} = {p}"))
+                .collect();
+            terms.push(format!("{} > {}", keys[i], params[i]));
             format!("({})", terms.join(" AND "))
         })
         .collect::<Vec<_>>()
@@ -362,11 +393,15 @@ mod tests {
     #[test]
     fn a_composite_key_filters_by_its_columns_in_order() {
         let keys = ["`a`".to_owned(), "`b`".to_owned()];
-        assert_eq!(after_key(&keys), "(`a` > ?) OR (`a` = ? AND `b` > ?)");
+        let params = ["?".to_owned(), "CAST(? AS decimal(10,2))".to_owned()];
+        assert_eq!(
+            after_key(&keys, &params),
+            "(`a` > ?) OR (`a` = ? AND `b` > CAST(? AS decimal(10,2)))"
+        );
         assert_eq!(
             after_params(&[MyValue::Int(1), MyValue::Int(2)]),
             [MyValue::Int(1), MyValue::Int(1), MyValue::Int(2)]
         );
-        assert_eq!(after_key(&keys[..1]), "(`a` > ?)");
+        assert_eq!(after_key(&keys[..1], &params[..1]), "(`a` > ?)");
     }
 }

@@ -303,17 +303,13 @@ impl Source for MysqlSource {
             .unwrap_or_default();
         // Tables that appeared while siphon was down (created, renamed in, or named by
         // patterns widened since): their earlier rows are in no binlog event siphon reads.
-        let now: BTreeSet<String> = catalog::matching_tables(&mut conn, &self.config)
-            .await?
-            .into_iter()
-            .map(|(d, t)| format!("{d}.{t}"))
-            .collect();
-        if let Some(known) = &checkpoint.tables {
-            let added: Vec<String> = now.difference(known).cloned().collect();
-            if !added.is_empty() {
-                tracing::info!(tables = ?added, "new tables match the source's patterns: snapshotting them incrementally");
-                checkpoint.incremental.request(added);
-            }
+        let known = checkpoint.tables.clone();
+        let (now, added) =
+            catalog::tables_since(&mut conn, &self.config, &known.clone().unwrap_or_default())
+                .await?;
+        if known.is_some() && !added.is_empty() {
+            tracing::info!(tables = ?added, "new tables match the source's patterns: snapshotting them incrementally");
+            checkpoint.incremental.request(added);
         }
         checkpoint.tables = Some(now);
         ctx.offsets.save_source_checkpoint(&checkpoint)?;

@@ -1,5 +1,6 @@
 //! The binlog stream, as a replica: row events decoded with their table maps into events,
-//! appended a transaction at a time.
+//! appended whole transactions at a time, those read while the server has more waiting with
+//! one fsync (group commit).
 //!
 //! Positions: each event carries its transaction's start (binlog file and the position of
 //! its GTID or BEGIN event) and its index among the transaction's captured rows. On restart
@@ -34,6 +35,9 @@ use crate::{Checkpoint, GtidCheckpoint, MysqlConfig, OpenTransaction};
 
 /// Events of an open transaction appended (without waiting) once this many are held.
 const PART: usize = 4096;
+/// How long, at most, read transactions wait for the next group commit while the server
+/// always has more to send.
+const PENDING_AT_MOST: std::time::Duration = std::time::Duration::from_millis(100);
 /// How often, at most, a stream under load saves its GTID state.
 const GTID_SAVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 /// MariaDB's event types that `mysql_common` does not know.
@@ -181,6 +185,7 @@ impl Stream<'_> {
                 progress: self.checkpoint.incremental.clone(),
                 known: self.checkpoint.tables.clone().unwrap_or_default(),
                 tables_changed: false,
+                created: BTreeSet::new(),
                 chunk: None,
                 reader: None,
                 conn: None,
@@ -205,6 +210,14 @@ impl Stream<'_> {
             }
             // Whatever the server has sent already joins the pending transactions; when nothing
             // more is waiting, they go to the log with one fsync (group commit).
+            if state
+                .pending
+                .since
+                .is_some_and(|since| since.elapsed() >= PENDING_AT_MOST)
+            {
+                // Always more to read (a backlog): the pending transactions wait no longer.
+                self.flush(&mut state).await?;
+            }
             let next = match stream.next().now_or_never() {
                 Some(next) => next,
                 None => {
@@ -294,8 +307,15 @@ impl Stream<'_> {
                     } else {
                         // A DDL (or a non-transactional statement): its own transaction. The
                         // table maps that follow describe the tables as they now are. It may
-                        // have made a table the patterns name (CREATE, RENAME).
+                        // have made a table the patterns name (CREATE, RENAME), or changed
+                        // one a chunk is being read of: that chunk is read again, in the
+                        // table's new shape (its high watermark then matches nothing).
                         state.snapshot.tables_changed = true;
+                        state.snapshot.chunk = None;
+                        state.snapshot.reader = None;
+                        if let Some(table) = created_table(sql, &q.schema()) {
+                            state.snapshot.created.insert(table);
+                        }
                         if state.transaction.as_ref().is_some_and(|t| t.standalone) {
                             self.commit(state, header.timestamp()).await?;
                         }
@@ -308,6 +328,7 @@ impl Stream<'_> {
                 Some(EventData::HeartbeatEvent) if state.transaction.is_none() => {
                     self.flush(state).await?;
                     self.ctx.metrics.caught_up();
+                    self.report_reached(state);
                     self.save_gtids(state, None, true)?;
                 }
                 _ => {}
@@ -505,6 +526,7 @@ impl Stream<'_> {
             pending.events.append(&mut transaction.events);
             pending.ends.push(pending.events.len() - 1);
             pending.commit_ms = Some(commit_ms);
+            pending.since.get_or_insert_with(std::time::Instant::now);
             if pending.events.len() >= PART {
                 self.append_pending(pending).await?;
             }
@@ -540,6 +562,7 @@ impl Stream<'_> {
             .await?;
         pending.events.clear();
         pending.ends.clear();
+        pending.since = None;
         if let Some(commit_ms) = pending.commit_ms.take() {
             self.ctx.metrics.committed(commit_ms);
         }
@@ -606,16 +629,26 @@ impl Stream<'_> {
         })
     }
 
-    /// Between transactions: looks for tables a DDL made, takes what was asked of the
-    /// incremental snapshot, and reads its next chunk between watermarks if none is open.
+    /// Between transactions: looks for tables a DDL made, and, with no chunk open, takes what
+    /// was asked of the incremental snapshot (saved at once, so that a failed read loses no
+    /// request) and reads its next chunk between watermarks.
     async fn between_transactions(&self, state: &mut State) -> Result<()> {
         let mut changed = false;
         if std::mem::take(&mut state.snapshot.tables_changed) {
             changed |= self.poll_tables(state).await?;
         }
-        changed |= state.snapshot.progress.take_requests(&self.ctx.metrics);
-        let snapshot = &mut state.snapshot;
-        while snapshot.chunk.is_none() && snapshot.progress.wants_chunk() {
+        if state.snapshot.chunk.is_none() {
+            changed |= state.snapshot.progress.take_requests(&self.ctx.metrics);
+        }
+        loop {
+            if std::mem::take(&mut changed) {
+                self.save(state)?;
+                state.snapshot.progress.report(&self.ctx.metrics);
+            }
+            let snapshot = &mut state.snapshot;
+            if snapshot.chunk.is_some() || !snapshot.progress.wants_chunk() {
+                return Ok(());
+            }
             let name = snapshot
                 .progress
                 .tables
@@ -642,33 +675,30 @@ impl Stream<'_> {
                 }
             }
         }
-        if changed {
-            self.save(state)?;
-            state.snapshot.progress.report(&self.ctx.metrics);
-        }
-        Ok(())
     }
 
-    /// Tables that match the patterns and were not there at the last look (created, renamed
-    /// into a captured database): snapshotted incrementally, since rows they held before
-    /// (a rename, CREATE … SELECT on some servers) are in no binlog event siphon read.
+    /// Tables that match the patterns and were not there at the last look: snapshotted
+    /// incrementally, since the rows of one renamed into a captured database are in no binlog
+    /// event siphon read. Not those the binlog showed created (`CREATE TABLE`, also
+    /// `… SELECT`, whose rows the binlog carries as row events): their rows all follow.
     /// Whether anything changed.
     async fn poll_tables(&self, state: &mut State) -> Result<bool> {
-        let conn = query_conn(&mut state.snapshot.conn, &self.opts).await?;
-        let now: BTreeSet<String> = crate::catalog::matching_tables(conn, self.config)
-            .await?
+        let snapshot = &mut state.snapshot;
+        let conn = query_conn(&mut snapshot.conn, &self.opts).await?;
+        let (now, added) = crate::catalog::tables_since(conn, self.config, &snapshot.known).await?;
+        let added: Vec<String> = added
             .into_iter()
-            .map(|(d, t)| format!("{d}.{t}"))
+            .filter(|t| !snapshot.created.contains(t))
             .collect();
-        if now == state.snapshot.known {
+        snapshot.created.clear();
+        if now == snapshot.known {
             return Ok(false);
         }
-        let added: Vec<String> = now.difference(&state.snapshot.known).cloned().collect();
         if !added.is_empty() {
             tracing::info!(tables = ?added, "new tables match the source's patterns: snapshotting them incrementally");
-            state.snapshot.progress.request(added);
+            snapshot.progress.request(added);
         }
-        state.snapshot.known = now;
+        snapshot.known = now;
         Ok(true)
     }
 
@@ -698,9 +728,21 @@ impl Stream<'_> {
                 continue;
             };
             state.snapshot.chunk = None;
-            if let Some(t) = &state.transaction {
-                incremental::place(&mut closed.rows, &t.place);
-            }
+            let place = match &state.transaction {
+                Some(t) => t.place.clone(),
+                // A rows event outside a transaction (not written so by siphon): placed where
+                // it is.
+                None => Place {
+                    file: state.file.clone(),
+                    pos: state.next_pos,
+                    row: 0,
+                    gtid: None,
+                    server_id: self.server_id,
+                    ts_ms: 0,
+                    snapshot: SnapshotMarker::Incremental,
+                },
+            };
+            incremental::place(&mut closed.rows, &place);
             let n = closed.rows.len();
             if n > 0 {
                 // After every change before the high watermark.
@@ -722,6 +764,8 @@ struct IncrementalState {
     known: BTreeSet<String>,
     /// A DDL passed since: look at the tables again.
     tables_changed: bool,
+    /// Tables the binlog showed created since the last look ("database.table").
+    created: BTreeSet<String>,
     /// The chunk whose watermarks the stream waits for.
     chunk: Option<Chunk>,
     reader: Option<TableReader>,
@@ -741,8 +785,10 @@ async fn query_conn<'c>(
     let mut conn = mysql_async::Conn::new(opts.clone())
         .await
         .map_err(|e| my_error("connecting for an incremental snapshot", &e))?;
-    // As the snapshot: TIMESTAMP values in UTC, as the binlog holds them.
-    conn.query_drop("SET SESSION time_zone = '+00:00'")
+    // As the snapshot: TIMESTAMP values in UTC, as the binlog holds them. A chunk read
+    // queued behind a DDL's metadata lock holds up the stream: it gives up after 10 s (a
+    // transient error: the stream starts again and reads the chunk again).
+    conn.query_drop("SET SESSION time_zone = '+00:00', SESSION lock_wait_timeout = 10")
         .await
         .map_err(|e| my_error("preparing the incremental snapshot's connection", &e))?;
     Ok(slot.insert(conn))
@@ -757,6 +803,8 @@ struct Pending {
     ends: Vec<usize>,
     /// Commit time (ms since the epoch) of the newest transaction pending.
     commit_ms: Option<i64>,
+    /// When the oldest became pending.
+    since: Option<std::time::Instant>,
 }
 
 /// What the stream keeps between events.
@@ -929,6 +977,70 @@ fn mariadb_gtid(body: &[u8], server: u32) -> Option<(Gtid, bool)> {
     ))
 }
 
+/// The table a `CREATE TABLE` statement makes ("database.table"; the statement's default
+/// database where the name is not qualified); `None` for another statement.
+fn created_table(sql: &str, default_database: &str) -> Option<String> {
+    let mut rest = sql.trim_start();
+    let mut word = |expected: &str| -> bool {
+        let ok = rest
+            .get(..expected.len())
+            .is_some_and(|head| head.eq_ignore_ascii_case(expected))
+            && rest[expected.len()..].starts_with(char::is_whitespace);
+        if ok {
+            rest = rest[expected.len()..].trim_start();
+        }
+        ok
+    };
+    if !word("CREATE") {
+        return None;
+    }
+    let _ = word("OR") && word("REPLACE");
+    let _ = word("TEMPORARY");
+    if !word("TABLE") {
+        return None;
+    }
+    let _ = word("IF") && word("NOT") && word("EXISTS");
+    let mut names = Vec::new();
+    loop {
+        let (name, after) = match rest.strip_prefix('`') {
+            Some(quoted) => {
+                let mut name = String::new();
+                let mut chars = quoted.char_indices();
+                let end = loop {
+                    match chars.next()? {
+                        (i, '`') if quoted[i + 1..].starts_with('`') => {
+                            name.push('`');
+                            chars.next();
+                        }
+                        (i, '`') => break i + 1,
+                        (_, c) => name.push(c),
+                    }
+                };
+                (name, &quoted[end..])
+            }
+            None => {
+                let end = rest
+                    .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '$'))
+                    .unwrap_or(rest.len());
+                (rest[..end].to_owned(), &rest[end..])
+            }
+        };
+        if name.is_empty() {
+            return None;
+        }
+        names.push(name);
+        match after.strip_prefix('.') {
+            Some(next) if names.len() == 1 => rest = next,
+            _ => break,
+        }
+    }
+    match names.as_slice() {
+        [table] => Some(format!("{default_database}.{table}")),
+        [database, table] => Some(format!("{database}.{table}")),
+        _ => None,
+    }
+}
+
 /// The file a Rotate event moves to. The stream's first Rotate, which the server makes up and
 /// sends before the format description, carries the checksum's 4 bytes after the name, which
 /// `mysql_common` cannot strip before it knows the format (mysql_async#189).
@@ -967,6 +1079,25 @@ mod tests {
             None,
             "a cut event is no GTID"
         );
+    }
+
+    #[test]
+    fn create_table_statements_name_their_table() {
+        assert_eq!(
+            created_table("CREATE TABLE t (id int)", "app"),
+            Some("app.t".into())
+        );
+        assert_eq!(
+            created_table("create or replace table `shop`.`or``ders`(id int)", "app"),
+            Some("shop.or`ders".into())
+        );
+        assert_eq!(
+            created_table("CREATE TABLE IF NOT EXISTS x.y like z", "app"),
+            Some("x.y".into())
+        );
+        assert_eq!(created_table("RENAME TABLE a TO b", "app"), None);
+        assert_eq!(created_table("CREATE INDEX i ON t (a)", "app"), None);
+        assert_eq!(created_table("CREATE TABLESPACE t", "app"), None);
     }
 
     #[test]

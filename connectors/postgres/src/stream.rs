@@ -307,9 +307,9 @@ impl Stream<'_> {
         Ok(())
     }
 
-    /// Takes what was asked of the incremental snapshot into `progress` and reads the next
-    /// chunk between watermarks, if a table is left; tables that cannot be read are dropped on
-    /// the way.
+    /// Takes what was asked of the incremental snapshot into `progress` (saved at once, so
+    /// that a failed read loses no request) and reads the next chunk between watermarks, if a
+    /// table is left; tables that cannot be read are dropped on the way.
     async fn next_chunk(
         &self,
         types: &mut TypeCache,
@@ -317,9 +317,12 @@ impl Stream<'_> {
         reader: &mut Option<TableReader>,
     ) -> Result<Option<Chunk>> {
         let mut changed = progress.take_requests(&self.ctx.metrics);
-        let chunk = loop {
+        loop {
+            if std::mem::take(&mut changed) {
+                self.save_progress(progress)?;
+            }
             let Some(name) = progress.tables.front().filter(|_| progress.wants_chunk()) else {
-                break None;
+                return Ok(None);
             };
             if reader.as_ref().is_none_or(|r| r.name != *name) {
                 *reader = TableReader::prepare(
@@ -333,21 +336,17 @@ impl Stream<'_> {
             }
             match reader {
                 Some(r) => {
-                    break Some(
-                        r.read(self.client, &self.factory, progress.after.as_deref())
-                            .await?,
-                    );
+                    let chunk = r
+                        .read(self.client, &self.factory, progress.after.as_deref())
+                        .await?;
+                    return Ok(Some(chunk));
                 }
                 None => {
                     progress.next_table();
                     changed = true;
                 }
             }
-        };
-        if changed {
-            self.save_progress(progress)?;
         }
-        Ok(chunk)
     }
 
     /// Appends a closed chunk's rows (durable), then records how far the snapshot is.
