@@ -175,6 +175,7 @@ async fn probe(daemon: &Daemon, db_url: &str, rate: u32, seconds: u64) -> anyhow
     tokio::time::sleep(Duration::from_secs(2)).await;
     let until = Instant::now() + Duration::from_secs(seconds.saturating_sub(3));
     let mut times = Vec::new();
+    let mut parts: Vec<Parts> = Vec::new();
     let mut n = 0i64;
     while Instant::now() < until {
         n += 1;
@@ -186,6 +187,7 @@ async fn probe(daemon: &Daemon, db_url: &str, rate: u32, seconds: u64) -> anyhow
             .query_one("select pg_current_wal_lsn()::text", &[])
             .await?
             .get(0);
+        let lsn_read = committed.elapsed();
         let resp = http
             .get(format!(
                 "http://{}/api/pipelines/bench/sinks/cache/wait?lsn={lsn}&timeout=10s",
@@ -198,7 +200,18 @@ async fn probe(daemon: &Daemon, db_url: &str, rate: u32, seconds: u64) -> anyhow
             "a wait answered {}",
             resp.status()
         );
-        times.push(committed.elapsed());
+        let total = committed.elapsed();
+        let body: serde_json::Value = resp.json().await?;
+        let us = |key: &str| Duration::from_micros(body[key].as_u64().unwrap_or_default());
+        let (source, sink) = (us("source_us"), us("sink_us"));
+        parts.push(Parts {
+            total,
+            lsn: lsn_read,
+            source,
+            sink,
+            http: total.saturating_sub(lsn_read + source + sink),
+        });
+        times.push(total);
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let out = load.wait_with_output().await?;
@@ -215,12 +228,41 @@ async fn probe(daemon: &Daemon, db_url: &str, rate: u32, seconds: u64) -> anyhow
         times[i].as_secs_f64() * 1000.0
     };
     anyhow::ensure!(!times.is_empty(), "no probe ran");
+    // Where the slowest 1% of the probes spent their time, against the median probe's.
+    parts.sort_by_key(|p| p.total);
+    let tail = &parts[(parts.len() * 99 / 100).min(parts.len() - 1)..];
+    let mean = |pick: fn(&Parts) -> Duration, of: &[Parts]| {
+        of.iter().map(pick).sum::<Duration>().as_secs_f64() * 1000.0 / of.len() as f64
+    };
+    let median = std::slice::from_ref(&parts[parts.len() / 2]);
+    let split = |of: &[Parts]| {
+        format!(
+            "lsn read {:.2}, source {:.2}, sink {:.2}, HTTP and the rest {:.2}",
+            mean(|p| p.lsn, of),
+            mean(|p| p.source, of),
+            mean(|p| p.sink, of),
+            mean(|p| p.http, of)
+        )
+    };
     Ok(format!(
-        "| {rate} | {tps} | {} | {:.2} | {:.2} | {:.2} | {:.2} |",
+        "| {rate} | {tps} | {} | {:.2} | {:.2} | {:.2} | {:.2} |\n\n  ms, median probe: {}; slowest 1% ({} probes), mean: {}\n",
         times.len(),
         ms(0.5),
         ms(0.9),
         ms(0.99),
-        ms(1.0)
+        ms(1.0),
+        split(median),
+        tail.len(),
+        split(tail)
     ))
+}
+
+/// Where one probe's time went: reading the LSN after the commit, the source reading past
+/// it into the log (durably), the sink committing it to Redis, and the HTTP call around it.
+struct Parts {
+    total: Duration,
+    lsn: Duration,
+    source: Duration,
+    sink: Duration,
+    http: Duration,
 }

@@ -1,31 +1,41 @@
 //! Cuts the log into sink batches that end on source-transaction boundaries.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Duration;
 
 use siphon_core::Result;
 use siphon_core::log::{LogReader, LogRecord, RecordFlags};
+use tokio::sync::Notify;
 
 /// Reads a log for one sink and hands out batches of at most `max` records that end with
 /// the last record of a source transaction whenever one is within reach. Only a transaction
 /// larger than `max` is split, and never between the two halves of a key change (a record
-/// flagged `WITH_NEXT` and the next), which may make such a batch one longer. Every method is
-/// cancel-safe.
+/// flagged `WITH_NEXT` and the next), which may make such a batch one longer. A batch that
+/// could take more waits up to `linger` for the log to grow, unless `hurry` is notified (a
+/// read-your-writes wait is waiting for this sink). Every method is cancel-safe.
 #[derive(Debug)]
 pub struct Batcher {
     reader: Box<dyn LogReader>,
     pending: VecDeque<LogRecord>,
     max: usize,
     linger: Duration,
+    hurry: Arc<Notify>,
 }
 
 impl Batcher {
-    pub fn new(reader: Box<dyn LogReader>, max: usize, linger: Duration) -> Self {
+    pub fn new(
+        reader: Box<dyn LogReader>,
+        max: usize,
+        linger: Duration,
+        hurry: Arc<Notify>,
+    ) -> Self {
         Batcher {
             reader,
             pending: VecDeque::new(),
             max,
             linger,
+            hurry,
         }
     }
 
@@ -82,13 +92,16 @@ impl Batcher {
                 }
             }
             if self.complete_prefix() > 0 {
-                // Give the source a moment to fill the batch further.
-                if !self.linger.is_zero()
-                    && tokio::time::timeout(self.linger, self.reader.wait())
-                        .await
-                        .is_ok()
-                {
-                    self.fill()?;
+                // Give the source a moment to fill the batch further, unless someone waits
+                // to read what it holds.
+                if !self.linger.is_zero() {
+                    let grew = tokio::select! {
+                        grew = tokio::time::timeout(self.linger, self.reader.wait()) => grew.is_ok(),
+                        () = self.hurry.notified() => false,
+                    };
+                    if grew {
+                        self.fill()?;
+                    }
                 }
                 let n = self.complete_prefix();
                 return Ok(self.pending.drain(..n).collect());
@@ -141,7 +154,7 @@ mod tests {
         ])
         .await
         .unwrap();
-        let mut b = Batcher::new(log.reader(0).unwrap(), 4, Duration::ZERO);
+        let mut b = Batcher::new(log.reader(0).unwrap(), 4, Duration::ZERO, Arc::default());
         let offsets = |v: Vec<LogRecord>| v.iter().map(|r| r.offset).collect::<Vec<_>>();
         assert_eq!(offsets(b.next().await.unwrap()), [0, 1, 2]);
         assert_eq!(offsets(b.next().await.unwrap()), [3, 4]);
@@ -157,6 +170,32 @@ mod tests {
         assert_eq!(offsets(b.next().await.unwrap()), [8, 9, 10, 11]);
         assert_eq!(offsets(b.next().await.unwrap()), [12, 13, 14, 15]);
         assert_eq!(offsets(b.next().await.unwrap()), [16]);
+    }
+
+    #[tokio::test]
+    async fn a_waiting_reader_cuts_the_linger_short() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = FileLog::open(dir.path(), Default::default()).unwrap();
+        log.append(vec![rec(true)]).await.unwrap();
+        let hurry = Arc::new(Notify::new());
+        // A linger far longer than the test may take.
+        let mut b = Batcher::new(
+            log.reader(0).unwrap(),
+            4,
+            Duration::from_secs(3600),
+            hurry.clone(),
+        );
+        let lingering = tokio::time::timeout(Duration::from_millis(100), b.next()).await;
+        assert!(
+            lingering.is_err(),
+            "a batch with room went without lingering"
+        );
+        hurry.notify_one();
+        let batch = tokio::time::timeout(Duration::from_secs(10), b.next())
+            .await
+            .expect("the linger went on after the hurry")
+            .unwrap();
+        assert_eq!(batch.len(), 1);
     }
 
     #[tokio::test]
@@ -176,14 +215,14 @@ mod tests {
         ])
         .await
         .unwrap();
-        let mut b = Batcher::new(log.reader(0).unwrap(), 4, Duration::ZERO);
+        let mut b = Batcher::new(log.reader(0).unwrap(), 4, Duration::ZERO, Arc::default());
         assert_eq!(offsets(b.next().await.unwrap()), [0, 1, 2]);
         assert_eq!(offsets(b.next().await.unwrap()), [3, 4, 5, 6]);
         // With batches of one record, the pair goes together.
         log.append(vec![joined(), rec(false), rec(true)])
             .await
             .unwrap();
-        let mut b = Batcher::new(log.reader(7).unwrap(), 1, Duration::ZERO);
+        let mut b = Batcher::new(log.reader(7).unwrap(), 1, Duration::ZERO, Arc::default());
         assert_eq!(offsets(b.next().await.unwrap()), [7, 8]);
         assert_eq!(offsets(b.next().await.unwrap()), [9]);
         // After compaction every record ends a transaction, the first half of a key change
@@ -198,7 +237,7 @@ mod tests {
         ])
         .await
         .unwrap();
-        let mut b = Batcher::new(log.reader(10).unwrap(), 2, Duration::ZERO);
+        let mut b = Batcher::new(log.reader(10).unwrap(), 2, Duration::ZERO, Arc::default());
         assert_eq!(offsets(b.next().await.unwrap()), [10]);
         assert_eq!(offsets(b.next().await.unwrap()), [11, 12]);
     }

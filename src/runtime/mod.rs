@@ -66,6 +66,8 @@ pub struct PipelineHandle {
 struct SinkControl {
     commands: mpsc::Sender<SinkCommand>,
     progress: watch::Receiver<SinkProgress>,
+    /// Cuts the sink's linger short: a read-your-writes wait is waiting for it.
+    hurry: Arc<tokio::sync::Notify>,
 }
 
 impl PipelineHandle {

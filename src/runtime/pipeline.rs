@@ -99,11 +99,13 @@ pub(super) fn start(
             lost: cursor.lost,
             replay_until: None,
         });
+        let hurry = Arc::new(tokio::sync::Notify::new());
         controls.insert(
             sink_name.clone(),
             SinkControl {
                 commands: commands_tx,
                 progress: progress_rx,
+                hurry: hurry.clone(),
             },
         );
         sinks.push(SinkParts {
@@ -113,6 +115,7 @@ pub(super) fn start(
             routing,
             commands,
             progress,
+            hurry,
             damaged_cursor,
         });
     }
@@ -167,6 +170,7 @@ pub(super) fn start(
             commands: parts.commands,
             cancel: cancel.clone(),
             progress: parts.progress,
+            hurry: parts.hurry,
             damaged_cursor: parts.damaged_cursor,
         }));
     }
@@ -181,6 +185,7 @@ struct SinkParts {
     routing: siphon_core::sink::routing::Routing,
     commands: mpsc::Receiver<super::SinkCommand>,
     progress: watch::Sender<SinkProgress>,
+    hurry: Arc<tokio::sync::Notify>,
     damaged_cursor: Option<String>,
 }
 

@@ -44,6 +44,8 @@ pub(super) struct SinkTask {
     pub cancel: CancellationToken,
     /// Where the sink is; this task is its only writer.
     pub progress: watch::Sender<SinkProgress>,
+    /// Notified by a read-your-writes wait: a batch goes without lingering.
+    pub hurry: Arc<tokio::sync::Notify>,
     /// Why the saved cursor could not be read, when it could not: then only the store's own
     /// cursor, a rebuild or a replay says where to start.
     pub damaged_cursor: Option<String>,
@@ -305,7 +307,12 @@ impl SinkTask {
         });
         tracing::info!(sink = %self.name, from = next, replay = from.is_some(), "sink reading the log");
         Ok(Prefetch::start(
-            Batcher::new(reader, self.delivery.batch_size, self.delivery.linger.0),
+            Batcher::new(
+                reader,
+                self.delivery.batch_size,
+                self.delivery.linger.0,
+                self.hurry.clone(),
+            ),
             self.routing.clone(),
             self.log.schemas().clone(),
         ))

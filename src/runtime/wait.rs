@@ -39,6 +39,10 @@ pub struct WaitState {
     pub applied_position: Option<String>,
     /// How long the wait took, in milliseconds.
     pub waited_ms: u64,
+    /// Of that, microseconds until the source had read past the point (none if it did not),
+    /// and then until the sink's store had committed it: where the time went.
+    pub source_us: Option<u64>,
+    pub sink_us: Option<u64>,
 }
 
 /// Why a wait did not end with the point applied.
@@ -52,7 +56,7 @@ pub enum WaitError {
     BadPoint(String),
     /// The time ran out; where things stood.
     #[error("timed out")]
-    TimedOut(WaitState),
+    TimedOut(Box<WaitState>),
 }
 
 impl Runtime {
@@ -75,7 +79,7 @@ impl Runtime {
                 sink: sink.into(),
             })?;
         let target = Target::of(&point)?;
-        let state = |reached: &Reached, needed: Option<u64>| {
+        let state = |reached: &Reached, needed: Option<u64>, source_at: Option<Instant>| {
             let status = handle.status();
             let sink_status = status.sinks.get(sink);
             WaitState {
@@ -85,6 +89,10 @@ impl Runtime {
                 committed_offset: control.progress.borrow().committed,
                 applied_position: sink_status.and_then(|s| s.applied_position.clone()),
                 waited_ms: started.elapsed().as_millis() as u64,
+                source_us: source_at.map(|at| (at - started).as_micros() as u64),
+                sink_us: source_at
+                    .filter(|_| needed.is_some())
+                    .map(|at| at.elapsed().as_micros() as u64),
             }
         };
 
@@ -103,9 +111,9 @@ impl Runtime {
             };
             match tokio::time::timeout_at(until, reached.changed()).await {
                 Ok(Ok(())) => {}
-                Ok(Err(_)) => return Err(WaitError::TimedOut(state(&now, None))),
+                Ok(Err(_)) => return Err(WaitError::TimedOut(Box::new(state(&now, None, None)))),
                 Err(_) if until >= deadline => {
-                    return Err(WaitError::TimedOut(state(&now, None)));
+                    return Err(WaitError::TimedOut(Box::new(state(&now, None, None))));
                 }
                 Err(_) => {
                     handle.source_metrics.nudge();
@@ -115,15 +123,24 @@ impl Runtime {
         };
 
         // The sink commits everything below where the log held it.
+        let source_at = Some(Instant::now());
         let mut progress = control.progress.clone();
+        if progress.borrow().committed < needed {
+            // The sink need not linger for a fuller batch: someone waits.
+            control.hurry.notify_one();
+        }
         loop {
             if progress.borrow_and_update().committed >= needed {
-                return Ok(state(&reached.borrow(), Some(needed)));
+                return Ok(state(&reached.borrow(), Some(needed), source_at));
             }
             match tokio::time::timeout_at(deadline, progress.changed()).await {
                 Ok(Ok(())) => {}
                 Ok(Err(_)) | Err(_) => {
-                    return Err(WaitError::TimedOut(state(&reached.borrow(), Some(needed))));
+                    return Err(WaitError::TimedOut(Box::new(state(
+                        &reached.borrow(),
+                        Some(needed),
+                        source_at,
+                    ))));
                 }
             }
         }
