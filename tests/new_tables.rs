@@ -146,13 +146,16 @@ async fn mariadb_tables_renamed_in_while_running_or_down_are_complete() {
 
     // Filled in a database siphon does not capture, then renamed into the captured one
     // while the daemon runs.
-    outside
-        .execute(&format!(
-            "create table b (id bigint primary key, v text not null);
-             insert into b select seq, concat('b', seq) from seq_1_to_5000;
-             rename table {outside_name}.b to {name}.b;"
-        ))
-        .await;
+    let fill_and_rename_in = async |table: &str, rows: u32| {
+        outside
+            .execute(&format!(
+                "create table {table} (id bigint primary key, v text not null);
+                 insert into {table} select seq, concat('{table}', seq) from seq_1_to_{rows};
+                 rename table {outside_name}.{table} to {name}.{table};"
+            ))
+            .await;
+    };
+    fill_and_rename_in("b", 5000).await;
     db.execute("update b set v = 'changed' where id <= 100; delete from b where id > 4900;")
         .await;
     wait_complete(&db, &setup, &d, "b").await;
@@ -178,13 +181,7 @@ async fn mariadb_tables_renamed_in_while_running_or_down_are_complete() {
         "{}",
         d.log()
     );
-    outside
-        .execute(&format!(
-            "create table c (id bigint primary key, v text not null);
-             insert into c select seq, concat('c', seq) from seq_1_to_3000;
-             rename table {outside_name}.c to {name}.c;"
-        ))
-        .await;
+    fill_and_rename_in("c", 3000).await;
     d = setup.start();
     db.execute("update c set v = 'changed' where id <= 10; insert into a values (11, 'a11');")
         .await;
