@@ -640,6 +640,9 @@ impl Stream<'_> {
         if state.snapshot.chunk.is_none() {
             changed |= state.snapshot.progress.take_requests(&self.ctx.metrics);
         }
+        // A chunk read fails once the table changed since its reader was made (a dropped
+        // column, ahead of the stream's DDL event): made again from the catalog, once.
+        let mut fresh_reader = false;
         loop {
             if std::mem::take(&mut changed) {
                 self.save(state)?;
@@ -664,10 +667,18 @@ impl Stream<'_> {
             match &snapshot.reader {
                 Some(reader) => {
                     let after = snapshot.progress.after.as_deref();
-                    let chunk = reader
+                    match reader
                         .read(conn, &mut snapshot.watermarks, &self.factory, after)
-                        .await?;
-                    snapshot.chunk = Some(chunk);
+                        .await
+                    {
+                        Ok(chunk) => snapshot.chunk = Some(chunk),
+                        Err(e) if !e.is_transient() && !fresh_reader => {
+                            tracing::info!(table = %name, error = %e, "incremental snapshot: reading the table's shape again");
+                            snapshot.reader = None;
+                            fresh_reader = true;
+                        }
+                        Err(e) => return Err(e),
+                    }
                 }
                 None => {
                     snapshot.progress.next_table();

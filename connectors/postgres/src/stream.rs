@@ -154,6 +154,16 @@ impl Stream<'_> {
                         pgoutput::decode(data).map_err(|e| Error::permanent(e.to_string()))?;
                     match message {
                         Message::Relation(r) => {
+                            if reader
+                                .as_ref()
+                                .is_some_and(|t| t.name == format!("{}.{}", r.namespace, r.name))
+                            {
+                                // The table may have changed (the server says so before its
+                                // next change after a DDL): its reader is made again, and an
+                                // open chunk of it read again in its new shape.
+                                reader = None;
+                                chunk = None;
+                            }
                             let shape = self.shape(&r, &mut types).await?;
                             if self.binary.is_some() && !shape.binary_decodable() {
                                 if let Some(allowed) = self.binary.take() {
@@ -317,6 +327,9 @@ impl Stream<'_> {
         reader: &mut Option<TableReader>,
     ) -> Result<Option<Chunk>> {
         let mut changed = progress.take_requests(&self.ctx.metrics);
+        // A chunk read fails once the table changed since its reader was made (a dropped
+        // column): made again from the catalog, once.
+        let mut fresh_reader = false;
         loop {
             if std::mem::take(&mut changed) {
                 self.save_progress(progress)?;
@@ -336,10 +349,18 @@ impl Stream<'_> {
             }
             match reader {
                 Some(r) => {
-                    let chunk = r
+                    match r
                         .read(self.client, &self.factory, progress.after.as_deref())
-                        .await?;
-                    return Ok(Some(chunk));
+                        .await
+                    {
+                        Ok(chunk) => return Ok(Some(chunk)),
+                        Err(e) if !e.is_transient() && !fresh_reader => {
+                            tracing::info!(table = %name, error = %e, "incremental snapshot: reading the table's shape again");
+                            *reader = None;
+                            fresh_reader = true;
+                        }
+                        Err(e) => return Err(e),
+                    }
                 }
                 None => {
                     progress.next_table();
