@@ -344,8 +344,9 @@ async fn a_postgres_column_dropped_mid_snapshot_is_followed() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_mariadb_column_dropped_mid_snapshot_is_followed() {
     let db = siphon_test_support::mysql().await.unwrap();
+    // Its own server id: the other MariaDB test here runs a pipeline of the same name at once.
     let source = format!(
-        "kind = \"mysql\"\nurl = \"{}\"\ntables = [\"{}.items\"]\nsnapshot = \"never\"\nheartbeat_interval = \"500ms\"",
+        "kind = \"mysql\"\nurl = \"{}\"\ntables = [\"{}.items\"]\nsnapshot = \"never\"\nheartbeat_interval = \"500ms\"\nserver_id = 5399001",
         db.url, db.name
     );
     let table = format!("{}.items", db.name);

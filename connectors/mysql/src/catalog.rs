@@ -15,10 +15,15 @@ use crate::columns::{ColumnInfo, from_catalog};
 pub fn my_error(what: &str, e: &mysql_async::Error) -> Error {
     match e {
         mysql_async::Error::Server(s) => {
-            let message = format!(
+            let mut message = format!(
                 "{what}: MySQL error {} ({}): {}",
                 s.code, s.state, s.message
             );
+            if s.code == 4052 {
+                message.push_str(
+                    " (another replica, or a siphon pipeline of the same name, registered with                      this server id: give each pipeline its own server_id)",
+                );
+            }
             match s.code {
                 // Shutdown in progress, connection killed, query interrupted, too many connections,
                 // lock wait timeout, deadlock.
