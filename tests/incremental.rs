@@ -25,44 +25,62 @@ fn source_gauge(status: &Json, name: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_postgres_incremental_snapshot_under_writes_and_kill_9_matches_the_table() {
-    let db = postgres().await.unwrap();
-    db.client()
-        .await
-        .unwrap()
-        .batch_execute(&format!(
+    let (db, source, slot) = postgres_items(&format!(
+        "create table items (id bigint primary key, v bigint not null);
+         insert into items select g, 0 from generate_series(1, {ROWS}) g;"
+    ))
+    .await;
+    under_writes_and_kill_9(&db, &source, "public.items", "public.items").await;
+    drop_slot(db, &slot).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_mariadb_incremental_snapshot_under_writes_and_kill_9_matches_the_table() {
+    let (db, source, table) = mariadb_items(
+        &format!(
             "create table items (id bigint primary key, v bigint not null);
-             insert into items select g, 0 from generate_series(1, {ROWS}) g;"
-        ))
-        .await
-        .unwrap();
+             insert into items select seq, 0 from seq_1_to_{ROWS};"
+        ),
+        "",
+    )
+    .await;
+    let (database, _) = table.split_once('.').unwrap();
+    let mirrored = format!("\"{database}\".items");
+    under_writes_and_kill_9(&db, &source, &table, &mirrored).await;
+}
+
+/// A PostgreSQL test database with `items` made by `sql`, the source of a pipeline over it
+/// that never snapshots, and its slot.
+async fn postgres_items(sql: &str) -> (SourceDb, String, String) {
+    let db = postgres().await.unwrap();
     let slot = format!("{}_slot", db.name);
     let source = format!(
         "kind = \"postgres\"\nurl = \"{}\"\ntables = [\"public.items\"]\nslot = \"{slot}\"\nsnapshot = \"never\"\nstatus_interval = \"500ms\"",
         db.url
     );
     let db = SourceDb::Postgres(db);
-    under_writes_and_kill_9(&db, &source, "public.items", "public.items").await;
+    db.execute(sql).await;
+    (db, source, slot)
+}
+
+async fn drop_slot(db: SourceDb, slot: &str) {
     if let SourceDb::Postgres(db) = db {
-        db.drop_slot(&slot).await.unwrap();
+        db.drop_slot(slot).await.unwrap();
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_mariadb_incremental_snapshot_under_writes_and_kill_9_matches_the_table() {
+/// A MariaDB test database with `items` made by `sql`, the source of a pipeline over it that
+/// never snapshots (`extra` appended to it), and the table as the source names it.
+async fn mariadb_items(sql: &str, extra: &str) -> (SourceDb, String, String) {
     let db = siphon_test_support::mysql().await.unwrap();
     let source = format!(
-        "kind = \"mysql\"\nurl = \"{}\"\ntables = [\"{}.items\"]\nsnapshot = \"never\"\nheartbeat_interval = \"500ms\"",
+        "kind = \"mysql\"\nurl = \"{}\"\ntables = [\"{}.items\"]\nsnapshot = \"never\"\nheartbeat_interval = \"500ms\"\n{extra}",
         db.url, db.name
     );
     let table = format!("{}.items", db.name);
-    let mirrored = format!("\"{}\".items", db.name);
     let db = SourceDb::Mariadb(db);
-    db.execute(&format!(
-        "create table items (id bigint primary key, v bigint not null);
-         insert into items select seq, 0 from seq_1_to_{ROWS};"
-    ))
-    .await;
-    under_writes_and_kill_9(&db, &source, &table, &mirrored).await;
+    db.execute(sql).await;
+    (db, source, table)
 }
 
 /// The run: `table` as the source names it, `mirrored` as the PostgreSQL mirror does.
@@ -323,37 +341,22 @@ async fn under_writes_and_kill_9(db: &SourceDb, source: &str, table: &str, mirro
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_postgres_column_dropped_mid_snapshot_is_followed() {
-    let db = postgres().await.unwrap();
-    let slot = format!("{}_slot", db.name);
-    let source = format!(
-        "kind = \"postgres\"\nurl = \"{}\"\ntables = [\"public.items\"]\nslot = \"{slot}\"\nsnapshot = \"never\"",
-        db.url
-    );
-    let db = SourceDb::Postgres(db);
-    db.execute(
+    let (db, source, slot) = postgres_items(
         "create table items (id bigint primary key, v bigint not null, extra text);
          insert into items select g, g, 'x' from generate_series(1, 150000) g;",
     )
     .await;
     column_dropped_mid_snapshot(&db, &source, "public.items").await;
-    if let SourceDb::Postgres(db) = db {
-        db.drop_slot(&slot).await.unwrap();
-    }
+    drop_slot(db, &slot).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_mariadb_column_dropped_mid_snapshot_is_followed() {
-    let db = siphon_test_support::mysql().await.unwrap();
     // Its own server id: the other MariaDB test here runs a pipeline of the same name at once.
-    let source = format!(
-        "kind = \"mysql\"\nurl = \"{}\"\ntables = [\"{}.items\"]\nsnapshot = \"never\"\nheartbeat_interval = \"500ms\"\nserver_id = 5399001",
-        db.url, db.name
-    );
-    let table = format!("{}.items", db.name);
-    let db = SourceDb::Mariadb(db);
-    db.execute(
+    let (db, source, table) = mariadb_items(
         "create table items (id bigint primary key, v bigint not null, extra text);
          insert into items select seq, seq, 'x' from seq_1_to_150000;",
+        "server_id = 5399001",
     )
     .await;
     column_dropped_mid_snapshot(&db, &source, &table).await;
