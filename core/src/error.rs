@@ -93,9 +93,12 @@ impl Error {
     pub fn kind(&self) -> ErrorKind {
         match self {
             Error::Io { source, .. } => match source.kind() {
+                // A full disk: once space is freed, the same write succeeds.
                 std::io::ErrorKind::Interrupted
                 | std::io::ErrorKind::WouldBlock
-                | std::io::ErrorKind::TimedOut => ErrorKind::Transient,
+                | std::io::ErrorKind::TimedOut
+                | std::io::ErrorKind::StorageFull
+                | std::io::ErrorKind::QuotaExceeded => ErrorKind::Transient,
                 _ => ErrorKind::Permanent,
             },
             Error::Connector { kind, .. } => *kind,

@@ -68,26 +68,17 @@ fn is_idle(progress: &Progress) -> bool {
 /// transaction's GTID only; the state (one GTID per replication domain) that a restart
 /// connects with is this one, brought up to date with the GTIDs of the events the log took
 /// after it was saved.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct GtidCheckpoint {
     /// The state after the last transaction read (`domain-server-sequence`, comma-separated).
     state: String,
-    /// The log's durable end when saved.
+    /// The log's durable end when saved: the state counts every transaction before it, and
+    /// nothing after it (it is saved between transactions only, never with one open).
     log_end: u64,
-    /// The transaction being appended in parts when saved: a restart that finds only part of
-    /// it in the log connects with the state before it.
-    open: Option<OpenTransaction>,
-}
-
-/// A transaction appended in parts, and the GTID state before it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct OpenTransaction {
-    /// Its GTID.
-    gtid: String,
-    /// The state before it.
-    before: String,
+    /// Written by siphon 0.1 (a transaction open when saved); read and ignored.
+    #[serde(default, skip_serializing)]
+    open: Option<serde::de::IgnoredAny>,
 }
 
 /// The MySQL/MariaDB source of one pipeline.
@@ -374,9 +365,9 @@ async fn resume_from_log(ctx: &SourceContext, checkpoint: &Checkpoint) -> Result
 }
 
 /// The GTID state to connect with: the saved one, brought up to date with the GTIDs of the
-/// events the log took after it was saved, and set back to before the last event's
-/// transaction when the log holds only part of it. `None` (connect by file and position)
-/// where the checkpoint cannot tell.
+/// events the log took after it was saved — up to the last event's transaction, when the log
+/// holds only part of it (then the server sends that transaction again). `None` (connect by
+/// file and position) where the checkpoint cannot tell.
 fn gtids_at(
     ctx: &SourceContext,
     saved: &GtidCheckpoint,
@@ -386,6 +377,8 @@ fn gtids_at(
     let Some(mut state) = GtidState::parse(&saved.state) else {
         return Ok(None);
     };
+    // The state before the last event's transaction began, once its first event is read.
+    let mut before_last = None;
     let mut reader = ctx.log.reader(saved.log_end.max(ctx.log.start_offset()))?;
     loop {
         let records = reader.read_available(1024)?;
@@ -400,21 +393,23 @@ fn gtids_at(
             ) = (event.source.snapshot, &event.source.position)
                 && let Some(g) = Gtid::parse(g)
             {
+                if g == last && before_last.is_none() {
+                    before_last = Some(state.clone());
+                }
                 state.advance(g);
             }
         }
     }
-    state.advance(last);
-    if !ended {
-        let Some(before) = saved
-            .open
-            .as_ref()
-            .filter(|open| open.gtid == last.to_string())
-            .and_then(|open| GtidState::parse(&open.before))
-        else {
+    let state = if ended {
+        state.advance(last);
+        state
+    } else {
+        // Its first part came before the checkpoint (written so by an older siphon): the
+        // state before it is unknown here.
+        let Some(before) = before_last else {
             return Ok(None);
         };
-        state.rewind(last.domain, before.get(last.domain));
-    }
+        before
+    };
     Ok(Some(state).filter(|s| !s.is_empty()))
 }

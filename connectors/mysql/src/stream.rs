@@ -31,7 +31,7 @@ use crate::gtid::{Gtid, GtidState};
 use crate::incremental::{self, TableReader, Watermarks};
 use crate::rows::RowDecoder;
 use crate::values::value;
-use crate::{Checkpoint, GtidCheckpoint, MysqlConfig, OpenTransaction};
+use crate::{Checkpoint, GtidCheckpoint, MysqlConfig};
 
 /// Events of an open transaction appended (without waiting) once this many are held.
 const PART: usize = 4096;
@@ -94,8 +94,6 @@ impl Held {
 /// A transaction being read.
 struct Transaction {
     place: Place,
-    /// The GTID state before it (MariaDB).
-    gtids_before: Option<GtidState>,
     events: Vec<Event>,
     /// Events of it already appended (parts of a large transaction).
     appended: bool,
@@ -193,7 +191,7 @@ impl Stream<'_> {
             },
         };
         state.snapshot.progress.report(&self.ctx.metrics);
-        self.save_gtids(&mut state, None, true)?;
+        self.save_gtids(&mut state, true)?;
         loop {
             if self.ctx.cancel.is_cancelled() {
                 // Stopped: what is pending goes to the log; between transactions the GTID
@@ -201,7 +199,7 @@ impl Stream<'_> {
                 // binlog file.
                 self.flush(&mut state).await?;
                 if state.transaction.is_none() {
-                    self.save_gtids(&mut state, None, true)?;
+                    self.save_gtids(&mut state, true)?;
                 }
                 return Ok(());
             }
@@ -258,7 +256,6 @@ impl Stream<'_> {
         match kind {
             MARIADB_GTID => {
                 if let Some((gtid, standalone)) = mariadb_gtid(event.data(), header.server_id()) {
-                    let before = state.gtids.clone();
                     if let Some(state) = &mut state.gtids {
                         state.advance(gtid);
                     }
@@ -269,9 +266,6 @@ impl Stream<'_> {
                         header.server_id(),
                         standalone,
                     );
-                    if let Some(t) = &mut state.transaction {
-                        t.gtids_before = before;
-                    }
                 }
             }
             MARIADB_ANNOTATE_ROWS => {}
@@ -331,7 +325,7 @@ impl Stream<'_> {
                     self.flush(state).await?;
                     self.ctx.metrics.caught_up();
                     self.report_reached(state);
-                    self.save_gtids(state, None, true)?;
+                    self.save_gtids(state, true)?;
                 }
                 _ => {}
             },
@@ -361,7 +355,6 @@ impl Stream<'_> {
                 ts_ms: 0,
                 snapshot: SnapshotMarker::False,
             },
-            gtids_before: None,
             events: Vec::new(),
             appended: false,
             standalone,
@@ -478,20 +471,6 @@ impl Stream<'_> {
                 if !transaction.appended {
                     // The transactions before it go first.
                     self.append_pending(&mut state.pending).await?;
-                    // A restart that finds part of this transaction in the log connects with
-                    // the state before it: saved before the part is written.
-                    let open = transaction
-                        .place
-                        .gtid
-                        .clone()
-                        .zip(transaction.gtids_before.clone());
-                    let open = open.map(|(gtid, before)| OpenTransaction {
-                        gtid,
-                        before: before.to_string(),
-                    });
-                    if open.is_some() {
-                        self.save_gtids(state, open, false)?;
-                    }
                 }
                 let transaction = state.transaction.as_mut().expect("begun above");
                 let part = std::mem::take(&mut transaction.events);
@@ -535,7 +514,7 @@ impl Stream<'_> {
         }
         if state.pending.events.is_empty() {
             self.report_reached(state);
-            self.save_gtids(state, None, false)?;
+            self.save_gtids(state, false)?;
         }
         Ok(())
     }
@@ -549,7 +528,7 @@ impl Stream<'_> {
         self.append_pending(&mut state.pending).await?;
         if state.transaction.is_none() {
             self.report_reached(state);
-            self.save_gtids(state, None, false)?;
+            self.save_gtids(state, false)?;
         }
         Ok(())
     }
@@ -583,19 +562,15 @@ impl Stream<'_> {
     }
 
     /// Saves the GTID state in the checkpoint, with the log's end it is current at: at most
-    /// once a second unless `open` (a transaction about to be appended in parts) or `idle`
-    /// with a state not saved yet. A restart reads the log's events after that end to bring
-    /// the state up to the log's last event.
-    fn save_gtids(
-        &self,
-        state: &mut State,
-        open: Option<OpenTransaction>,
-        idle: bool,
-    ) -> Result<()> {
+    /// once a second unless `idle` with a state not saved yet. Only between transactions, with
+    /// nothing pending: the state then counts exactly what the log holds durably. A restart
+    /// reads the log's events after that end to bring the state up to the log's last event.
+    fn save_gtids(&self, state: &mut State, idle: bool) -> Result<()> {
         let Some(gtids) = &state.gtids else {
             return Ok(());
         };
-        if state.held.is_some() && open.is_none() {
+        debug_assert!(state.transaction.is_none() && state.pending.events.is_empty());
+        if state.held.is_some() {
             // Resumed inside a transaction: the checkpoint keeps the state before it until
             // that transaction is read again to its end.
             return Ok(());
@@ -604,8 +579,7 @@ impl Stream<'_> {
         let due = match &state.gtids_saved {
             None => true,
             Some((at, saved)) => {
-                open.is_some()
-                    || (saved != gtids && (idle || now.duration_since(*at) >= GTID_SAVE_INTERVAL))
+                saved != gtids && (idle || now.duration_since(*at) >= GTID_SAVE_INTERVAL)
             }
         };
         if !due {
@@ -614,7 +588,7 @@ impl Stream<'_> {
         state.saved = Some(GtidCheckpoint {
             state: gtids.to_string(),
             log_end: self.ctx.log.durable_end(),
-            open,
+            open: None,
         });
         state.gtids_saved = Some((now, gtids.clone()));
         self.save(state)

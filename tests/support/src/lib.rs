@@ -10,8 +10,10 @@
 #[cfg(feature = "containers")]
 mod containers;
 mod daemon;
+mod disk;
 pub mod search;
 mod services;
 
 pub use daemon::{Daemon, free_port};
+pub use disk::SmallDisk;
 pub use services::{MysqlDatabase, PgDatabase, RedisKeyspace, mysql, postgres, redis};

@@ -19,6 +19,8 @@ use tokio_util::sync::CancellationToken;
 
 pub struct Harness {
     _dir: tempfile::TempDir,
+    /// Transient errors the source was run again after.
+    pub retries: Arc<std::sync::atomic::AtomicU64>,
     pub log: FileLog,
     pub ctx: SourceContext,
     pub config: MysqlConfig,
@@ -27,7 +29,18 @@ pub struct Harness {
 impl Harness {
     pub fn new(db: &MysqlDatabase, pipeline: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let log = FileLog::open(dir.path().join("log"), Default::default()).unwrap();
+        let log_dir = dir.path().join("log");
+        Self::with_log_dir(db, pipeline, dir, &log_dir)
+    }
+
+    /// A harness whose log lives in `log_dir` (a small disk, say); the rest in `dir`.
+    pub fn with_log_dir(
+        db: &MysqlDatabase,
+        pipeline: &str,
+        dir: tempfile::TempDir,
+        log_dir: &std::path::Path,
+    ) -> Self {
+        let log = FileLog::open(log_dir, Default::default()).unwrap();
         let ctx = SourceContext {
             pipeline: pipeline.into(),
             log: Arc::new(log.clone()),
@@ -50,6 +63,7 @@ impl Harness {
         };
         Harness {
             _dir: dir,
+            retries: Arc::default(),
             log,
             ctx,
             config,
@@ -69,11 +83,13 @@ impl Harness {
             ..self.ctx.clone()
         };
         let mut source = MysqlSource::new(&ctx.pipeline, self.config.clone());
+        let retries = self.retries.clone();
         let run = tokio::spawn(async move {
             loop {
                 match source.run(&ctx).await {
                     Err(e) if e.is_transient() && !ctx.cancel.is_cancelled() => {
                         tracing::info!(error = %e, "retrying");
+                        retries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         tokio::time::sleep(Duration::from_millis(100)).await;
                     }
                     done => return done,

@@ -31,7 +31,7 @@ use tokio::sync::watch;
 pub use config::{FileLogConfig, FsyncPolicy};
 pub use reader::FileLogReader;
 
-use self::segment::{ScanEnd, Segment, SegmentCursor, SegmentWriter, log_path};
+use self::segment::{ScanEnd, Segment, SegmentCursor, SegmentWriter, index_path, log_path};
 use crate::log::record::{FRAME_FIXED, check_size, encode_frame, frame_header};
 use crate::log::{
     ChangeLog, Consumer, LogId, LogReader, LogRecord, LogStats, MaintenanceReport, NewRecord,
@@ -232,7 +232,7 @@ impl FileLog {
         let mut w = inner.writer.as_ref().ok_or_else(read_only)?.lock().unwrap();
         if let Some(failed) = &w.failed {
             return Err(Error::permanent(format!(
-                "the change log stopped taking records after a failed fsync ({failed}); restart siphon"
+                "the change log stopped taking records after a failure ({failed}); restart siphon"
             )));
         }
         let first = w.next_offset;
@@ -469,7 +469,7 @@ impl Inner {
             // After a failed fsync the kernel may have dropped the pages: nothing written
             // since the last good one may be called durable, ever.
             if let Err(e) = w.file.sync() {
-                w.failed = Some(e.to_string());
+                w.failed = Some(format!("a failed fsync: {e}"));
                 return Err(e);
             }
             self.fsyncs.fetch_add(1, Ordering::Relaxed);
@@ -529,7 +529,14 @@ impl Inner {
         let written = w.file.write_all_vectored(&mut slices);
         drop(slices);
         w.buf = buf;
-        written?;
+        if let Err(e) = written {
+            // A full disk, say: the records of this write were not taken. The segment loses
+            // the bytes it got of them and the offsets go back, so that the next append
+            // writes whole records at those offsets (recovery would otherwise cut the segment
+            // there, and every record after it).
+            self.cut_back(w, pending.first().map(|p| p.0));
+            return Err(e);
+        }
         let interval = self.config.index_interval.0;
         let mut segments = self.segments.write().unwrap();
         let active = segments
@@ -541,13 +548,26 @@ impl Inner {
         Ok(())
     }
 
+    /// Takes back a write that failed: the active segment is cut to the records noted in it,
+    /// and the next offset is `first_unwritten`. Where the cut itself fails, the writer takes
+    /// nothing more (a restart recovers the log).
+    fn cut_back(&self, w: &mut Writer, first_unwritten: Option<u64>) {
+        let size = self.segments.read().unwrap().last().map_or(0, |s| s.size);
+        if let Err(e) = w.file.file.set_len(size) {
+            w.failed = Some(format!("cutting back a failed write: {e}"));
+        }
+        if let Some(offset) = first_unwritten {
+            w.next_offset = offset;
+        }
+    }
+
     /// Closes the active segment (fsync, index file) and starts a new one at `base`.
     fn roll(&self, w: &mut Writer, base: u64) -> Result<()> {
         // Under `fsync = "never"` the machine's crash is out of scope, as documented.
         if self.config.fsync != FsyncPolicy::Never
             && let Err(e) = w.file.sync()
         {
-            w.failed = Some(e.to_string());
+            w.failed = Some(format!("a failed fsync: {e}"));
             return Err(e);
         }
         let closed = self
@@ -557,7 +577,11 @@ impl Inner {
             .last()
             .cloned()
             .expect("active segment");
-        segment::write_index(&self.dir, &closed)?;
+        if let Err(e) = segment::write_index(&self.dir, &closed) {
+            // An index only saves a scan: without one the segment is scanned on open.
+            tracing::warn!(segment = closed.base, error = %e, "could not write a segment's index");
+            let _ = fs::remove_file(index_path(&self.dir, closed.base));
+        }
         w.file = SegmentWriter::open(log_path(&self.dir, base), 0)?;
         if self.config.fsync != FsyncPolicy::Never {
             fsutil::sync_dir(&self.dir)?;
