@@ -464,7 +464,7 @@ fn kind_schema(kind: &ColumnKind, column: &Column, modes: &Modes) -> Json {
             TimeMode::Connect => named("int32", "org.apache.kafka.connect.data.Date"),
             _ => named("int32", "io.debezium.time.Date"),
         },
-        ColumnKind::Time => match modes.time {
+        ColumnKind::Time | ColumnKind::Duration => match modes.time {
             TimeMode::Isostring => named("string", "io.debezium.time.IsoTime"),
             TimeMode::Connect => named("int32", "org.apache.kafka.connect.data.Time"),
             TimeMode::Adaptive if precision <= 3 => named("int32", "io.debezium.time.Time"),
@@ -1124,11 +1124,20 @@ mod tests {
             "io.debezium.time.Year"
         );
 
-        let time = mysql("time(3)", 3, ColumnKind::Time);
+        let time = mysql("time(3)", 3, ColumnKind::Duration);
         assert_eq!(
             value(&Value::Time(-93_784_500_000), Some(&time), &modes),
             json!(-93_784_500_000_i64),
             "a negative time past a day, in microseconds"
+        );
+        assert_eq!(
+            value(
+                &Value::Time(-93_784_500_000),
+                Some(&time),
+                &Modes::default()
+            ),
+            json!("-26:03:04.5Z"),
+            "and as an ISO time, every hour kept"
         );
         assert_eq!(
             kind_schema(&time.kind, &time, &modes)["name"],

@@ -6,7 +6,7 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use chrono::{DateTime, NaiveDate, NaiveTime, Timelike};
+use chrono::{DateTime, NaiveDate};
 use serde_json::{Map, Value as Json, json};
 
 use crate::event::{Event, Row, SnapshotMarker, SourcePosition, Value};
@@ -242,17 +242,18 @@ pub(crate) enum Fraction {
     Trimmed,
 }
 
-/// `HH:MM:SS` and the fraction; `24:00:00`, a valid SQL time chrono cannot hold, as it is.
+/// `HH:MM:SS` and the fraction. A time outside a day (MySQL's `TIME` is a span: `-05:01:02.5`,
+/// `100:00:00`) as MySQL prints it: the sign, then every hour.
 pub(crate) fn format_time(micros: i64, style: Fraction) -> String {
-    if micros == 86_400_000_000 {
-        return "24:00:00".into();
-    }
-    let secs = micros.div_euclid(1_000_000);
-    let t = NaiveTime::from_num_seconds_from_midnight_opt(secs as u32, 0).unwrap_or_default();
+    let sign = if micros < 0 { "-" } else { "" };
+    let abs = micros.unsigned_abs();
+    let secs = abs / 1_000_000;
     format!(
-        "{}{}",
-        t.format("%H:%M:%S"),
-        format_fraction(micros.rem_euclid(1_000_000), style)
+        "{sign}{:02}:{:02}:{:02}{}",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60,
+        format_fraction((abs % 1_000_000) as i64, style)
     )
 }
 
@@ -526,12 +527,28 @@ fn parse_date(s: &str) -> Option<i32> {
     }
 }
 
+/// What [`format_time`] writes: `[-]HH:MM:SS[.ffffff]`, hours past 23 included.
 fn parse_time(s: &str) -> Option<i64> {
-    if s == "24:00:00" {
-        return Some(86_400_000_000);
+    let (negative, s) = s.strip_prefix('-').map_or((false, s), |rest| (true, rest));
+    let (whole, fraction) = s.split_once('.').unwrap_or((s, ""));
+    let mut parts = whole.split(':');
+    let (h, m, sec) = (parts.next()?, parts.next()?, parts.next()?);
+    let digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+    if parts.next().is_some()
+        || ![h, m, sec].into_iter().all(digits)
+        || (m.len(), sec.len()) != (2, 2)
+        || fraction.len() > 6
+        || !(fraction.is_empty() || digits(fraction))
+    {
+        return None;
     }
-    let t = NaiveTime::parse_from_str(s, "%H:%M:%S%.f").ok()?;
-    Some(i64::from(t.num_seconds_from_midnight()) * 1_000_000 + i64::from(t.nanosecond() / 1000))
+    let (h, m, sec): (i64, i64, i64) = (h.parse().ok()?, m.parse().ok()?, sec.parse().ok()?);
+    if m > 59 || sec > 59 {
+        return None;
+    }
+    let micros = format!("{fraction:0<6}").parse::<i64>().ok()?;
+    let total = ((h * 60 + m) * 60 + sec) * 1_000_000 + micros;
+    Some(if negative { -total } else { total })
 }
 
 fn parse_timetz(s: &str) -> Option<(i64, i32)> {
@@ -622,6 +639,10 @@ mod tests {
             Value::Time(0),
             Value::Time(86_399_999_999),
             Value::Time(86_400_000_000),
+            // MySQL's TIME: below zero and past a day.
+            Value::Time(-18_062_500_000),
+            Value::Time(360_000_000_000),
+            Value::Time(-3_020_399_000_000),
             Value::TimeTz {
                 micros: 45_296_000_001,
                 offset_seconds: -(5 * 3600 + 30 * 60),
@@ -697,6 +718,9 @@ mod tests {
             (Value::Timestamp(0), json!("1970-01-01T00:00:00")),
             (Value::Date(19_000), json!("2022-01-08")),
             (Value::Time(3_723_000_004), json!("01:02:03.000004")),
+            (Value::Time(-18_062_500_000), json!("-05:01:02.500000")),
+            (Value::Time(360_000_000_000), json!("100:00:00")),
+            (Value::Time(86_400_000_000), json!("24:00:00")),
             (
                 Value::TimeTz {
                     micros: 0,

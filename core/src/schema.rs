@@ -68,6 +68,10 @@ pub enum ColumnKind {
     Date,
     /// A time of day.
     Time,
+    /// A signed span of hours, minutes and seconds written as a time (MySQL's `TIME`, from
+    /// `-838:59:59` to `838:59:59`): its values are [`Value::Time`](crate::Value::Time), which
+    /// may then be negative or a day and more. SQL stores keep it as an interval.
+    Duration,
     /// A time of day with an offset.
     TimeTz,
     /// A timestamp without zone.

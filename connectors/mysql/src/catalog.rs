@@ -8,6 +8,7 @@ use siphon_core::{Error, Result};
 use crate::gtid::GtidState;
 
 use crate::MysqlConfig;
+use crate::charset::{Charset, unsupported};
 use crate::columns::{ColumnInfo, from_catalog};
 
 /// Maps a client error: network trouble and a server that went away are transient; a refusal
@@ -212,7 +213,15 @@ pub async fn columns(
         .into_iter()
         .map(
             |(name, data_type, column_type, nullable, precision, scale, charset)| {
-                from_catalog(
+                // The stream reads the column's bytes in its own set: one it cannot decode is
+                // refused now, not at its first row.
+                if let Some(set) = charset.as_deref()
+                    && set != "binary"
+                    && Charset::by_name(set).is_none()
+                {
+                    return Err(unsupported(&format!("{database}.{table}.{name}"), set));
+                }
+                Ok(from_catalog(
                     &name,
                     &data_type.to_ascii_lowercase(),
                     &column_type.to_ascii_lowercase(),
@@ -222,10 +231,10 @@ pub async fn columns(
                         scale.and_then(|s| u32::try_from(s).ok()),
                     ),
                     charset.as_deref() == Some("binary"),
-                )
+                ))
             },
         )
-        .collect();
+        .collect::<Result<_>>()?;
     let key_names: Vec<String> = conn
         .exec(
             "SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE \

@@ -10,6 +10,8 @@ use siphon_core::event::Name;
 use siphon_core::schema::{Column, ColumnKind, SchemaId, TableSchema};
 use siphon_core::{Error, Result};
 
+use crate::charset::{Charset, Collations, unsupported};
+
 /// The MySQL type of a column, as far as decoding its values needs to know.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DataType {
@@ -25,10 +27,14 @@ pub enum DataType {
     Bit1,
     /// bit(n), n > 1: its bytes.
     Bits,
-    /// char, varchar, text: characters.
-    Text,
-    /// binary, varbinary, blob: bytes.
+    /// char, varchar, text: characters, as the bytes at hand encode them (the column's own
+    /// set in a binlog row image, the connection's in a query's results).
+    Text(Charset),
+    /// varbinary, blob: bytes.
     Binary,
+    /// binary(n): n bytes. The binlog drops a value's trailing zero bytes (as it drops a
+    /// char's trailing spaces); they are put back.
+    FixedBinary(usize),
     /// date.
     Date,
     /// time (may be negative or beyond a day).
@@ -159,9 +165,11 @@ pub fn from_catalog(
         "decimal" | "numeric" => DataType::Decimal,
         "bit" if bits() == 1 => DataType::Bit1,
         "bit" => DataType::Bits,
+        // A query's results come in the connection's set.
         "char" | "varchar" | "tinytext" | "text" | "mediumtext" | "longtext" if !binary_charset => {
-            DataType::Text
+            DataType::Text(Charset::UTF8)
         }
+        "binary" => DataType::FixedBinary(size().unwrap_or(1) as usize),
         "date" => DataType::Date,
         "time" => DataType::Time,
         "datetime" => DataType::DateTime,
@@ -191,17 +199,23 @@ pub fn from_catalog(
 }
 
 /// The columns of a table map with full row metadata (`binlog_row_metadata = FULL`): names,
-/// signedness, charsets, enum and set labels, and the primary key. Refused without names.
-pub fn from_table_map(tme: &TableMapEvent<'_>) -> Result<(Vec<ColumnInfo>, Vec<usize>)> {
+/// signedness, character sets (by collation id, named through `collations`), enum and set
+/// labels, and the primary key. Refused without names, or with a column in a character set
+/// siphon cannot decode.
+pub fn from_table_map(
+    tme: &TableMapEvent<'_>,
+    collations: &Collations,
+) -> Result<(Vec<ColumnInfo>, Vec<usize>)> {
     let n = tme.columns_count() as usize;
     let mut names = Vec::with_capacity(n);
     let mut signedness = Vec::new();
-    let mut enum_labels = Vec::new();
-    let mut set_labels = Vec::new();
+    let mut enum_labels: Vec<Vec<Vec<u8>>> = Vec::new();
+    let mut set_labels: Vec<Vec<Vec<u8>>> = Vec::new();
     let mut key = Vec::new();
-    let mut default_charset = None;
-    let mut column_charsets = Vec::new();
-    let mut charset_overrides = Vec::new();
+    // Collation ids per character column, and per enum or set column: each given for every
+    // such column in order, or as a default with the exceptions.
+    let mut text_sets = Sets::default();
+    let mut label_sets = Sets::default();
     for field in tme.iter_optional_meta() {
         let field = field.map_err(|e| Error::permanent(format!("table map metadata: {e}")))?;
         match field {
@@ -217,7 +231,7 @@ pub fn from_table_map(tme: &TableMapEvent<'_>) -> Result<(Vec<ColumnInfo>, Vec<u
                 enum_labels.extend(list.iter_values().filter_map(|v| v.ok()).map(|v| {
                     v.values()
                         .iter()
-                        .map(|s| s.value().into_owned())
+                        .map(|s| s.value_raw().to_vec())
                         .collect::<Vec<_>>()
                 }))
             }
@@ -225,7 +239,7 @@ pub fn from_table_map(tme: &TableMapEvent<'_>) -> Result<(Vec<ColumnInfo>, Vec<u
                 set_labels.extend(list.iter_values().filter_map(|v| v.ok()).map(|v| {
                     v.values()
                         .iter()
-                        .map(|s| s.value().into_owned())
+                        .map(|s| s.value_raw().to_vec())
                         .collect::<Vec<_>>()
                 }))
             }
@@ -243,17 +257,10 @@ pub fn from_table_map(tme: &TableMapEvent<'_>) -> Result<(Vec<ColumnInfo>, Vec<u
                         .map(|k| k.column_index() as usize),
                 );
             }
-            OptionalMetadataField::DefaultCharset(c) => {
-                default_charset = Some(c.default_charset());
-                charset_overrides.extend(
-                    c.iter_non_default()
-                        .filter_map(|c| c.ok())
-                        .map(|c| (c.column_index() as usize, c.charset())),
-                );
-            }
-            OptionalMetadataField::ColumnCharset(c) => {
-                column_charsets.extend(c.iter_charsets().filter_map(|c| c.ok()));
-            }
+            OptionalMetadataField::DefaultCharset(c) => text_sets.default_of(&c),
+            OptionalMetadataField::ColumnCharset(c) => text_sets.each(&c),
+            OptionalMetadataField::EnumAndSetDefaultCharset(c) => label_sets.default_of(&c),
+            OptionalMetadataField::EnumAndSetColumnCharset(c) => label_sets.each(&c),
             _ => {}
         }
     }
@@ -267,9 +274,7 @@ pub fn from_table_map(tme: &TableMapEvent<'_>) -> Result<(Vec<ColumnInfo>, Vec<u
     let mut signedness = signedness.into_iter();
     let mut enum_labels = enum_labels.into_iter();
     let mut set_labels = set_labels.into_iter();
-    // Charsets are given per character column, in order (ColumnCharset), or as a default with
-    // the exceptions (DefaultCharset): 63 is `binary`.
-    let mut character_columns = 0usize;
+    let (mut character_columns, mut label_columns) = (0usize, 0usize);
     let mut columns = Vec::with_capacity(n);
     for (i, name) in names.iter().enumerate() {
         let ty = tme
@@ -284,20 +289,31 @@ pub fn from_table_map(tme: &TableMapEvent<'_>) -> Result<(Vec<ColumnInfo>, Vec<u
         } else {
             ty
         };
-        let charset = if real_type.is_character_type() {
-            let index = character_columns;
+        let qualified = || format!("{}.{}.{name}", tme.database_name(), tme.table_name());
+        // The set a column's bytes are in (63 is `binary`); UTF-8 where the map gives none.
+        let set = |collation: Option<u16>| -> Result<Charset> {
+            let Some(id) = collation else {
+                return Ok(Charset::UTF8);
+            };
+            let name = collations.charset(id).unwrap_or("unknown");
+            Charset::by_name(name).ok_or_else(|| unsupported(&qualified(), name))
+        };
+        let collation = if real_type.is_character_type() {
             character_columns += 1;
-            column_charsets.get(index).copied().or_else(|| {
-                charset_overrides
-                    .iter()
-                    .find(|(c, _)| *c == index)
-                    .map(|(_, cs)| *cs)
-                    .or(default_charset)
-            })
+            text_sets.of(character_columns - 1)
         } else {
             None
         };
-        let binary = charset == Some(63);
+        let mut labels = |list: Option<Vec<Vec<u8>>>| -> Result<Vec<String>> {
+            label_columns += 1;
+            let set = set(label_sets.of(label_columns - 1))?;
+            Ok(list
+                .unwrap_or_default()
+                .iter()
+                .map(|label| set.decode(label).0)
+                .collect())
+        };
+        let binary = collation == Some(63);
         let nullable = tme.null_bitmask().get(i).is_some_and(|b| *b);
         use ColumnType::*;
         // Temporal types' metadata: the digits of fractional seconds.
@@ -341,13 +357,13 @@ pub fn from_table_map(tme: &TableMapEvent<'_>) -> Result<(Vec<ColumnInfo>, Vec<u
             MYSQL_TYPE_TIMESTAMP2 => ("timestamp", DataType::Timestamp, (None, None), fsp),
             MYSQL_TYPE_ENUM => (
                 "enum",
-                DataType::Enum(enum_labels.next().unwrap_or_default()),
+                DataType::Enum(labels(enum_labels.next())?),
                 (None, None),
                 0,
             ),
             MYSQL_TYPE_SET => (
                 "set",
-                DataType::Set(set_labels.next().unwrap_or_default()),
+                DataType::Set(labels(set_labels.next())?),
                 (None, None),
                 0,
             ),
@@ -357,22 +373,29 @@ pub fn from_table_map(tme: &TableMapEvent<'_>) -> Result<(Vec<ColumnInfo>, Vec<u
                 ("varbinary", DataType::Binary, (None, None), 0)
             }
             MYSQL_TYPE_VARCHAR | MYSQL_TYPE_VAR_STRING => {
-                ("varchar", DataType::Text, (None, None), 0)
+                ("varchar", DataType::Text(set(collation)?), (None, None), 0)
             }
-            MYSQL_TYPE_STRING if binary => ("binary", DataType::Binary, (None, None), 0),
-            MYSQL_TYPE_STRING => ("char", DataType::Text, (None, None), 0),
+            MYSQL_TYPE_STRING if binary => {
+                // Metadata: the real type, whose high bits carry the length's, then its low byte.
+                let (b0, b1) = (meta.first().copied(), meta.get(1).copied());
+                let length = b0.zip(b1).map_or(0, |(b0, b1)| {
+                    usize::from(b1) | usize::from((b0 & 0x30) ^ 0x30) << 4
+                });
+                ("binary", DataType::FixedBinary(length), (None, None), 0)
+            }
+            MYSQL_TYPE_STRING => ("char", DataType::Text(set(collation)?), (None, None), 0),
             MYSQL_TYPE_BLOB
             | MYSQL_TYPE_TINY_BLOB
             | MYSQL_TYPE_MEDIUM_BLOB
             | MYSQL_TYPE_LONG_BLOB
-                if binary || charset.is_none() =>
+                if binary || collation.is_none() =>
             {
                 ("blob", DataType::Binary, (None, None), 0)
             }
             MYSQL_TYPE_BLOB
             | MYSQL_TYPE_TINY_BLOB
             | MYSQL_TYPE_MEDIUM_BLOB
-            | MYSQL_TYPE_LONG_BLOB => ("text", DataType::Text, (None, None), 0),
+            | MYSQL_TYPE_LONG_BLOB => ("text", DataType::Text(set(collation)?), (None, None), 0),
             _ => ("blob", DataType::Binary, (None, None), 0),
         };
         columns.push(info(
@@ -385,6 +408,40 @@ pub fn from_table_map(tme: &TableMapEvent<'_>) -> Result<(Vec<ColumnInfo>, Vec<u
         ));
     }
     Ok((columns, key))
+}
+
+/// Collation ids of a table map's character (or enum and set) columns: one per column, in
+/// order, or a default and the exceptions, by the index among those columns.
+#[derive(Default)]
+struct Sets {
+    each: Vec<u16>,
+    default: Option<u16>,
+    exceptions: Vec<(usize, u16)>,
+}
+
+impl Sets {
+    fn each(&mut self, c: &mysql_async::binlog::events::ColumnCharsets<'_>) {
+        self.each.extend(c.iter_charsets().filter_map(|c| c.ok()));
+    }
+
+    fn default_of(&mut self, c: &mysql_async::binlog::events::DefaultCharset<'_>) {
+        self.default = Some(c.default_charset());
+        self.exceptions.extend(
+            c.iter_non_default()
+                .filter_map(|c| c.ok())
+                .map(|c| (c.column_index() as usize, c.charset())),
+        );
+    }
+
+    fn of(&self, index: usize) -> Option<u16> {
+        self.each.get(index).copied().or_else(|| {
+            self.exceptions
+                .iter()
+                .find(|(c, _)| *c == index)
+                .map(|(_, cs)| *cs)
+                .or(self.default)
+        })
+    }
 }
 
 /// Enum or set labels from a column type: `enum('a','b''c')` → `a`, `b'c`.
@@ -451,7 +508,9 @@ fn info(
         }
         DataType::Enum(l) => format!("enum({})", quoted(l)),
         DataType::Set(l) => format!("set({})", quoted(l)),
-        DataType::Text if matches!(base, "tinytext" | "mediumtext" | "longtext") => "text".into(),
+        DataType::Text(_) if matches!(base, "tinytext" | "mediumtext" | "longtext") => {
+            "text".into()
+        }
         DataType::Binary if matches!(base, "tinyblob" | "mediumblob" | "longblob") => "blob".into(),
         _ if unsigned => format!("{base} unsigned"),
         _ => base.to_owned(),
@@ -470,10 +529,14 @@ fn info(
         (DataType::Float, _, _) => ColumnKind::Float64,
         (DataType::Decimal, _, _) => ColumnKind::Decimal { precision, scale },
         (DataType::Bit1, _, _) => ColumnKind::Bool,
-        (DataType::Bits | DataType::Binary | DataType::Geometry, _, _) => ColumnKind::Bytes,
-        (DataType::Text, _, _) => ColumnKind::Text { length: None },
+        (
+            DataType::Bits | DataType::Binary | DataType::FixedBinary(_) | DataType::Geometry,
+            _,
+            _,
+        ) => ColumnKind::Bytes,
+        (DataType::Text(_), _, _) => ColumnKind::Text { length: None },
         (DataType::Date, _, _) => ColumnKind::Date,
-        (DataType::Time, _, _) => ColumnKind::Time,
+        (DataType::Time, _, _) => ColumnKind::Duration,
         (DataType::DateTime, _, _) => ColumnKind::Timestamp,
         (DataType::Timestamp, _, _) => ColumnKind::TimestampTz,
         (DataType::Enum(labels), _, _) => ColumnKind::Enum {
@@ -545,7 +608,7 @@ mod tests {
         let t = from_catalog("t", "longtext", "longtext", true, (None, None), false);
         assert_eq!(
             (t.data_type, t.column.type_name.as_str()),
-            (DataType::Text, "text")
+            (DataType::Text(Charset::UTF8), "text")
         );
         let bit = from_catalog("x", "bit", "bit(1)", true, (None, None), false);
         assert_eq!(bit.column.kind, ColumnKind::Bool);

@@ -9,6 +9,7 @@
 //! version in the log.
 
 mod catalog;
+mod charset;
 mod columns;
 mod config;
 mod events;

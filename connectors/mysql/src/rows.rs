@@ -11,6 +11,7 @@ use mysql_async::binlog::events::TableMapEvent;
 use mysql_async::consts::ColumnType;
 use siphon_core::Value;
 
+use crate::charset::Charset;
 use crate::columns::{ColumnInfo, DataType};
 
 /// How one column's value is laid out in a row image.
@@ -295,7 +296,13 @@ fn decode(layout: &Layout, data_type: &DataType, data: &[u8]) -> Option<(Value, 
         Layout::Timestamp2 { fsp } => {
             let secs = be(data.get(..4)?) as i64;
             let (frac, used) = fraction(*fsp, data.get(4..)?)?;
-            (Value::TimestampTz(secs * 1_000_000 + frac), 4 + used)
+            // 0 is the zero TIMESTAMP (the earliest a TIMESTAMP holds is 1970-01-01 00:00:01
+            // UTC): NULL, as a query reads it.
+            let value = match secs * 1_000_000 + frac {
+                0 => Value::Null,
+                micros => Value::TimestampTz(micros),
+            };
+            (value, 4 + used)
         }
         Layout::Time2 { fsp } => {
             // MySQL's my_time_packed_from_binary: a packed value of (hour, minute, second)
@@ -337,17 +344,11 @@ fn decode(layout: &Layout, data_type: &DataType, data: &[u8]) -> Option<(Value, 
             let len = usize::try_from(le(data.get(..*prefix)?)).ok()?;
             let bytes = data.get(*prefix..*prefix + len)?;
             let value = match data_type {
-                DataType::Text | DataType::Set(_) => {
-                    Value::Text(match std::str::from_utf8(bytes) {
-                        Ok(s) => s.to_owned(),
-                        Err(_) => {
-                            tracing::warn!("a string that is not UTF-8: kept as text, lossily");
-                            String::from_utf8_lossy(bytes).into_owned()
-                        }
-                    })
-                }
+                DataType::Text(set) => Value::Text(crate::values::text_in(*set, bytes)),
+                DataType::Set(_) => Value::Text(crate::values::text_in(Charset::UTF8, bytes)),
                 DataType::Json => Value::Json(String::from_utf8(bytes.to_vec()).ok()?),
                 DataType::Enum(_) => Value::Enum(String::from_utf8(bytes.to_vec()).ok()?),
+                DataType::FixedBinary(n) => Value::Bytes(crate::values::padded(bytes, *n)),
                 _ => Value::Bytes(bytes.to_vec()),
             };
             (value, prefix + len)

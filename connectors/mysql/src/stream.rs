@@ -25,6 +25,7 @@ use siphon_core::source::{SourceContext, SourcePoint};
 use siphon_core::{Error, Event, KeyChange, Result};
 
 use crate::catalog::my_error;
+use crate::charset::Collations;
 use crate::columns::{DataType, Shape, from_table_map};
 use crate::events::{EventFactory, Place, key_of};
 use crate::gtid::{Gtid, GtidState};
@@ -125,6 +126,7 @@ impl Stream<'_> {
             .await
             .map_err(|e| my_error("reading binlog_checksum", &e))?;
         let checksummed = checksum.is_some_and(|c| !c.eq_ignore_ascii_case("NONE"));
+        let collations = Collations::read(&mut conn).await?;
         // MariaDB: the GTID state the stream keeps from here on.
         let gtids = match (&resume.gtids, self.mariadb) {
             (Some(gtids), _) => Some(gtids.clone()),
@@ -174,6 +176,7 @@ impl Stream<'_> {
             held: resume.held,
             transaction: None,
             shapes: HashMap::new(),
+            collations,
             generic_decodes: 0,
             gtids,
             gtids_saved: None,
@@ -818,6 +821,8 @@ struct State {
     /// Table shapes by table id, with the table map they were made from and siphon's own
     /// decoder of their row images (none where a column's type needs `mysql_common`'s).
     shapes: HashMap<u64, Mapped>,
+    /// The server's collations: a table map names its columns' character sets by them.
+    collations: Collations,
     /// Rows events read by `mysql_common`'s decoder rather than siphon's.
     generic_decodes: u64,
 }
@@ -844,7 +849,7 @@ impl State {
         {
             return Ok((mapped.shape.clone(), mapped.decoder.clone()));
         }
-        let (columns, key) = from_table_map(tme)?;
+        let (columns, key) = from_table_map(tme, &self.collations)?;
         let shape = Arc::new(Shape::new(
             (&tme.database_name(), &tme.table_name()),
             columns,

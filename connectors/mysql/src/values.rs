@@ -6,6 +6,7 @@ use chrono::{NaiveDate, NaiveDateTime, NaiveTime};
 use mysql_async::Value as My;
 use siphon_core::Value;
 
+use crate::charset::Charset;
 use crate::columns::{ColumnInfo, DataType};
 
 const EPOCH: NaiveDate = NaiveDate::from_ymd_opt(1970, 1, 1).unwrap();
@@ -39,9 +40,11 @@ fn decode(data_type: &DataType, v: My) -> Result<Value, My> {
         (DataType::Bit1, My::Bytes(b)) => Value::Bool(b.iter().any(|x| *x != 0)),
         (DataType::Bit1, My::Int(i)) => Value::Bool(i != 0),
         (DataType::Bits | DataType::Binary | DataType::Geometry, My::Bytes(b)) => Value::Bytes(b),
+        (DataType::FixedBinary(n), My::Bytes(b)) => Value::Bytes(padded(&b, *n)),
         (DataType::Bits, My::Int(i)) => Value::Bytes(trimmed_be(i as u64)),
         (DataType::Bits, My::UInt(u)) => Value::Bytes(trimmed_be(u)),
-        (DataType::Text | DataType::Set(_), My::Bytes(b)) => Value::Text(utf8(b)?),
+        (DataType::Text(set), My::Bytes(b)) => Value::Text(text_in(*set, &b)),
+        (DataType::Set(_), My::Bytes(b)) => Value::Text(utf8(b)?),
         (DataType::Json, My::Bytes(b)) => Value::Json(utf8(b)?),
         (DataType::Enum(_), My::Int(i)) => {
             Value::Enum(data_type.enum_label(i as u64).ok_or(My::Int(i))?)
@@ -64,10 +67,12 @@ fn decode(data_type: &DataType, v: My) -> Result<Value, My> {
         (DataType::DateTime, v @ My::Date(..)) => Value::Timestamp(micros(&v).ok_or(v)?),
         // The snapshot's session runs in UTC, so its TIMESTAMPs are UTC.
         (DataType::Timestamp, v @ My::Date(..)) => Value::TimestampTz(micros(&v).ok_or(v)?),
-        // The binlog gives a TIMESTAMP as seconds since the epoch, with its fraction.
-        (DataType::Timestamp, My::Bytes(b)) => {
-            Value::TimestampTz(epoch_micros(&b).ok_or(My::Bytes(b))?)
-        }
+        // The binlog gives a TIMESTAMP as seconds since the epoch, with its fraction; 0 is
+        // the zero TIMESTAMP, NULL as a query reads it.
+        (DataType::Timestamp, My::Bytes(b)) => match epoch_micros(&b).ok_or(My::Bytes(b))? {
+            0 => Value::Null,
+            micros => Value::TimestampTz(micros),
+        },
         (DataType::Time, My::Time(negative, days, h, m, s, us)) => {
             let micros =
                 ((i64::from(days) * 24 + i64::from(h)) * 3600 + i64::from(m) * 60 + i64::from(s))
@@ -83,6 +88,24 @@ fn decode(data_type: &DataType, v: My) -> Result<Value, My> {
         ),
         (_, v) => return Err(v),
     })
+}
+
+/// Text in `set`; where some bytes do not decode, they are replaced, with a warning.
+pub fn text_in(set: Charset, bytes: &[u8]) -> String {
+    let (text, clean) = set.decode(bytes);
+    if !clean {
+        tracing::warn!(charset = ?set, "a string with bytes its character set does not hold: kept with U+FFFD in their place");
+    }
+    text
+}
+
+/// A `binary(n)` value with the trailing zero bytes the binlog dropped put back.
+pub fn padded(bytes: &[u8], n: usize) -> Vec<u8> {
+    let mut out = bytes.to_vec();
+    if out.len() < n {
+        out.resize(n, 0);
+    }
+    out
 }
 
 /// `seconds[.fraction]` since the epoch, in microseconds.

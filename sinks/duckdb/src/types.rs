@@ -49,7 +49,8 @@ pub(crate) fn duck_type(column: &Column) -> String {
         ColumnKind::Json { .. } => "JSON".into(),
         ColumnKind::Bytes => "BLOB".into(),
         ColumnKind::TimeTz => "TIMETZ".into(),
-        ColumnKind::Interval => "INTERVAL".into(),
+        // MySQL's TIME goes past a day and below zero, which TIME cannot hold.
+        ColumnKind::Interval | ColumnKind::Duration => "INTERVAL".into(),
         kind => element_type(kind),
     }
 }
@@ -120,6 +121,9 @@ pub(crate) fn staged(value: Option<&Value>, column_type: &str) -> Duck {
             days,
             micros,
         }) => Duck::Text(format!("{months} months {days} days {micros} microseconds")),
+        Some(Value::Time(micros)) if column_type == "INTERVAL" => {
+            Duck::Text(format!("{micros} microseconds"))
+        }
         Some(Value::TimeTz { .. }) => match value_json(value.unwrap_or(&Value::Null)) {
             serde_json::Value::String(s) => Duck::Text(
                 s.strip_suffix('Z')

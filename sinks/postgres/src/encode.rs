@@ -66,7 +66,8 @@ fn kind_type(kind: &ColumnKind) -> String {
         ColumnKind::TimeTz => "time with time zone".into(),
         ColumnKind::Timestamp => "timestamp without time zone".into(),
         ColumnKind::TimestampTz => "timestamp with time zone".into(),
-        ColumnKind::Interval => "interval".into(),
+        // MySQL's TIME goes past a day and below zero, which `time` cannot hold.
+        ColumnKind::Interval | ColumnKind::Duration => "interval".into(),
         ColumnKind::Array(element) => format!("{}[]", kind_type(element)),
     }
 }
