@@ -1,7 +1,10 @@
 //! Events of a MySQL/MariaDB table, with their place in the binlog.
 
+use std::sync::Arc;
+
 use siphon_core::event::Name;
 use siphon_core::event::{Op, Row, SnapshotMarker, SourceInfo, SourcePosition, TransactionInfo};
+use siphon_core::schema::TableSchema;
 use siphon_core::{Event, Value};
 
 use crate::columns::Shape;
@@ -47,17 +50,27 @@ impl EventFactory {
         let key = (!shape.key.is_empty())
             .then(|| after.as_ref().or(before.as_ref()).map(|r| key_of(shape, r)))
             .flatten();
+        let mut event = self.truncate(&shape.schema, at);
+        event.op = op;
+        event.before = before;
+        event.after = after;
+        event.key = key;
+        event
+    }
+
+    /// The truncate event of the table whose schema is `schema`: its rows are gone.
+    pub fn truncate(&self, schema: &Arc<TableSchema>, at: &Place) -> Event {
         Event {
-            op,
-            before,
-            after,
-            key,
+            op: Op::Truncate,
+            before: None,
+            after: None,
+            key: None,
             source: SourceInfo {
                 connector: "mysql".into(),
                 name: self.name.clone(),
-                db: shape.database.clone(),
+                db: schema.database.clone(),
                 schema: None,
-                table: shape.table.clone(),
+                table: schema.table.clone(),
                 position: SourcePosition::Mysql {
                     file: at.file.clone(),
                     pos: at.pos,
@@ -80,7 +93,7 @@ impl EventFactory {
                     data_collection_order: 0,
                 }),
             key_change: None,
-            schema: Some(shape.schema.clone()),
+            schema: Some(schema.clone()),
         }
     }
 }

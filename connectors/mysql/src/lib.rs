@@ -12,6 +12,7 @@ mod catalog;
 mod charset;
 mod columns;
 mod config;
+mod ddl;
 mod events;
 pub mod gtid;
 mod incremental;

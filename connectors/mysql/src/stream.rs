@@ -27,6 +27,7 @@ use siphon_core::{Error, Event, KeyChange, Result};
 use crate::catalog::my_error;
 use crate::charset::Collations;
 use crate::columns::{DataType, Shape, from_table_map};
+use crate::ddl::{self, Statement, TableChange};
 use crate::events::{EventFactory, Place, key_of};
 use crate::gtid::{Gtid, GtidState};
 use crate::incremental::{self, TableReader, Watermarks};
@@ -288,35 +289,28 @@ impl Stream<'_> {
                     return Ok(());
                 }
                 Some(EventData::GtidEvent(g)) => {
+                    // A group without BEGIN is one statement (a DDL), which ends it.
                     let gtid = format!("{}:{}", format_uuid(&g.sid()), g.gno());
-                    self.begin(state, start, Some(gtid), header.server_id(), false);
+                    self.begin(state, start, Some(gtid), header.server_id(), true);
                 }
                 Some(EventData::QueryEvent(q)) => {
-                    let sql = q.query();
-                    let sql = sql.trim();
-                    if sql.eq_ignore_ascii_case("BEGIN") {
-                        // MySQL's GTID event has begun it already.
-                        if state.transaction.is_none() {
-                            self.begin(state, start, None, header.server_id(), false);
-                        }
-                    } else if sql.eq_ignore_ascii_case("COMMIT") {
-                        self.commit(state, header.timestamp()).await?;
-                    } else {
-                        // A DDL (or a non-transactional statement): its own transaction. The
-                        // table maps that follow describe the tables as they now are. It may
-                        // have made a table the patterns name (CREATE, RENAME), or changed
-                        // one a chunk is being read of: that chunk is read again, in the
-                        // table's new shape (its high watermark then matches nothing).
-                        if is_ddl(sql) {
-                            state.snapshot.tables_changed = true;
-                            state.snapshot.chunk = None;
-                            state.snapshot.reader = None;
-                            if let Some(table) = created_table(sql, &q.schema()) {
-                                state.snapshot.created.insert(table);
+                    match ddl::statement(&q.query(), &q.schema()) {
+                        Statement::Begin => match &mut state.transaction {
+                            // MySQL's GTID event began it; BEGIN says it is more than one
+                            // statement.
+                            Some(t) => t.standalone = false,
+                            None => self.begin(state, start, None, header.server_id(), false),
+                        },
+                        Statement::Commit => self.commit(state, header.timestamp()).await?,
+                        statement => {
+                            if let Statement::Tables(changes) = &statement {
+                                self.tables_changed(state, changes, start, header.server_id())
+                                    .await?;
                             }
-                        }
-                        if state.transaction.as_ref().is_some_and(|t| t.standalone) {
-                            self.commit(state, header.timestamp()).await?;
+                            // A statement outside BEGIN/COMMIT (a DDL): its own transaction.
+                            if state.transaction.as_ref().is_some_and(|t| t.standalone) {
+                                self.commit(state, header.timestamp()).await?;
+                            }
                         }
                     }
                 }
@@ -455,33 +449,142 @@ impl Stream<'_> {
                     );
                 }
             }
-            for mut event in made {
-                if let Some(chunk) = &mut state.snapshot.chunk {
-                    chunk.saw(&event);
-                }
-                let index = transaction.place.row;
-                transaction.place.row += 1;
-                set_row(&mut event, index);
-                let held = state
-                    .held
-                    .as_ref()
-                    .is_some_and(|h| h.holds(&transaction.place, index));
-                if !held {
-                    transaction.events.push(event);
-                }
-            }
-            if transaction.events.len() >= PART {
-                if !transaction.appended {
-                    // The transactions before it go first.
-                    self.append_pending(&mut state.pending).await?;
-                }
-                let transaction = state.transaction.as_mut().expect("begun above");
-                let part = std::mem::take(&mut transaction.events);
-                self.ctx.append_open_transaction(&part).await?;
-                transaction.appended = true;
-            }
+            self.push(state, made).await?;
         }
         Ok(())
+    }
+
+    /// Events into the open transaction, each at its index in it (those the log holds from
+    /// before a restart left out); a part of a large transaction goes to the log (unsynced)
+    /// once [`PART`] are held.
+    async fn push(&self, state: &mut State, events: Vec<Event>) -> Result<()> {
+        let transaction = state.transaction.as_mut().expect("a transaction is open");
+        for mut event in events {
+            if let Some(chunk) = &mut state.snapshot.chunk {
+                chunk.saw(&event);
+            }
+            let index = transaction.place.row;
+            transaction.place.row += 1;
+            set_row(&mut event, index);
+            let held = state
+                .held
+                .as_ref()
+                .is_some_and(|h| h.holds(&transaction.place, index));
+            if !held {
+                transaction.events.push(event);
+            }
+        }
+        if transaction.events.len() >= PART {
+            if !transaction.appended {
+                // The transactions before it go first.
+                self.append_pending(&mut state.pending).await?;
+            }
+            let transaction = state.transaction.as_mut().expect("a transaction is open");
+            let part = std::mem::take(&mut transaction.events);
+            self.ctx.append_open_transaction(&part).await?;
+            transaction.appended = true;
+        }
+        Ok(())
+    }
+
+    /// A statement changed tables (`changes`; none readable: any may have). The table maps
+    /// that follow describe the tables as they now are. A chunk being read of one of them is
+    /// read again, in its new shape (its high watermark then matches nothing); the patterns
+    /// may name tables they did not (looked at between transactions). A captured table whose
+    /// rows the statement removed gets a truncate event in the statement's transaction — one
+    /// renamed in over it brings rows no binlog event carries, so it is snapshotted again.
+    async fn tables_changed(
+        &self,
+        state: &mut State,
+        changes: &[TableChange],
+        start: u64,
+        server_id: u32,
+    ) -> Result<()> {
+        let snapshot = &mut state.snapshot;
+        snapshot.tables_changed = true;
+        let touched = |table: &str| {
+            changes.is_empty()
+                || changes.iter().any(|c| match c {
+                    TableChange::DatabaseDropped(d) => {
+                        table.split_once('.').is_some_and(|(db, _)| db == d)
+                    }
+                    c => c.name() == table,
+                })
+        };
+        if snapshot.progress.tables.front().is_some_and(|t| touched(t)) {
+            snapshot.chunk = None;
+        }
+        if snapshot.reader.as_ref().is_some_and(|r| touched(&r.name)) {
+            snapshot.reader = None;
+        }
+        let mut emptied = Vec::new();
+        let mut read_again = Vec::new();
+        for change in changes {
+            match change {
+                TableChange::Created(t) => {
+                    snapshot.created.insert(t.clone());
+                }
+                TableChange::Replaced(t) => {
+                    snapshot.created.insert(t.clone());
+                    emptied.push(t.clone());
+                }
+                TableChange::Truncated(t)
+                | TableChange::Dropped(t)
+                | TableChange::RenamedFrom(t) => {
+                    emptied.push(t.clone());
+                }
+                TableChange::RenamedTo(t) => {
+                    emptied.push(t.clone());
+                    read_again.push(t.clone());
+                }
+                TableChange::DatabaseDropped(d) => emptied.extend(
+                    snapshot
+                        .known
+                        .iter()
+                        .filter(|t| t.split_once('.').is_some_and(|(db, _)| db == d))
+                        .cloned(),
+                ),
+                TableChange::Altered(_) => {}
+            }
+        }
+        let captured = |t: &String| {
+            t.split_once('.')
+                .is_some_and(|(db, table)| self.config.captures(db, table))
+        };
+        let read_again: Vec<String> = read_again.into_iter().filter(captured).collect();
+        if !read_again.is_empty() {
+            tracing::info!(tables = ?read_again, "tables renamed over captured ones: snapshotting them incrementally");
+            snapshot.progress.request(read_again);
+            self.save(state)?;
+        }
+        // A table of which the log holds nothing has nothing to truncate in any store.
+        let schemas = self.ctx.log.schemas().all();
+        let truncated: Vec<_> = emptied
+            .iter()
+            .filter(|t| captured(t))
+            .filter_map(|t| {
+                let (db, table) = t.split_once('.')?;
+                schemas
+                    .iter()
+                    .filter(|s| {
+                        &*s.connector == "mysql" && &*s.database == db && &*s.table == table
+                    })
+                    .max_by_key(|s| s.id)
+                    .cloned()
+            })
+            .collect();
+        if truncated.is_empty() {
+            return Ok(());
+        }
+        if state.transaction.is_none() {
+            self.begin(state, start, None, server_id, true);
+        }
+        let place = state.transaction.as_ref().expect("begun").place.clone();
+        let events = truncated
+            .iter()
+            .map(|schema| self.factory.truncate(schema, &place))
+            .collect();
+        self.push(state, events).await
     }
 
     /// Ends the open transaction: its events become durable, the last marked as its end.
@@ -969,92 +1072,6 @@ fn mariadb_gtid(body: &[u8], server: u32) -> Option<(Gtid, bool)> {
     ))
 }
 
-/// Whether a QUERY event's statement changes tables (CREATE, ALTER, DROP, RENAME, TRUNCATE),
-/// as opposed to the SAVEPOINTs, XA and other statements that also come as QUERY events.
-fn is_ddl(sql: &str) -> bool {
-    let mut rest = sql.trim_start();
-    // Leading comments, as the application wrote them.
-    while let Some(comment) = rest.strip_prefix("/*") {
-        match comment.find("*/") {
-            Some(end) => rest = comment[end + 2..].trim_start(),
-            None => return false,
-        }
-    }
-    let word: String = rest
-        .chars()
-        .take_while(char::is_ascii_alphabetic)
-        .collect::<String>()
-        .to_ascii_uppercase();
-    matches!(
-        word.as_str(),
-        "CREATE" | "ALTER" | "DROP" | "RENAME" | "TRUNCATE"
-    )
-}
-
-/// The table a `CREATE TABLE` statement makes ("database.table"; the statement's default
-/// database where the name is not qualified); `None` for another statement.
-fn created_table(sql: &str, default_database: &str) -> Option<String> {
-    let mut rest = sql.trim_start();
-    let mut word = |expected: &str| -> bool {
-        let ok = rest
-            .get(..expected.len())
-            .is_some_and(|head| head.eq_ignore_ascii_case(expected))
-            && rest[expected.len()..].starts_with(char::is_whitespace);
-        if ok {
-            rest = rest[expected.len()..].trim_start();
-        }
-        ok
-    };
-    if !word("CREATE") {
-        return None;
-    }
-    let _ = word("OR") && word("REPLACE");
-    let _ = word("TEMPORARY");
-    if !word("TABLE") {
-        return None;
-    }
-    let _ = word("IF") && word("NOT") && word("EXISTS");
-    let mut names = Vec::new();
-    loop {
-        let (name, after) = match rest.strip_prefix('`') {
-            Some(quoted) => {
-                let mut name = String::new();
-                let mut chars = quoted.char_indices();
-                let end = loop {
-                    match chars.next()? {
-                        (i, '`') if quoted[i + 1..].starts_with('`') => {
-                            name.push('`');
-                            chars.next();
-                        }
-                        (i, '`') => break i + 1,
-                        (_, c) => name.push(c),
-                    }
-                };
-                (name, &quoted[end..])
-            }
-            None => {
-                let end = rest
-                    .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '$'))
-                    .unwrap_or(rest.len());
-                (rest[..end].to_owned(), &rest[end..])
-            }
-        };
-        if name.is_empty() {
-            return None;
-        }
-        names.push(name);
-        match after.strip_prefix('.') {
-            Some(next) if names.len() == 1 => rest = next,
-            _ => break,
-        }
-    }
-    match names.as_slice() {
-        [table] => Some(format!("{default_database}.{table}")),
-        [database, table] => Some(format!("{database}.{table}")),
-        _ => None,
-    }
-}
-
 /// The file a Rotate event moves to. The stream's first Rotate, which the server makes up and
 /// sends before the format description, carries the checksum's 4 bytes after the name, which
 /// `mysql_common` cannot strip before it knows the format (mysql_async#189).
@@ -1093,36 +1110,6 @@ mod tests {
             None,
             "a cut event is no GTID"
         );
-    }
-
-    #[test]
-    fn only_statements_that_change_tables_are_ddl() {
-        assert!(is_ddl("ALTER TABLE t ADD c int"));
-        assert!(is_ddl("  /* app */ rename table a to b"));
-        assert!(is_ddl("DROP TABLE `t` /* generated by server */"));
-        assert!(!is_ddl("SAVEPOINT `s1`"));
-        assert!(!is_ddl("ROLLBACK TO `s1`"));
-        assert!(!is_ddl("XA START X'31',X'',1"));
-        assert!(!is_ddl("/* unclosed"));
-    }
-
-    #[test]
-    fn create_table_statements_name_their_table() {
-        assert_eq!(
-            created_table("CREATE TABLE t (id int)", "app"),
-            Some("app.t".into())
-        );
-        assert_eq!(
-            created_table("create or replace table `shop`.`or``ders`(id int)", "app"),
-            Some("shop.or`ders".into())
-        );
-        assert_eq!(
-            created_table("CREATE TABLE IF NOT EXISTS x.y like z", "app"),
-            Some("x.y".into())
-        );
-        assert_eq!(created_table("RENAME TABLE a TO b", "app"), None);
-        assert_eq!(created_table("CREATE INDEX i ON t (a)", "app"), None);
-        assert_eq!(created_table("CREATE TABLESPACE t", "app"), None);
     }
 
     #[test]

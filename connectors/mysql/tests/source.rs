@@ -561,7 +561,7 @@ async fn ddl_while_streaming_decodes_each_row_by_its_own_shape() {
             .into_iter()
             .filter(|e| e.source.snapshot == SnapshotMarker::False)
             .collect();
-        if events.len() >= 5 {
+        if events.len() >= 7 {
             break events;
         }
         assert!(
@@ -585,6 +585,15 @@ async fn ddl_while_streaming_decodes_each_row_by_its_own_shape() {
                 .join(","),
         )
     };
+    // The rename empties both names (the rows now under t2 are read again incrementally).
+    let truncated: Vec<(usize, String)> = events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.op == Op::Truncate)
+        .map(|(i, e)| (i, e.source.table.to_string()))
+        .collect();
+    assert_eq!(truncated, [(2, "t1".into()), (3, "t2".into())]);
+    let events: Vec<Event> = events.into_iter().filter(|e| e.op != Op::Truncate).collect();
     let shapes: Vec<(String, String)> = events.iter().map(shape).collect();
     assert_eq!(
         shapes,
