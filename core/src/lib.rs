@@ -7,6 +7,7 @@
 //! - [`schema`]: table schemas and the log's registry of their versions;
 //! - [`offsets`]: sink cursors and source checkpoints, persisted atomically;
 //! - [`source`] and [`sink`]: the traits connectors and sinks implement, with their guarantees;
+//! - [`spool`]: a CRC-checked file of blobs a source keeps durably beside its checkpoint;
 //! - [`testing`] (feature `testing`): the sink compliance suite and event builders.
 //!
 //! No database client lives here.
@@ -23,6 +24,7 @@ pub mod schema;
 pub mod secret;
 pub mod sink;
 pub mod source;
+pub mod spool;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 #[cfg(feature = "tls")]

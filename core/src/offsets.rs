@@ -86,6 +86,29 @@ impl OffsetStore {
         read_json(&self.dir.join(SOURCE_FILE))
     }
 
+    /// The path of a file the source keeps beside its checkpoint (a spool, say).
+    pub fn source_file(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("source-{name}"))
+    }
+
+    /// The source's files ([`OffsetStore::source_file`]) whose names start with `prefix`.
+    pub fn source_files(&self, prefix: &str) -> Result<Vec<PathBuf>> {
+        let start = format!("source-{prefix}");
+        let entries = match fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Error::io("read", &self.dir)(e)),
+        };
+        let mut out = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(Error::io("read", &self.dir))?;
+            if entry.file_name().to_string_lossy().starts_with(&start) {
+                out.push(entry.path());
+            }
+        }
+        Ok(out)
+    }
+
     /// Saves the source's checkpoint, durably.
     pub fn save_source_checkpoint<T: Serialize>(&self, checkpoint: &T) -> Result<()> {
         write_json(&self.dir.join(SOURCE_FILE), checkpoint)

@@ -17,7 +17,7 @@ pub enum Statement {
     /// `COMMIT`: a transaction's end (of a non-transactional engine's statements).
     Commit,
     /// MySQL's `XA START xid` (MariaDB puts it in the GTID event instead).
-    XaStart,
+    XaStart(Option<Xid>),
     /// `XA END xid`.
     XaEnd,
     /// `XA COMMIT xid [ONE PHASE]`.
@@ -459,7 +459,7 @@ impl Parser<'_> {
     /// `XA …` after XA.
     fn xa(&mut self) -> Statement {
         if self.keyword("START") || self.keyword("BEGIN") {
-            return Statement::XaStart;
+            return Statement::XaStart(self.xid());
         }
         if self.keyword("END") {
             return Statement::XaEnd;
@@ -621,7 +621,10 @@ mod tests {
                 one_phase: true
             }
         );
-        assert_eq!(statement("XA START X'31',X'',1", "app"), Statement::XaStart);
+        assert_eq!(
+            statement("XA START X'31',X'',1", "app"),
+            Statement::XaStart(Some(xid(b"1", b"", 1)))
+        );
         assert_eq!(statement("XA END X'31',X'',1", "app"), Statement::XaEnd);
         assert_eq!(xid(b"a\x00", b"", 2).to_string(), "X'6100',X'',2");
     }

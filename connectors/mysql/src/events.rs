@@ -109,3 +109,22 @@ pub fn key_of(shape: &Shape, row: &Row) -> Row {
         })
         .collect())
 }
+
+/// Moves an event of a transaction read earlier (an XA transaction's, from its spool) to the
+/// transaction at `at`, which commits it: its position (the caller sets the row) and its
+/// transaction.
+pub fn move_to(event: &mut Event, at: &Place) {
+    event.source.position = SourcePosition::Mysql {
+        file: at.file.clone(),
+        pos: at.pos,
+        row: 0,
+        gtid: at.gtid.clone(),
+        server_id: at.server_id,
+    };
+    event.source.snapshot = at.snapshot;
+    event.transaction = at.gtid.as_ref().map(|gtid| TransactionInfo {
+        id: gtid.clone(),
+        total_order: 0,
+        data_collection_order: 0,
+    });
+}

@@ -22,17 +22,19 @@ use siphon_core::event::{Op, Row, SnapshotMarker};
 use siphon_core::incremental::{Chunk, Progress};
 use siphon_core::json::format_uuid;
 use siphon_core::source::{SourceContext, SourcePoint};
+use siphon_core::spool::{SpoolReader, SpoolWriter};
 use siphon_core::{Error, Event, KeyChange, Result};
 
 use crate::catalog::my_error;
 use crate::charset::Collations;
 use crate::columns::{DataType, Shape, from_table_map};
-use crate::ddl::{self, Statement, TableChange};
-use crate::events::{EventFactory, Place, key_of};
+use crate::ddl::{self, Statement, TableChange, Xid};
+use crate::events::{self, EventFactory, Place, key_of};
 use crate::gtid::{Gtid, GtidState};
 use crate::incremental::{self, TableReader, Watermarks};
 use crate::rows::RowDecoder;
 use crate::values::value;
+use crate::xa;
 use crate::{Checkpoint, GtidCheckpoint, MysqlConfig};
 
 /// Events of an open transaction appended (without waiting) once this many are held.
@@ -101,6 +103,19 @@ struct Transaction {
     appended: bool,
     /// Ends at its next QUERY event (a DDL, or a non-transactional engine's statement).
     standalone: bool,
+    /// A branch of an XA transaction, whose rows wait in a spool for its outcome.
+    xa: Option<Branch>,
+}
+
+/// An XA transaction's prepare group being read.
+struct Branch {
+    /// Its id, where the group's start names it (MariaDB's GTID event, MySQL's XA START);
+    /// the XA_prepare event that ends the group always does.
+    xid: Option<Xid>,
+    /// Its rows so far beyond one part.
+    spool: Option<SpoolWriter>,
+    /// Read again after a restart: its rows are spooled already.
+    known: bool,
 }
 
 /// The stream of one pipeline's source.
@@ -182,6 +197,7 @@ impl Stream<'_> {
             gtids,
             gtids_saved: None,
             saved: self.checkpoint.gtids.clone(),
+            xa: self.checkpoint.xa.clone(),
             pending: Pending::default(),
             snapshot: IncrementalState {
                 progress: self.checkpoint.incremental.clone(),
@@ -259,17 +275,20 @@ impl Stream<'_> {
         };
         match kind {
             MARIADB_GTID => {
-                if let Some((gtid, standalone)) = mariadb_gtid(event.data(), header.server_id()) {
+                if let Some(g) = mariadb_gtid(event.data(), header.server_id()) {
                     if let Some(state) = &mut state.gtids {
-                        state.advance(gtid);
+                        state.advance(g.gtid);
                     }
                     self.begin(
                         state,
                         start,
-                        Some(gtid.to_string()),
+                        Some(g.gtid.to_string()),
                         header.server_id(),
-                        standalone,
+                        g.standalone,
                     );
+                    if let Some(xid) = g.prepared_xa {
+                        self.xa_start(state, Some(xid));
+                    }
                 }
             }
             MARIADB_ANNOTATE_ROWS => {}
@@ -302,6 +321,21 @@ impl Stream<'_> {
                             None => self.begin(state, start, None, header.server_id(), false),
                         },
                         Statement::Commit => self.commit(state, header.timestamp()).await?,
+                        Statement::XaStart(xid) => self.xa_start(state, xid),
+                        Statement::XaCommit {
+                            one_phase: true, ..
+                        } if state.transaction.as_ref().is_some_and(|t| t.xa.is_some()) => {
+                            self.xa_prepared(state, true, None, header.timestamp())
+                                .await?;
+                        }
+                        Statement::XaCommit { xid, .. } => {
+                            self.xa_resolve(state, &xid, true, header.timestamp())
+                                .await?;
+                        }
+                        Statement::XaRollback(xid) => {
+                            self.xa_resolve(state, &xid, false, header.timestamp())
+                                .await?;
+                        }
                         statement => {
                             if let Statement::Tables(changes) = &statement {
                                 self.tables_changed(state, changes, start, header.server_id())
@@ -315,6 +349,13 @@ impl Stream<'_> {
                     }
                 }
                 Some(EventData::XidEvent(_)) => self.commit(state, header.timestamp()).await?,
+                Some(EventData::XaPrepareLogEvent(body)) => {
+                    let (one_phase, xid) = xa::prepare_event(&body).ok_or_else(|| {
+                        Error::permanent("an XA_prepare event siphon cannot read")
+                    })?;
+                    self.xa_prepared(state, one_phase, Some(xid), header.timestamp())
+                        .await?;
+                }
                 Some(EventData::RowsEvent(rows)) => {
                     self.rows(state, stream, &rows, header.timestamp()).await?;
                 }
@@ -355,6 +396,7 @@ impl Stream<'_> {
             events: Vec::new(),
             appended: false,
             standalone,
+            xa: None,
         });
     }
 
@@ -456,16 +498,24 @@ impl Stream<'_> {
 
     /// Events into the open transaction, each at its index in it (those the log holds from
     /// before a restart left out); a part of a large transaction goes to the log (unsynced)
-    /// once [`PART`] are held.
+    /// once [`PART`] are held. An XA branch's rows go to its spool instead, and are not yet
+    /// changes an incremental snapshot's window sees: the branch may roll back.
     async fn push(&self, state: &mut State, events: Vec<Event>) -> Result<()> {
         let transaction = state.transaction.as_mut().expect("a transaction is open");
+        if transaction.xa.as_ref().is_some_and(|b| b.known) {
+            return Ok(());
+        }
         for mut event in events {
-            if let Some(chunk) = &mut state.snapshot.chunk {
-                chunk.saw(&event);
-            }
             let index = transaction.place.row;
             transaction.place.row += 1;
             set_row(&mut event, index);
+            if transaction.xa.is_some() {
+                transaction.events.push(event);
+                continue;
+            }
+            if let Some(chunk) = &mut state.snapshot.chunk {
+                chunk.saw(&event);
+            }
             let held = state
                 .held
                 .as_ref()
@@ -474,17 +524,161 @@ impl Stream<'_> {
                 transaction.events.push(event);
             }
         }
-        if transaction.events.len() >= PART {
-            if !transaction.appended {
-                // The transactions before it go first.
-                self.append_pending(&mut state.pending).await?;
-            }
-            let transaction = state.transaction.as_mut().expect("a transaction is open");
-            let part = std::mem::take(&mut transaction.events);
-            self.ctx.append_open_transaction(&part).await?;
-            transaction.appended = true;
+        if transaction.events.len() < PART {
+            return Ok(());
         }
+        if let Some(branch) = &mut transaction.xa {
+            let at = xa::place_key(&transaction.place);
+            let spool = match &mut branch.spool {
+                Some(spool) => spool,
+                None => branch
+                    .spool
+                    .insert(SpoolWriter::create(&xa::spool_path(self.ctx, &at))?),
+            };
+            let encoded = std::mem::take(&mut transaction.events)
+                .iter()
+                .map(Event::encode)
+                .collect::<Result<Vec<_>>>()?;
+            return spool.append(encoded.iter().map(Vec::as_slice));
+        }
+        if !transaction.appended {
+            // The transactions before it go first.
+            self.append_pending(&mut state.pending).await?;
+        }
+        let transaction = state.transaction.as_mut().expect("a transaction is open");
+        let part = std::mem::take(&mut transaction.events);
+        self.ctx.append_open_transaction(&part).await?;
+        transaction.appended = true;
         Ok(())
+    }
+
+    /// The open group is an XA transaction's prepare group (`xid`, where its start names it).
+    fn xa_start(&self, state: &mut State, xid: Option<Xid>) {
+        let Some(transaction) = &mut state.transaction else {
+            return;
+        };
+        let at = xa::place_key(&transaction.place);
+        transaction.standalone = false;
+        transaction.xa = Some(Branch {
+            known: state.xa.iter().any(|p| p.at == at),
+            xid,
+            spool: None,
+        });
+    }
+
+    /// The XA_prepare event ending the open XA group: its rows are spooled, durably, and the
+    /// checkpoint names it — or, committed in one phase (MySQL), it is an ordinary
+    /// transaction, committed now.
+    async fn xa_prepared(
+        &self,
+        state: &mut State,
+        one_phase: bool,
+        xid: Option<Xid>,
+        timestamp: u32,
+    ) -> Result<()> {
+        let Some(transaction) = &mut state.transaction else {
+            return Ok(());
+        };
+        let branch = transaction.xa.take().unwrap_or(Branch {
+            xid: None,
+            spool: None,
+            known: false,
+        });
+        let at = xa::place_key(&transaction.place);
+        let rest = std::mem::take(&mut transaction.events);
+        if one_phase {
+            // Its rows again, into the log this time: what was spooled first.
+            transaction.place.row = 0;
+            if let Some(spool) = branch.spool {
+                spool.finish()?;
+                self.replay_spool(state, &xa::spool_path(self.ctx, &at))
+                    .await?;
+                siphon_core::spool::remove(&xa::spool_path(self.ctx, &at))?;
+            }
+            self.push(state, rest).await?;
+            return self.commit(state, timestamp).await;
+        }
+        state.transaction = None;
+        if branch.known {
+            return Ok(());
+        }
+        let Some(xid) = xid.or(branch.xid) else {
+            return Err(Error::permanent(format!(
+                "an XA transaction prepared at {at} names no XID"
+            )));
+        };
+        let mut spool = match branch.spool {
+            Some(spool) => spool,
+            None => SpoolWriter::create(&xa::spool_path(self.ctx, &at))?,
+        };
+        let encoded = rest.iter().map(Event::encode).collect::<Result<Vec<_>>>()?;
+        spool.append(encoded.iter().map(Vec::as_slice))?;
+        let rows = spool.count();
+        spool.finish()?;
+        tracing::info!(%xid, rows, "XA transaction prepared: its rows wait for its COMMIT or ROLLBACK");
+        state.xa.retain(|p| p.xid != xid);
+        state.xa.push(xa::Prepared {
+            xid,
+            at,
+            rows,
+            committing: None,
+        });
+        self.save(state)
+    }
+
+    /// `XA COMMIT` (`commit`) or `XA ROLLBACK` of a prepared transaction, in the open
+    /// (standalone) group: committed, its rows are appended at this group's place, from its
+    /// spool; either way it is forgotten once the group is durable.
+    async fn xa_resolve(
+        &self,
+        state: &mut State,
+        xid: &Xid,
+        commit: bool,
+        timestamp: u32,
+    ) -> Result<()> {
+        let Some(prepared) = state.xa.iter().position(|p| p.xid == *xid) else {
+            tracing::warn!(%xid, commit, "an XA transaction siphon did not see prepared (before its snapshot or start position) ended: any rows it had are not in the log");
+            return self.commit(state, timestamp).await;
+        };
+        if state.transaction.is_none() {
+            let start = state.next_pos;
+            self.begin(state, start, None, self.server_id, true);
+        }
+        let path = xa::spool_path(self.ctx, &state.xa[prepared].at);
+        if commit {
+            let here = xa::place_key(&state.transaction.as_ref().expect("begun").place);
+            if state.xa[prepared].committing.as_ref() != Some(&here) {
+                state.xa[prepared].committing = Some(here);
+                self.save(state)?;
+            }
+            self.replay_spool(state, &path).await?;
+        }
+        self.commit(state, timestamp).await?;
+        self.flush(state).await?;
+        state.xa.remove(prepared);
+        self.save(state)?;
+        siphon_core::spool::remove(&path)
+    }
+
+    /// The spooled rows at `path` into the open transaction, placed there.
+    async fn replay_spool(&self, state: &mut State, path: &std::path::Path) -> Result<()> {
+        let mut reader = SpoolReader::open(path)?;
+        loop {
+            let blobs = reader.read(PART)?;
+            if blobs.is_empty() {
+                return Ok(());
+            }
+            let place = state.transaction.as_ref().expect("open").place.clone();
+            let events = blobs
+                .iter()
+                .map(|b| {
+                    let mut event = Event::decode(b, self.ctx.log.schemas())?;
+                    events::move_to(&mut event, &place);
+                    Ok(event)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            self.push(state, events).await?;
+        }
     }
 
     /// A statement changed tables (`changes`; none readable: any may have). The table maps
@@ -705,6 +899,7 @@ impl Stream<'_> {
     fn save(&self, state: &State) -> Result<()> {
         self.ctx.offsets.save_source_checkpoint(&Checkpoint {
             gtids: state.saved.clone(),
+            xa: state.xa.clone(),
             incremental: state.snapshot.progress.clone(),
             tables: Some(state.snapshot.known.clone()),
             ..self.checkpoint.clone()
@@ -906,6 +1101,8 @@ struct State {
     pending: Pending,
     /// The GTID checkpoint last saved.
     saved: Option<GtidCheckpoint>,
+    /// Prepared XA transactions whose outcome has not come yet.
+    xa: Vec<xa::Prepared>,
     /// The incremental snapshot, and the tables known.
     snapshot: IncrementalState,
     /// The binlog file being read.
@@ -1056,20 +1253,49 @@ fn set_row(event: &mut Event, index: u64) {
     }
 }
 
-/// A MariaDB GTID event's GTID and whether its transaction stands alone (a DDL: no
-/// BEGIN/COMMIT around it). Body: sequence (8 bytes), domain (4), flags (1).
-fn mariadb_gtid(body: &[u8], server: u32) -> Option<(Gtid, bool)> {
+/// What a MariaDB GTID event says of the group it starts.
+#[derive(Debug, PartialEq, Eq)]
+struct MariadbGtid {
+    gtid: Gtid,
+    /// It stands alone (a DDL: no BEGIN/COMMIT around it).
+    standalone: bool,
+    /// It is a prepared XA transaction's: this one's.
+    prepared_xa: Option<Xid>,
+}
+
+/// A MariaDB GTID event. Body: sequence (8 bytes), domain (4), flags (1); with
+/// FL_GROUP_COMMIT_ID (2) a commit id (8); with FL_PREPARED_XA (64) or FL_COMPLETED_XA (128)
+/// the XID: format id (4), gtrid and bqual lengths (1 each), their bytes.
+fn mariadb_gtid(body: &[u8], server: u32) -> Option<MariadbGtid> {
     let seq = u64::from_le_bytes(body.get(0..8)?.try_into().ok()?);
     let domain = u32::from_le_bytes(body.get(8..12)?.try_into().ok()?);
-    let standalone = body.get(12)? & 1 != 0;
-    Some((
-        Gtid {
+    let flags = *body.get(12)?;
+    let mut at = 13 + if flags & 2 != 0 { 8 } else { 0 };
+    let prepared_xa = if flags & 64 != 0 {
+        let format = u32::from_le_bytes(body.get(at..at + 4)?.try_into().ok()?);
+        let (gtrid, bqual) = (
+            usize::from(*body.get(at + 4)?),
+            usize::from(*body.get(at + 5)?),
+        );
+        at += 6;
+        let data = body.get(at..at + gtrid + bqual)?;
+        Some(Xid {
+            format,
+            gtrid: data[..gtrid].to_vec(),
+            bqual: data[gtrid..].to_vec(),
+        })
+    } else {
+        None
+    };
+    Some(MariadbGtid {
+        gtid: Gtid {
             domain,
             server,
             seq,
         },
-        standalone,
-    ))
+        standalone: flags & 1 != 0,
+        prepared_xa,
+    })
 }
 
 /// The file a Rotate event moves to. The stream's first Rotate, which the server makes up and
@@ -1099,7 +1325,7 @@ mod tests {
             0x93, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x29, 0, 0, 0, 0, 0, 0, 0xd2, 0x14, 0x8e,
             0x9e,
         ];
-        let text = |g: Option<(Gtid, bool)>| g.map(|(g, s)| (g.to_string(), s));
+        let text = |g: Option<MariadbGtid>| g.map(|g| (g.gtid.to_string(), g.standalone));
         assert_eq!(
             text(mariadb_gtid(&trans, 1)),
             Some(("0-1-658".into(), false))
@@ -1109,6 +1335,30 @@ mod tests {
             mariadb_gtid(&trans[..12], 1),
             None,
             "a cut event is no GTID"
+        );
+        // "GTID 0-1-4" of XA PREPARE 'a' (flags: prepared XA, transactional, parallel), then
+        // the multi-engine extra flags; and a group-commit one of 'gc1236' (commit id 907).
+        let prepared = [
+            4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x4c, 1, 0, 0, 0, 1, 0, b'a', 1, 0xff,
+        ];
+        let g = mariadb_gtid(&prepared, 1).unwrap();
+        assert_eq!(
+            (
+                g.gtid.to_string(),
+                g.standalone,
+                g.prepared_xa.map(|x| x.to_string())
+            ),
+            ("0-1-4".into(), false, Some("X'61',X'',1".into()))
+        );
+        let mut grouped = vec![4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x4e];
+        grouped.extend(907u64.to_le_bytes());
+        grouped.extend([1, 0, 0, 0, 6, 0]);
+        grouped.extend(b"gc1236");
+        assert_eq!(
+            mariadb_gtid(&grouped, 1)
+                .and_then(|g| g.prepared_xa)
+                .map(|x| x.gtrid),
+            Some(b"gc1236".to_vec())
         );
     }
 

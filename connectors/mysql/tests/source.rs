@@ -593,7 +593,10 @@ async fn ddl_while_streaming_decodes_each_row_by_its_own_shape() {
         .map(|(i, e)| (i, e.source.table.to_string()))
         .collect();
     assert_eq!(truncated, [(2, "t1".into()), (3, "t2".into())]);
-    let events: Vec<Event> = events.into_iter().filter(|e| e.op != Op::Truncate).collect();
+    let events: Vec<Event> = events
+        .into_iter()
+        .filter(|e| e.op != Op::Truncate)
+        .collect();
     let shapes: Vec<(String, String)> = events.iter().map(shape).collect();
     assert_eq!(
         shapes,
