@@ -436,3 +436,134 @@ async fn column_dropped_mid_snapshot(db: &SourceDb, source: &str, table: &str) {
         differ.join("\n")
     );
 }
+
+/// A delete whose commit record is in the WAL but which is not yet visible to queries (its
+/// session waits for a synchronous standby that never answers) when an incremental snapshot
+/// of its table starts: the stream carries the delete before the low watermark, so the chunk
+/// must not bring the deleted row back (before, it did: the chunk's read could not see the
+/// delete). On a private cluster: `synchronous_standby_names` is server-wide.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_postgres_commit_not_yet_visible_at_the_low_watermark_is_not_undone() {
+    let server = siphon_test_support::PrivatePostgres::start(&[]).unwrap();
+    let admin = server.client("postgres").await.unwrap();
+    admin.batch_execute("create database shop").await.unwrap();
+    let client = server.client("shop").await.unwrap();
+    client
+        .batch_execute(
+            "create table items (id bigint primary key, v text not null);
+             insert into items select g, 'v' || g from generate_series(1, 100) g;",
+        )
+        .await
+        .unwrap();
+    let source = format!(
+        "kind = \"postgres\"\nurl = \"{}\"\ntables = [\"public.items\"]\nslot = \"s\"\nsnapshot = \"never\"\nstatus_interval = \"500ms\"",
+        server.url("shop")
+    );
+    let setup = Setup::with_source(&source, 0, "");
+    let d = setup.start();
+    common::wait_status(&d, Duration::from_secs(60), "streaming", |s| {
+        s[0]["source"]["state"] == "running"
+    })
+    .await;
+
+    // From now on a commit that asks for it waits for the standby "ghost"; siphon's own
+    // statements write no transaction id, so they never wait.
+    for sql in [
+        "alter system set synchronous_standby_names = 'ghost'",
+        "select pg_reload_conf()",
+    ] {
+        admin.batch_execute(sql).await.unwrap();
+    }
+    let deleter = server.client("shop").await.unwrap();
+    let pid: i32 = deleter
+        .query_one("select pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let delete = tokio::spawn(async move {
+        deleter
+            .batch_execute("set synchronous_commit = on; delete from items where id = 50")
+            .await
+    });
+    // Committed locally, waiting for the standby.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let waiting: Option<String> = client
+            .query_one(
+                "select wait_event from pg_stat_activity where pid = $1",
+                &[&pid],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if waiting.as_deref() == Some("SyncRep") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the delete never waited for the standby"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let out = setup.cli(&["snapshot", "demo", "public.items"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The chunk's read waits for the delete to become visible: release it meanwhile.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    admin
+        .query("select pg_cancel_backend($1)", &[&pid])
+        .await
+        .unwrap();
+    let _ = delete.await.unwrap();
+    for sql in [
+        "alter system reset synchronous_standby_names",
+        "select pg_reload_conf()",
+    ] {
+        admin.batch_execute(sql).await.unwrap();
+    }
+    common::wait_status(&d, Duration::from_secs(60), "the snapshot done", |s| {
+        source_gauge(s, "incremental_snapshot_tables_left") == 0.0
+            && source_gauge(s, "incremental_snapshot_rows") > 0.0
+    })
+    .await;
+    let lsn: String = client
+        .query_one("select pg_current_wal_lsn()::text", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let resp = reqwest::get(format!(
+        "{}/api/pipelines/demo/sinks/out/wait?lsn={lsn}&timeout=60s",
+        d.admin
+    ))
+    .await
+    .unwrap();
+    assert_eq!(
+        resp.status().as_u16(),
+        200,
+        "{}",
+        resp.text().await.unwrap()
+    );
+    let folded = common::fold(&setup.output());
+    let ids: Vec<i64> = folded.keys().map(|(_, id)| *id).collect();
+    let fifty: Vec<String> = setup
+        .output()
+        .iter()
+        .filter(|e| e["after"]["id"] == 50 || e["before"]["id"] == 50)
+        .map(|e| format!("{} {}", e["op"], e["source"]["lsn"]))
+        .collect();
+    assert_eq!(
+        ids.len(),
+        99,
+        "rows in the output; id 50: {fifty:?}\n{}",
+        d.log()
+    );
+    assert!(
+        !ids.contains(&50),
+        "the deleted row came back from the chunk:\n{}",
+        d.log()
+    );
+    drop(d);
+}

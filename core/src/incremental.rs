@@ -150,6 +150,11 @@ pub struct Chunk {
     changed: HashSet<Vec<u8>>,
     /// The stream truncated the table since the low watermark.
     truncated: bool,
+    /// Whether the chunk's read could not see a transaction (in progress when it began; by
+    /// [`SourceInfo::tx_id`](crate::SourceInfo::tx_id)). One it could not see may have
+    /// committed just before the low watermark, so that the stream carries it before the
+    /// window opens: its keys leave the chunk wherever the stream carries them.
+    unseen: Unseen,
     /// Where the next chunk starts; none when this one ended the table.
     next_after: Option<Vec<String>>,
 }
@@ -203,13 +208,28 @@ impl Chunk {
             open: false,
             changed: HashSet::new(),
             truncated: false,
+            unseen: Unseen(None),
             next_after,
         }
     }
 
-    /// Notes a change the stream carries (between the watermarks, its key leaves the chunk).
+    /// The chunk of a read that could not see the transactions `unseen` says it could not.
+    pub fn not_seeing(mut self, unseen: impl Fn(u64) -> bool + Send + Sync + 'static) -> Chunk {
+        self.unseen = Unseen(Some(Box::new(unseen)));
+        self
+    }
+
+    /// Notes a change the stream carries (between the watermarks, or of a transaction the
+    /// read could not see, its key leaves the chunk).
     pub fn saw(&mut self, event: &Event) {
-        if !self.open
+        let unseen = || {
+            event
+                .source
+                .tx_id
+                .zip(self.unseen.0.as_ref())
+                .is_some_and(|(t, unseen)| unseen(t))
+        };
+        if !(self.open || unseen())
             || self.table.0 != event.source.namespace()
             || self.table.1 != *event.source.table
         {
@@ -254,6 +274,19 @@ impl Chunk {
             }
             Mark::High => None,
         }
+    }
+}
+
+/// What a chunk's read could not see (none: everything).
+struct Unseen(Option<Box<dyn Fn(u64) -> bool + Send + Sync>>);
+
+impl std::fmt::Debug for Unseen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Unseen(..)"
+        } else {
+            "Unseen(none)"
+        })
     }
 }
 
@@ -303,6 +336,44 @@ mod tests {
             progress.take_requests(&metrics),
             "asked, though nothing changed: taken all the same"
         );
+    }
+
+    #[test]
+    fn a_transaction_the_read_could_not_see_drops_its_keys_before_the_window_too() {
+        use crate::Row;
+        use crate::testing::{TABLE, event, row};
+        let change = |id: i64, tx: u64| {
+            let mut e = event(
+                TABLE,
+                Op::Update,
+                id,
+                None,
+                Some(row(id, "new", crate::Value::Null)),
+            );
+            e.source.tx_id = Some(tx);
+            e
+        };
+        let rows: Vec<Event> = (1..=3)
+            .map(|id| {
+                event(
+                    TABLE,
+                    Op::Read,
+                    id,
+                    None,
+                    Some(row(id, "old", crate::Value::Null)),
+                )
+            })
+            .collect();
+        let mut chunk = Chunk::new("c".into(), ("public".into(), TABLE.into()), rows, None)
+            .not_seeing(|tx| tx == 7);
+        // Before the low watermark: tx 7 (unseen by the read) drops key 1; tx 8 (seen) not.
+        chunk.saw(&change(1, 7));
+        chunk.saw(&change(2, 8));
+        assert!(chunk.watermark(&Mark::Low.text("c")).is_none());
+        chunk.saw(&change(3, 9));
+        let closed = chunk.watermark(&Mark::High.text("c")).unwrap();
+        let left: Vec<_> = closed.rows.iter().map(|e| e.key.clone().unwrap()).collect();
+        assert_eq!(left, [Row(vec![("id".into(), crate::Value::Int(2))])]);
     }
 
     #[test]

@@ -154,11 +154,21 @@ impl TableReader {
     }
 
     /// Reads the chunk after key `after` (the first without) between two watermarks.
+    ///
+    /// A transaction's commit record can be in the WAL — and streamed — before the
+    /// transaction is visible to a query (between writing its commit and leaving the proc
+    /// array: an fsync, a synchronous standby's answer). Such a transaction committed before
+    /// the low watermark is missing from a chunk read at once, and the stream carries it
+    /// before the window opens, so the chunk's older row would come after it. So, after the
+    /// low watermark, the read waits until every transaction the stream has seen commit
+    /// (`committed`) is visible; and the chunk drops the keys of each transaction its read
+    /// could not see wherever the stream carries them.
     pub async fn read(
         &self,
         client: &Client,
         factory: &EventFactory,
         after: Option<&[String]>,
+        (committed, ctx): (&RecentCommits, &SourceContext),
     ) -> Result<Chunk> {
         let id = chunk_id();
         let emit = async |mark: Mark| {
@@ -171,17 +181,33 @@ impl TableReader {
                 .map_err(|e| pg_error("writing a snapshot watermark", &e))
         };
         emit(Mark::Low).await?;
-        let rows = match after {
-            Some(after) => {
-                let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = after
-                    .iter()
-                    .map(|p| p as &(dyn tokio_postgres::types::ToSql + Sync))
-                    .collect();
-                client.query(&self.after, &params).await
+        wait_visible(client, committed, ctx).await?;
+        client
+            .batch_execute("begin isolation level repeatable read read only")
+            .await
+            .map_err(|e| pg_error("starting a chunk's read", &e))?;
+        let read = async {
+            let snapshot = current_snapshot(client).await?;
+            let rows = match after {
+                Some(after) => {
+                    let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = after
+                        .iter()
+                        .map(|p| p as &(dyn tokio_postgres::types::ToSql + Sync))
+                        .collect();
+                    client.query(&self.after, &params).await
+                }
+                None => client.query(&self.first, &[]).await,
+            }?;
+            client.batch_execute("commit").await?;
+            Ok::<_, tokio_postgres::Error>((snapshot, rows))
+        };
+        let (snapshot, rows) = match read.await {
+            Ok(read) => read,
+            Err(e) => {
+                let _ = client.batch_execute("rollback").await;
+                return Err(pg_error("reading a chunk of an incremental snapshot", &e));
             }
-            None => client.query(&self.first, &[]).await,
-        }
-        .map_err(|e| pg_error("reading a chunk of an incremental snapshot", &e))?;
+        };
         emit(Mark::High).await?;
 
         let next_after = (rows.len() == CHUNK_ROWS).then(|| {
@@ -221,6 +247,140 @@ impl TableReader {
             (shape.schema.to_string(), shape.table.to_string()),
             events,
             next_after,
-        ))
+        )
+        .not_seeing(move |xid| u32::try_from(xid).is_ok_and(|x| snapshot.in_progress(x))))
+    }
+}
+
+/// A snapshot as `pg_current_snapshot()::text` writes it (`xmin:xmax:xip,…`), for the
+/// transaction ids pgoutput sends (32 bits).
+#[derive(Debug, Clone)]
+struct Snapshot {
+    /// Every id at or past it had not ended (the latest ended one's, plus one).
+    xmax: u32,
+    /// Ids below `xmax` that had not ended.
+    xip: std::collections::HashSet<u32>,
+}
+
+impl Snapshot {
+    fn parse(text: &str) -> Option<Snapshot> {
+        let mut parts = text.split(':');
+        let _xmin = parts.next()?;
+        let xmax = parts.next()?.parse::<u64>().ok()?;
+        let xip = parts
+            .next()?
+            .split(',')
+            .filter(|x| !x.is_empty())
+            .map(|x| x.trim().parse::<u64>().map(|x| x as u32))
+            .collect::<std::result::Result<_, _>>()
+            .ok()?;
+        Some(Snapshot {
+            xmax: xmax as u32,
+            xip,
+        })
+    }
+
+    /// Whether transaction `xid` had not ended for this snapshot: listed, or at or past
+    /// `xmax` (ids wrap around at 2^32, as PostgreSQL compares them).
+    fn in_progress(&self, xid: u32) -> bool {
+        xid.wrapping_sub(self.xmax) < 1 << 31 || self.xip.contains(&xid)
+    }
+}
+
+async fn current_snapshot(client: &Client) -> std::result::Result<Snapshot, tokio_postgres::Error> {
+    let text: String = client
+        .query_one("select pg_current_snapshot()::text", &[])
+        .await?
+        .get(0);
+    Ok(Snapshot::parse(&text).unwrap_or(Snapshot {
+        xmax: 0,
+        xip: Default::default(),
+    }))
+}
+
+/// The transactions the stream saw commit lately: one in progress for a query now has its
+/// commit record in the WAL but is not visible yet. Bounded: such a transaction is among the
+/// last few the stream passed.
+#[derive(Debug, Default)]
+pub struct RecentCommits {
+    order: std::collections::VecDeque<u32>,
+    set: std::collections::HashSet<u32>,
+}
+
+impl RecentCommits {
+    const KEPT: usize = 1 << 16;
+
+    /// The stream passed `xid`'s commit.
+    pub fn committed(&mut self, xid: u32) {
+        if self.set.insert(xid) {
+            self.order.push_back(xid);
+            if self.order.len() > Self::KEPT
+                && let Some(old) = self.order.pop_front()
+            {
+                self.set.remove(&old);
+            }
+        }
+    }
+
+    /// Those of them `snapshot` sees in progress.
+    fn invisible(&self, snapshot: &Snapshot) -> Vec<u32> {
+        self.order
+            .iter()
+            .copied()
+            .filter(|x| snapshot.in_progress(*x))
+            .collect()
+    }
+}
+
+/// Waits until no transaction the stream saw commit is still in progress for a query.
+async fn wait_visible(
+    client: &Client,
+    committed: &RecentCommits,
+    ctx: &SourceContext,
+) -> Result<()> {
+    let started = std::time::Instant::now();
+    let mut warned = false;
+    loop {
+        let snapshot = current_snapshot(client)
+            .await
+            .map_err(|e| pg_error("reading the server's snapshot", &e))?;
+        let waiting = committed.invisible(&snapshot);
+        if waiting.is_empty() {
+            return Ok(());
+        }
+        if !warned && started.elapsed() > std::time::Duration::from_secs(10) {
+            warned = true;
+            tracing::warn!(transactions = ?waiting, "incremental snapshot: waiting for transactions whose commit is in the WAL to become visible (a synchronous standby that does not answer?)");
+        }
+        tokio::select! {
+            // The stream stops at its next look; the chunk read meanwhile is dropped.
+            () = ctx.cancel.cancelled() => return Ok(()),
+            () = tokio::time::sleep(std::time::Duration::from_millis(5)) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshots_say_which_transactions_had_not_ended() {
+        // 725 waits for a synchronous standby: the latest id, so past xmax, not listed.
+        let s = Snapshot::parse("725:725:").unwrap();
+        assert!(s.in_progress(725) && s.in_progress(800) && !s.in_progress(724));
+        let s = Snapshot::parse("700:730:701,725").unwrap();
+        assert!(s.in_progress(701) && s.in_progress(725) && !s.in_progress(702));
+        // An epoch in front, and ids wrapping around.
+        let s = Snapshot::parse(&format!("{0}:{0}:", (3u64 << 32) | 5)).unwrap();
+        assert!(s.in_progress(5) && !s.in_progress(u32::MAX) && s.in_progress(6));
+        let mut commits = RecentCommits::default();
+        for x in [700, 725, 729] {
+            commits.committed(x);
+        }
+        assert_eq!(
+            commits.invisible(&Snapshot::parse("700:730:701,725").unwrap()),
+            [725]
+        );
     }
 }

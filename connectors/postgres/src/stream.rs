@@ -13,7 +13,7 @@ use tokio_postgres::Client;
 
 use crate::catalog::{self, ColumnRef, TypeCache, pg_error};
 use crate::events::{EventFactory, PG_EPOCH_MICROS, Place, Shape};
-use crate::incremental::{self, TableReader};
+use crate::incremental::{self, RecentCommits, TableReader};
 use crate::pgoutput::{self, Message, Relation, TupleValue};
 use siphon_core::incremental::{Chunk, Closed, Progress};
 
@@ -91,6 +91,7 @@ impl Stream<'_> {
         let mut table_poll = tokio::time::interval(self.table_poll_interval);
         table_poll.tick().await;
         let mut progress = self.checkpoint.incremental.clone();
+        let mut commits = RecentCommits::default();
         let mut chunk: Option<Chunk> = None;
         let mut reader: Option<TableReader> = None;
         progress.report(&self.ctx.metrics);
@@ -111,7 +112,7 @@ impl Stream<'_> {
                         self.ctx.metrics.caught_up();
                         if chunk.is_none() {
                             chunk = self
-                                .next_chunk(&mut types, &mut progress, &mut reader)
+                                .next_chunk(&mut types, &mut progress, &mut reader, &commits)
                                 .await?;
                         }
                     }
@@ -236,6 +237,7 @@ impl Stream<'_> {
                     }
                     if let Some(t) = tx.take() {
                         pending.commit_ms = Some((t.commit_time_micros + PG_EPOCH_MICROS) / 1000);
+                        commits.committed(t.xid);
                     }
                     // Once the log holds the whole transaction, the server may forget it.
                     pending.confirm = Some(end_lsn);
@@ -325,6 +327,7 @@ impl Stream<'_> {
         types: &mut TypeCache,
         progress: &mut Progress,
         reader: &mut Option<TableReader>,
+        commits: &RecentCommits,
     ) -> Result<Option<Chunk>> {
         let mut changed = progress.take_requests(&self.ctx.metrics);
         // A chunk read fails once the table changed since its reader was made (a dropped
@@ -350,7 +353,12 @@ impl Stream<'_> {
             match reader {
                 Some(r) => {
                     match r
-                        .read(self.client, &self.factory, progress.after.as_deref())
+                        .read(
+                            self.client,
+                            &self.factory,
+                            progress.after.as_deref(),
+                            (commits, self.ctx),
+                        )
                         .await
                     {
                         Ok(chunk) => return Ok(Some(chunk)),

@@ -11,9 +11,11 @@
 mod containers;
 mod daemon;
 mod disk;
+mod private;
 pub mod search;
 mod services;
 
 pub use daemon::{Daemon, free_port};
 pub use disk::SmallDisk;
+pub use private::{PrivateMariadb, PrivatePostgres};
 pub use services::{MysqlDatabase, PgDatabase, RedisKeyspace, mysql, postgres, redis};

@@ -1,0 +1,316 @@
+//! Servers of a test's own, on free ports, for tests that restart, stop or reconfigure their
+//! server: the machine's shared servers are in use by every other test meanwhile. Each is
+//! stopped (immediately) and its directory removed when the value is dropped.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail, ensure};
+
+use crate::free_port;
+
+fn run(command: &mut Command, what: &str) -> anyhow::Result<()> {
+    let out = command
+        .output()
+        .with_context(|| format!("{what}: starting {command:?}"))?;
+    ensure!(
+        out.status.success(),
+        "{what} failed ({}): {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.trim_ascii() == b"0")
+}
+
+/// A PostgreSQL cluster of its own (initdb + pg_ctl), prepared for logical replication, on a
+/// free port. As root (as `scripts/test` runs) its files belong to the `postgres` user.
+#[derive(Debug)]
+pub struct PrivatePostgres {
+    dir: tempfile::TempDir,
+    bin: PathBuf,
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    settings: Vec<String>,
+}
+
+impl PrivatePostgres {
+    /// A new cluster with `settings` (`name=value`, as `postgres -c` takes them) besides
+    /// those logical replication needs, started.
+    pub fn start(settings: &[&str]) -> anyhow::Result<PrivatePostgres> {
+        let bin = std::fs::read_dir("/usr/lib/postgresql")
+            .context(
+                "PostgreSQL's server binaries (package postgresql; scripts/services installs it)",
+            )?
+            .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+            .filter(|b| b.join("initdb").exists())
+            .max()
+            .context("no initdb under /usr/lib/postgresql/*/bin")?;
+        let dir = tempfile::tempdir()?;
+        let pg = PrivatePostgres {
+            dir,
+            bin,
+            port: free_port(),
+            settings: settings.iter().map(|s| (*s).to_owned()).collect(),
+        };
+        if is_root() {
+            run(
+                Command::new("chown")
+                    .arg("postgres:postgres")
+                    .arg(pg.dir.path()),
+                "chown",
+            )?;
+        }
+        run(
+            &mut pg.as_owner(
+                &pg.bin.join("initdb"),
+                &[
+                    "-D",
+                    &pg.data().display().to_string(),
+                    "-A",
+                    "trust",
+                    "-U",
+                    "postgres",
+                    "--no-sync",
+                ],
+            ),
+            "initdb",
+        )?;
+        pg.start_server()?;
+        Ok(pg)
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// A command run as the cluster's owner (`postgres` when the tests run as root).
+    fn as_owner(&self, program: &Path, args: &[&str]) -> Command {
+        let mut command = if is_root() {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(program);
+            c
+        } else {
+            Command::new(program)
+        };
+        command.args(args).stdin(Stdio::null());
+        command
+    }
+
+    fn start_server(&self) -> anyhow::Result<()> {
+        let mut options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c wal_level=logical -c max_wal_senders=10 \
+             -c max_replication_slots=10 -c fsync=off -c synchronous_commit=off",
+            self.port,
+            self.dir.path().display()
+        );
+        for s in &self.settings {
+            options.push_str(&format!(" -c {s}"));
+        }
+        run(
+            &mut self.as_owner(
+                &self.bin.join("pg_ctl"),
+                &[
+                    "-D",
+                    &self.data().display().to_string(),
+                    "-l",
+                    &self.dir.path().join("server.log").display().to_string(),
+                    "-w",
+                    "-o",
+                    &options,
+                    "start",
+                ],
+            ),
+            "pg_ctl start",
+        )
+    }
+
+    /// A URL of database `db` on it.
+    pub fn url(&self, db: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{db}", self.port)
+    }
+
+    /// A client of database `db`.
+    pub async fn client(&self, db: &str) -> anyhow::Result<tokio_postgres::Client> {
+        let (client, conn) = tokio_postgres::connect(&self.url(db), tokio_postgres::NoTls)
+            .await
+            .with_context(|| format!("connecting to the private PostgreSQL on {}", self.port))?;
+        tokio::spawn(conn);
+        Ok(client)
+    }
+
+    /// Stops it (`fast`: sessions are ended; `immediate`: as a crash) and starts it again.
+    pub fn restart(&self, mode: &str) -> anyhow::Result<()> {
+        self.stop(mode)?;
+        self.start_server()
+    }
+
+    fn stop(&self, mode: &str) -> anyhow::Result<()> {
+        run(
+            &mut self.as_owner(
+                &self.bin.join("pg_ctl"),
+                &[
+                    "-D",
+                    &self.data().display().to_string(),
+                    "-m",
+                    mode,
+                    "-w",
+                    "stop",
+                ],
+            ),
+            "pg_ctl stop",
+        )
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for PrivatePostgres {
+    fn drop(&mut self) {
+        let _ = self.stop("immediate");
+    }
+}
+
+/// A MariaDB server of its own (mariadb-install-db + mariadbd) with the binlog as siphon
+/// needs it, on a free port; root without a password.
+#[derive(Debug)]
+pub struct PrivateMariadb {
+    dir: tempfile::TempDir,
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    server: Option<Child>,
+}
+
+impl PrivateMariadb {
+    /// A new server, started.
+    pub fn start() -> anyhow::Result<PrivateMariadb> {
+        let dir = tempfile::tempdir()?;
+        let mut install = Command::new("mariadb-install-db");
+        install
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", dir.path().join("data").display()))
+            .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
+            .stdin(Stdio::null());
+        if is_root() {
+            install.arg("--user=root");
+        }
+        run(&mut install, "mariadb-install-db (package mariadb-server)")?;
+        let mut db = PrivateMariadb {
+            dir,
+            port: free_port(),
+            server: None,
+        };
+        db.start_server()?;
+        Ok(db)
+    }
+
+    fn start_server(&mut self) -> anyhow::Result<()> {
+        let data = self.dir.path().join("data");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("server.log"))?;
+        let mut command = Command::new("mariadbd");
+        command
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", data.display()))
+            .arg(format!("--port={}", self.port))
+            .arg(format!(
+                "--socket={}",
+                self.dir.path().join("sock").display()
+            ))
+            .arg(format!("--log-bin={}", data.join("bin").display()))
+            .args([
+                "--bind-address=127.0.0.1",
+                "--binlog-format=ROW",
+                "--binlog-row-image=FULL",
+                "--binlog-row-metadata=FULL",
+                "--server-id=1",
+                "--innodb-flush-log-at-trx-commit=2",
+                "--sync-binlog=0",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log);
+        if is_root() {
+            command.arg("--user=root");
+        }
+        let child = command
+            .spawn()
+            .context("mariadbd (package mariadb-server)")?;
+        self.server = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            if let Some(status) = self
+                .server
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                bail!("mariadbd exited ({status}):\n{}", self.log());
+            }
+            ensure!(
+                Instant::now() < deadline,
+                "mariadbd did not listen:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
+    /// The root URL (no database).
+    pub fn url(&self) -> String {
+        format!("mysql://root@127.0.0.1:{}", self.port)
+    }
+
+    /// A connection as root, to database `db` (`None`: none).
+    pub async fn conn(&self, db: Option<&str>) -> anyhow::Result<mysql_async::Conn> {
+        let url = match db {
+            Some(db) => format!("{}/{db}", self.url()),
+            None => self.url(),
+        };
+        Ok(mysql_async::Conn::new(mysql_async::Opts::from_url(&url)?).await?)
+    }
+
+    /// Shuts it down cleanly and starts it again.
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        run(
+            Command::new("mariadb-admin").args([
+                "-uroot",
+                "-h127.0.0.1",
+                &format!("-P{}", self.port),
+                "shutdown",
+            ]),
+            "mariadb-admin shutdown",
+        )?;
+        if let Some(mut child) = self.server.take() {
+            child.wait()?;
+        }
+        self.start_server()
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for PrivateMariadb {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.server.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
