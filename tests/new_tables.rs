@@ -189,3 +189,120 @@ async fn mariadb_tables_renamed_in_while_running_or_down_are_complete() {
         wait_complete(&db, &setup, &d, table).await;
     }
 }
+
+/// A table created while the daemon is down joins the publication at the next start, and
+/// that start then fails (the slot is held by another client): the start after it still
+/// snapshots the table. Before, the request was saved only after the slot was reached, so the
+/// retry found the table already published and its earlier rows never arrived.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failure_after_a_new_table_joins_the_publication_loses_no_rows() {
+    let db = postgres().await.unwrap();
+    let client = db.client().await.unwrap();
+    client
+        .batch_execute(
+            "create table a (id bigint primary key, v text not null);
+             insert into a select g, 'a' || g from generate_series(1, 10) g;",
+        )
+        .await
+        .unwrap();
+    let slot = format!("{}_slot", db.name);
+    let source = format!(
+        "kind = \"postgres\"\nurl = \"{}\"\ntables = [\"public.*\"]\nslot = \"{slot}\"\nstatus_interval = \"500ms\"",
+        db.url
+    );
+    let setup = Setup::with_source(&source, 0, "");
+    let mut d = setup.start();
+    let source_db = SourceDb::Postgres(db);
+    wait_complete(&source_db, &setup, &d, "a").await;
+    d.signal("TERM").unwrap();
+    assert!(
+        d.wait(Duration::from_secs(30)).unwrap().success(),
+        "{}",
+        d.log()
+    );
+    client
+        .batch_execute(
+            "create table b (id bigint primary key, v text not null);
+             insert into b select g, 'b' || g from generate_series(1, 300) g;",
+        )
+        .await
+        .unwrap();
+    let SourceDb::Postgres(db) = &source_db else {
+        unreachable!()
+    };
+
+    // Another client holds the slot: the start adds b to the publication, then fails to
+    // stream (and retries) until it lets go.
+    let holder = std::process::Command::new("/usr/lib/postgresql/15/bin/pg_recvlogical")
+        .args(["-d", &db.url, "--slot", &slot, "--start", "-f", "/dev/null"])
+        .args([
+            "-o",
+            "proto_version=1",
+            "-o",
+            "publication_names=siphon_demo",
+        ])
+        .spawn()
+        .expect("pg_recvlogical (package postgresql)");
+    let mut holder = Guard(holder);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let active: bool = client
+            .query_one(
+                "select active from pg_replication_slots where slot_name = $1",
+                &[&slot],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if active {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "pg_recvlogical never took the slot"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    d = setup.start();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !d.log().contains("is active for PID") {
+        assert!(
+            Instant::now() < deadline,
+            "the start did not fail on the held slot:\n{}",
+            d.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let published: bool = client
+        .query_one(
+            "select exists (select 1 from pg_publication_tables where pubname = 'siphon_demo' and tablename = 'b')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        published,
+        "the failed start had not added b to the publication yet"
+    );
+    holder.0.kill().unwrap();
+    holder.0.wait().unwrap();
+    // Restarted as a user would after the failure, or retried by the daemon itself.
+    drop(d);
+    d = setup.start();
+    for table in ["a", "b"] {
+        wait_complete(&source_db, &setup, &d, table).await;
+    }
+    drop(d);
+    db.drop_slot(&slot).await.unwrap();
+}
+
+/// Kills a child process when dropped.
+struct Guard(std::process::Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

@@ -304,14 +304,16 @@ async fn index_columns(client: &Client, oid: u32, flag: &str, what: &str) -> Res
 }
 
 /// Makes sure the publication exists, covers exactly these tables, and publishes a
-/// partitioned table's changes under its own name (`publish_via_partition_root`). Returns the
-/// tables it added to an existing publication ("schema.table"): their rows from before are
-/// not in the stream.
+/// partitioned table's changes under its own name (`publish_via_partition_root`).
+/// `before_adding` is called with the tables it is about to add to an existing publication
+/// ("schema.table"), whose rows from before are not in the stream: once they are in the
+/// publication nothing says so again, so what must be done about it is recorded first.
 pub async fn ensure_publication(
     client: &Client,
     publication: &str,
     tables: &[Table],
-) -> Result<Vec<String>> {
+    before_adding: impl FnOnce(&[String]) -> Result<()>,
+) -> Result<()> {
     let existing = client
         .query_opt(
             "select puballtables, pubviaroot from pg_publication where pubname = $1",
@@ -332,7 +334,7 @@ pub async fn ensure_publication(
             .await
             .map_err(|e| pg_error("creating the publication", &e))?;
         tracing::info!(publication, tables = all.len(), "created the publication");
-        return Ok(Vec::new());
+        return Ok(());
     };
     let (all_tables, via_root): (bool, bool) = (existing.get(0), existing.get(1));
     if !via_root {
@@ -349,7 +351,7 @@ pub async fn ensure_publication(
         );
     }
     if all_tables {
-        return Ok(Vec::new());
+        return Ok(());
     }
     // Membership by OID: pg_publication_tables lists a partitioned table's partitions, not
     // the table (or the other way round), depending on publish_via_partition_root.
@@ -369,6 +371,7 @@ pub async fn ensure_publication(
         .filter(|t| !covered.contains(&t.oid))
         .collect();
     if !missing.is_empty() {
+        before_adding(&missing.iter().map(|t| t.qualified()).collect::<Vec<_>>())?;
         let sql = format!(
             "alter publication {} add table {}",
             quote_ident(publication),
@@ -410,7 +413,7 @@ pub async fn ensure_publication(
             .map_err(|e| pg_error("dropping tables from the publication", &e))?;
         tracing::info!(publication, tables = ?gone, "dropped tables the configuration no longer names from the publication");
     }
-    Ok(missing.iter().map(|t| t.qualified()).collect())
+    Ok(())
 }
 
 /// The state of a replication slot.

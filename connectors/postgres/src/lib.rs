@@ -333,7 +333,19 @@ impl Source for PostgresSource {
                  `ALTER TABLE {} REPLICA IDENTITY DEFAULT`", t.quoted()
             );
         }
-        let added = catalog::ensure_publication(&client, &self.publication, &tables).await?;
+        // Tables created while siphon was down join the publication: the request to snapshot
+        // them is in the checkpoint before they do (a failure after that must not lose it).
+        catalog::ensure_publication(&client, &self.publication, &tables, |added| {
+            match ctx.offsets.source_checkpoint::<Checkpoint>()? {
+                Some(mut checkpoint) if checkpoint.snapshot_done => {
+                    tracing::info!(tables = ?added, "new tables join the publication: snapshotting them incrementally");
+                    checkpoint.incremental.request(added.iter().cloned());
+                    ctx.offsets.save_source_checkpoint(&checkpoint)
+                }
+                _ => Ok(()),
+            }
+        })
+        .await?;
         // A checkpoint of another slot, or of another change log (the log was lost or
         // replaced), says nothing about this one: the snapshot is taken again.
         let checkpoint = ctx
@@ -464,16 +476,10 @@ impl Source for PostgresSource {
             .await
             .map_err(|e| replication_error(&e))?;
         tracing::info!(pipeline = %self.pipeline, slot = %self.slot, ?resume_after, "streaming changes");
-        let mut checkpoint = ctx
+        let checkpoint = ctx
             .offsets
             .source_checkpoint::<Checkpoint>()?
             .unwrap_or_default();
-        if !need_snapshot && !added.is_empty() {
-            // Created while siphon was down: their rows so far are in no snapshot.
-            tracing::info!(tables = ?added, "new tables joined the publication: snapshotting them incrementally");
-            checkpoint.incremental.request(added);
-            ctx.offsets.save_source_checkpoint(&checkpoint)?;
-        }
         let result = stream::Stream {
             ctx,
             checkpoint,

@@ -310,12 +310,12 @@ impl Stream<'_> {
     /// that rows written before they joined reach the log too.
     async fn poll_tables(&self, progress: &mut Progress) -> Result<()> {
         let tables = catalog::tables(self.client, &self.patterns).await?;
-        let added = catalog::ensure_publication(self.client, &self.publication, &tables).await?;
-        if !added.is_empty() {
-            tracing::info!(tables = ?added, "new tables joined the publication: snapshotting them incrementally");
-            progress.request(added);
-            self.save_progress(progress)?;
-        }
+        catalog::ensure_publication(self.client, &self.publication, &tables, |added| {
+            tracing::info!(tables = ?added, "new tables join the publication: snapshotting them incrementally");
+            progress.request(added.iter().cloned());
+            self.save_progress(progress)
+        })
+        .await?;
         Ok(())
     }
 
