@@ -1,6 +1,8 @@
 //! MariaDB values the stores used to get wrong, end to end through the daemon: keys in a
 //! character set other than UTF-8 (`latin1`'s 'café' and 'cafè' were one key), `BINARY(n)`
-//! keys ending in zero bytes (the binlog drops them: updates missed the snapshot's row), TIME
+//! keys ending in zero bytes (the binlog drops them: updates missed the snapshot's row), text
+//! after a geometry column (which shifted every later column's set) or in a collation MariaDB
+//! numbers apart (`utf8mb4_uca1400_ai_ci`), TIME
 //! below zero and past a day (its hours were lost), and the zero TIMESTAMP (1970 in the stream,
 //! NULL in the snapshot). Each table gets rows from the snapshot and from the stream, and
 //! Redis, the PostgreSQL mirror and the DuckDB mirror must each hold exactly the table.
@@ -22,7 +24,7 @@ type Tables = BTreeMap<&'static str, BTreeSet<Vec<String>>>;
 
 /// The tables and their columns, in the order every store's query lists them.
 const TABLES: &[(&str, &[&str])] = &[
-    ("latin", &["k", "v", "n"]),
+    ("latin", &["k", "v", "u", "n"]),
     ("fixed", &["id", "n"]),
     ("spans", &["id", "t", "ts"]),
 ];
@@ -68,10 +70,12 @@ async fn odd_mariadb_values_reach_every_store_as_the_table_holds_them() {
     conn.query_drop(
         "set session sql_mode = '';
          create table latin (k varchar(10) character set latin1 collate latin1_bin primary key,
-             v varchar(20) character set latin1, n int) default charset = latin1;
+             g geometry null, v varchar(20) character set latin1,
+             u varchar(20) character set utf8mb4 collate utf8mb4_uca1400_ai_ci, n int)
+             default charset = latin1;
          create table fixed (id binary(4) primary key, n int);
          create table spans (id int primary key, t time(1), ts timestamp null);
-         insert into latin values ('café', 'été', 1), ('naïf', 'ça', 2);
+         insert into latin values ('café', point(1, 2), 'été', 'ü1', 1), ('naïf', null, 'ça', 'ü2', 2);
          insert into fixed values (x'01020000', 1), (x'0a0b0c0d', 1);
          insert into spans values (1, '-05:01:02.5', '2024-01-02 03:04:05'),
              (2, '100:00:00', '0000-00-00 00:00:00'), (3, '838:59:59', null),
@@ -119,8 +123,8 @@ path = "{lake}"
     // keys, new TIMEs and a zero TIMESTAMP.
     conn.query_drop(
         "set session sql_mode = '';
-         insert into latin values ('cafè', 'è', 3);
-         update latin set v = 'naïve', n = 10 where k = 'café';
+         insert into latin values ('cafè', point(3, 4), 'è', 'ü3', 3);
+         update latin set v = 'naïve', u = 'über', n = 10 where k = 'café';
          delete from latin where k = 'naïf';
          update fixed set n = 2 where id = x'01020000';
          insert into fixed values (x'ff000000', 3);
@@ -159,7 +163,7 @@ path = "{lake}"
     // The tables, as MariaDB reads them.
     let mut want = Tables::new();
     for (table, select) in [
-        ("latin", "select k, v, cast(n as char) from latin"),
+        ("latin", "select k, v, u, cast(n as char) from latin"),
         ("fixed", "select hex(id), cast(n as char) from fixed"),
         (
             "spans",
@@ -185,7 +189,7 @@ path = "{lake}"
     let pg = target.client().await.unwrap();
     let mut warehouse = Tables::new();
     for (table, select) in [
-        ("latin", "select k, v, n::text from \"{db}\".latin"),
+        ("latin", "select k, v, u, n::text from \"{db}\".latin"),
         (
             "fixed",
             "select encode(id, 'hex'), n::text from \"{db}\".fixed",
@@ -227,7 +231,7 @@ path = "{lake}"
     for (table, select) in [
         (
             "latin",
-            "SELECT k, v, CAST(n AS VARCHAR) FROM \"{db}_latin\"",
+            "SELECT k, v, u, CAST(n AS VARCHAR) FROM \"{db}_latin\"",
         ),
         (
             "fixed",

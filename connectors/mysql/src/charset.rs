@@ -76,13 +76,23 @@ impl Charset {
 pub struct Collations(HashMap<u16, String>);
 
 impl Collations {
-    /// As the server lists them.
+    /// As the server lists them. MariaDB (10.10 and later) lists the collations a table map
+    /// may name by an id of their set's own (`utf8mb4_uca1400_ai_ci` is 2304) only in
+    /// COLLATION_CHARACTER_SET_APPLICABILITY, with COLLATIONS giving them no id; MySQL's
+    /// applicability table has no ids at all.
     pub async fn read(conn: &mut mysql_async::Conn) -> Result<Collations> {
-        // MariaDB lists some collations (UCA 14.0 names) without an id or a set.
-        let rows: Vec<(Option<u64>, Option<String>)> = conn
+        let mut rows: Vec<(Option<u64>, Option<String>)> = conn
             .query("SELECT ID, CHARACTER_SET_NAME FROM information_schema.COLLATIONS")
             .await
             .map_err(|e| my_error("reading the server's collations", &e))?;
+        if let Ok(more) = conn
+            .query::<(Option<u64>, Option<String>), _>(
+                "SELECT ID, CHARACTER_SET_NAME FROM information_schema.COLLATION_CHARACTER_SET_APPLICABILITY",
+            )
+            .await
+        {
+            rows.extend(more);
+        }
         Ok(Collations(
             rows.into_iter()
                 .filter_map(|(id, set)| Some((u16::try_from(id?).ok()?, set?)))

@@ -298,12 +298,15 @@ pub fn from_table_map(
             let name = collations.charset(id).unwrap_or("unknown");
             Charset::by_name(name).ok_or_else(|| unsupported(&qualified(), name))
         };
-        let collation = if real_type.is_character_type() {
-            character_columns += 1;
-            text_sets.of(character_columns - 1)
-        } else {
-            None
-        };
+        // The server gives a geometry column (binary) a set too; `is_character_type` does not
+        // count it.
+        let collation =
+            if real_type.is_character_type() || real_type == ColumnType::MYSQL_TYPE_GEOMETRY {
+                character_columns += 1;
+                text_sets.of(character_columns - 1)
+            } else {
+                None
+            };
         let mut labels = |list: Option<Vec<Vec<u8>>>| -> Result<Vec<String>> {
             label_columns += 1;
             let set = set(label_sets.of(label_columns - 1))?;
