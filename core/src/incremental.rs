@@ -53,6 +53,20 @@ impl Progress {
         }
     }
 
+    /// Reads tables (again) from their first key: one being read now starts over, the rest
+    /// are added (each once). For a table whose rows are not the ones read so far (another
+    /// table renamed over it).
+    pub fn restart(&mut self, tables: impl IntoIterator<Item = String>) {
+        for table in tables {
+            if self.tables.front() == Some(&table) {
+                self.after = None;
+                self.table_rows = 0;
+            } else {
+                self.request([table]);
+            }
+        }
+    }
+
     /// Takes what was asked through the admin API or CLI since the last call (tables to read,
     /// stop, pause, resume); whether anything was asked (the caller saves and reports the
     /// progress then, which tells the CLI its request was taken). Only between chunks: a stop

@@ -83,6 +83,9 @@ pub enum TableChange {
     RenamedTo(String),
     /// Its shape may have changed (`ALTER TABLE`, an index).
     Altered(String),
+    /// Its rows changed without row events: a partition truncated, dropped, exchanged with
+    /// another table's rows or converted to a table; a tablespace imported.
+    Refreshed(String),
     /// A whole database dropped (the caller knows which of its tables it captured).
     DatabaseDropped(String),
 }
@@ -98,6 +101,7 @@ impl TableChange {
             | TableChange::RenamedFrom(n)
             | TableChange::RenamedTo(n)
             | TableChange::Altered(n)
+            | TableChange::Refreshed(n)
             | TableChange::DatabaseDropped(n) => n,
         }
     }
@@ -345,11 +349,17 @@ impl Parser<'_> {
         Statement::Tables(tables.unwrap_or_default())
     }
 
-    /// `a TO b [, c TO d]…`
+    /// `[IF EXISTS] a [WAIT n | NOWAIT] TO b [, c TO d]…` (MariaDB's clauses included).
     fn renames(&mut self) -> Option<Vec<TableChange>> {
         let mut changes = Vec::new();
+        self.keywords(&["IF", "EXISTS"]);
         loop {
             let from = self.table()?;
+            if self.keyword("WAIT") {
+                self.at += 1; // the seconds
+            } else {
+                self.keyword("NOWAIT");
+            }
             if !self.keyword("TO") {
                 return None;
             }
@@ -363,7 +373,11 @@ impl Parser<'_> {
     }
 
     fn drop(&mut self) -> Statement {
-        self.keyword("TEMPORARY");
+        // A temporary table (logged in statement or mixed format) is no captured table, even
+        // where it shadows one of the same name.
+        if self.keyword("TEMPORARY") {
+            return Statement::Other;
+        }
         if self.keyword("DATABASE") || self.keyword("SCHEMA") {
             self.keywords(&["IF", "EXISTS"]);
             return match self.name_part() {
@@ -385,7 +399,9 @@ impl Parser<'_> {
 
     fn create(&mut self) -> Statement {
         let replace = self.keywords(&["OR", "REPLACE"]);
-        self.keyword("TEMPORARY");
+        if self.keyword("TEMPORARY") {
+            return Statement::Other;
+        }
         if self.keyword("TABLE") {
             self.keywords(&["IF", "NOT", "EXISTS"]);
             return Statement::Tables(match self.table() {
@@ -431,24 +447,55 @@ impl Parser<'_> {
             return Statement::Tables(Vec::new());
         };
         let mut changes = vec![TableChange::Altered(table.clone())];
-        // A top-level RENAME clause (not RENAME COLUMN / INDEX / KEY).
+        // Top-level clauses: RENAME [TO|AS] (not RENAME COLUMN / INDEX / KEY), and those that
+        // change rows without row events.
         let mut depth = 0usize;
         while let Some(token) = self.peek().cloned() {
             self.at += 1;
-            match token {
-                Token::Punct('(') => depth += 1,
-                Token::Punct(')') => depth = depth.saturating_sub(1),
-                Token::Word(w) if depth == 0 && w.eq_ignore_ascii_case("RENAME") => {
+            let Token::Word(w) = token else {
+                match token {
+                    Token::Punct('(') => depth += 1,
+                    Token::Punct(')') => depth = depth.saturating_sub(1),
+                    _ => {}
+                }
+                continue;
+            };
+            if depth > 0 {
+                continue;
+            }
+            match w.to_ascii_uppercase().as_str() {
+                "RENAME" => {
                     if ["COLUMN", "INDEX", "KEY"].iter().any(|k| self.keyword(k)) {
                         continue;
                     }
                     let _ = self.keyword("TO") || self.keyword("AS");
                     if let Some(to) = self.table() {
-                        changes = vec![
-                            TableChange::RenamedFrom(table.clone()),
-                            TableChange::RenamedTo(to),
-                        ];
+                        changes.retain(|c| *c != TableChange::Altered(table.clone()));
+                        changes.push(TableChange::RenamedFrom(table.clone()));
+                        changes.push(TableChange::RenamedTo(to));
                     }
+                }
+                "TRUNCATE" | "DROP" | "EXCHANGE" | "CONVERT" if self.keyword("PARTITION") => {
+                    changes.push(TableChange::Refreshed(table.clone()));
+                    if w.eq_ignore_ascii_case("EXCHANGE") {
+                        // EXCHANGE PARTITION p WITH TABLE other
+                        let _ = self.name_part();
+                        if self.keywords(&["WITH", "TABLE"])
+                            && let Some(other) = self.table()
+                        {
+                            changes.push(TableChange::Refreshed(other));
+                        }
+                    }
+                }
+                // CONVERT TABLE t TO PARTITION p: t's rows join this table.
+                "CONVERT" if self.keyword("TABLE") => {
+                    changes.push(TableChange::Refreshed(table.clone()));
+                    if let Some(other) = self.table() {
+                        changes.push(TableChange::Dropped(other));
+                    }
+                }
+                "IMPORT" | "DISCARD" if self.keyword("TABLESPACE") => {
+                    changes.push(TableChange::Refreshed(table.clone()));
                 }
                 _ => {}
             }
@@ -575,6 +622,35 @@ mod tests {
             [Altered("app.t".into())]
         );
         assert_eq!(tables("CREATE TABLE"), []);
+        assert_eq!(
+            tables("RENAME TABLE IF EXISTS items WAIT 3 TO items_old, items_new NOWAIT TO items"),
+            [
+                RenamedFrom("app.items".into()),
+                RenamedTo("app.items_old".into()),
+                RenamedFrom("app.items_new".into()),
+                RenamedTo("app.items".into())
+            ]
+        );
+        assert_eq!(
+            tables("alter table t truncate partition p1, p2"),
+            [Altered("app.t".into()), Refreshed("app.t".into())]
+        );
+        assert_eq!(
+            tables("ALTER TABLE t EXCHANGE PARTITION p WITH TABLE x.u"),
+            [
+                Altered("app.t".into()),
+                Refreshed("app.t".into()),
+                Refreshed("x.u".into())
+            ]
+        );
+        assert_eq!(
+            tables("alter table t discard tablespace"),
+            [Altered("app.t".into()), Refreshed("app.t".into())]
+        );
+        assert_eq!(
+            tables("alter table t add partition (partition p3 values less than (30))"),
+            [Altered("app.t".into())]
+        );
     }
 
     #[test]
@@ -589,6 +665,9 @@ mod tests {
             "CREATE TRIGGER tr BEFORE INSERT ON t FOR EACH ROW SET @x = 1",
             "insert into myisam_table values (1)",
             "/* unclosed",
+            "DROP TEMPORARY TABLE `tt2` /* generated by server */",
+            "DROP /*!40005 TEMPORARY */ TABLE IF EXISTS `t`",
+            "CREATE OR REPLACE TEMPORARY TABLE t (id int)",
         ] {
             assert_eq!(statement(sql, "app"), Statement::Other, "{sql}");
         }

@@ -82,7 +82,7 @@ pub(crate) struct GtidCheckpoint {
     /// The log's durable end when saved: the state counts every transaction before it, and
     /// nothing after it (it is saved between transactions only, never with one open).
     log_end: u64,
-    /// Written by siphon 0.1 (a transaction open when saved); read and ignored.
+    /// Written by siphon 0.1 (a transaction open when saved): such a state is not used.
     #[serde(default, skip_serializing)]
     open: Option<serde::de::IgnoredAny>,
 }
@@ -398,6 +398,11 @@ fn gtids_at(
     let Some(mut state) = GtidState::parse(&saved.state) else {
         return Ok(None);
     };
+    if saved.open.is_some() {
+        // Saved by siphon 0.1 with a transaction open: its state may count that transaction
+        // although the log holds none of it. By file and position instead.
+        return Ok(None);
+    }
     // The state before the last event's transaction began, once its first event is read.
     let mut before_last = None;
     let mut reader = ctx.log.reader(saved.log_end.max(ctx.log.start_offset()))?;

@@ -21,6 +21,7 @@ use mysql_async::{BinlogStream, BinlogStreamRequest};
 use siphon_core::event::{Op, Row, SnapshotMarker};
 use siphon_core::incremental::{Chunk, Progress};
 use siphon_core::json::format_uuid;
+use siphon_core::schema::TableSchema;
 use siphon_core::source::{SourceContext, SourcePoint};
 use siphon_core::spool::{SpoolReader, SpoolWriter};
 use siphon_core::{Error, Event, KeyChange, Result};
@@ -189,7 +190,7 @@ impl Stream<'_> {
             file: resume.file.clone(),
             next_pos: resume.pos,
             checksummed_rotate: checksummed,
-            held: resume.held,
+            held: resume.held.clone(),
             transaction: None,
             shapes: HashMap::new(),
             collations,
@@ -198,6 +199,13 @@ impl Stream<'_> {
             gtids_saved: None,
             saved: self.checkpoint.gtids.clone(),
             xa: self.checkpoint.xa.clone(),
+            xa_ahead: self
+                .checkpoint
+                .xa
+                .iter()
+                .filter(|p| p.read_again_from(&resume))
+                .map(|p| p.at.clone())
+                .collect(),
             pending: Pending::default(),
             snapshot: IncrementalState {
                 progress: self.checkpoint.incremental.clone(),
@@ -287,7 +295,7 @@ impl Stream<'_> {
                         g.standalone,
                     );
                     if let Some(xid) = g.prepared_xa {
-                        self.xa_start(state, Some(xid));
+                        self.xa_start(state, start, Some(xid));
                     }
                 }
             }
@@ -312,6 +320,10 @@ impl Stream<'_> {
                     let gtid = format!("{}:{}", format_uuid(&g.sid()), g.gno());
                     self.begin(state, start, Some(gtid), header.server_id(), true);
                 }
+                // MySQL with gtid_mode = OFF starts each group so.
+                Some(EventData::AnonymousGtidEvent(_)) => {
+                    self.begin(state, start, None, header.server_id(), true);
+                }
                 Some(EventData::QueryEvent(q)) => {
                     match ddl::statement(&q.query(), &q.schema()) {
                         Statement::Begin => match &mut state.transaction {
@@ -321,7 +333,7 @@ impl Stream<'_> {
                             None => self.begin(state, start, None, header.server_id(), false),
                         },
                         Statement::Commit => self.commit(state, header.timestamp()).await?,
-                        Statement::XaStart(xid) => self.xa_start(state, xid),
+                        Statement::XaStart(xid) => self.xa_start(state, start, xid),
                         Statement::XaCommit {
                             one_phase: true, ..
                         } if state.transaction.as_ref().is_some_and(|t| t.xa.is_some()) => {
@@ -545,18 +557,22 @@ impl Stream<'_> {
             // The transactions before it go first.
             self.append_pending(&mut state.pending).await?;
         }
+        // The newest event stays back, for the commit to mark as the transaction's end.
         let transaction = state.transaction.as_mut().expect("a transaction is open");
-        let part = std::mem::take(&mut transaction.events);
+        let newest = transaction.events.pop();
+        let part = std::mem::replace(&mut transaction.events, newest.into_iter().collect());
         self.ctx.append_open_transaction(&part).await?;
         transaction.appended = true;
         Ok(())
     }
 
-    /// The open group is an XA transaction's prepare group (`xid`, where its start names it).
-    fn xa_start(&self, state: &mut State, xid: Option<Xid>) {
-        let Some(transaction) = &mut state.transaction else {
-            return;
-        };
+    /// The open group (one is begun where none is: MySQL without GTIDs) is an XA
+    /// transaction's prepare group (`xid`, where its start names it).
+    fn xa_start(&self, state: &mut State, start: u64, xid: Option<Xid>) {
+        if state.transaction.is_none() {
+            self.begin(state, start, None, self.server_id, false);
+        }
+        let transaction = state.transaction.as_mut().expect("begun");
         let at = xa::place_key(&transaction.place);
         transaction.standalone = false;
         transaction.xa = Some(Branch {
@@ -564,6 +580,8 @@ impl Stream<'_> {
             xid,
             spool: None,
         });
+        // Read again: a COMMIT from here on may be its.
+        state.xa_ahead.remove(&at);
     }
 
     /// The XA_prepare event ending the open XA group: its rows are spooled, durably, and the
@@ -585,6 +603,7 @@ impl Stream<'_> {
             known: false,
         });
         let at = xa::place_key(&transaction.place);
+        let transaction_place = transaction.place.clone();
         let rest = std::mem::take(&mut transaction.events);
         if one_phase {
             // Its rows again, into the log this time: what was spooled first.
@@ -616,10 +635,14 @@ impl Stream<'_> {
         let rows = spool.count();
         spool.finish()?;
         tracing::info!(%xid, rows, "XA transaction prepared: its rows wait for its COMMIT or ROLLBACK");
+        let place = &transaction_place;
         state.xa.retain(|p| p.xid != xid);
         state.xa.push(xa::Prepared {
             xid,
             at,
+            file: place.file.clone(),
+            pos: place.pos,
+            gtid: place.gtid.clone(),
             rows,
             committing: None,
         });
@@ -629,6 +652,12 @@ impl Stream<'_> {
     /// `XA COMMIT` (`commit`) or `XA ROLLBACK` of a prepared transaction, in the open
     /// (standalone) group: committed, its rows are appended at this group's place, from its
     /// spool; either way it is forgotten once the group is durable.
+    ///
+    /// Which prepared transaction it ends: the one already being committed here (a restart
+    /// read this group again), else the one of that XID prepared before this group — not one
+    /// whose prepare group the stream has yet to read again after a restart (an XID may be
+    /// used again once its transaction ended). A group whose rows the log holds, and which no
+    /// prepared transaction is being committed at, ended one that is forgotten already.
     async fn xa_resolve(
         &self,
         state: &mut State,
@@ -636,27 +665,50 @@ impl Stream<'_> {
         commit: bool,
         timestamp: u32,
     ) -> Result<()> {
-        let Some(prepared) = state.xa.iter().position(|p| p.xid == *xid) else {
-            tracing::warn!(%xid, commit, "an XA transaction siphon did not see prepared (before its snapshot or start position) ended: any rows it had are not in the log");
-            return self.commit(state, timestamp).await;
-        };
         if state.transaction.is_none() {
             let start = state.next_pos;
             self.begin(state, start, None, self.server_id, true);
         }
+        let place = state.transaction.as_ref().expect("begun").place.clone();
+        let here = xa::place_key(&place);
+        let held = state.held.as_ref().is_some_and(|h| h.is(&place));
+        let found = state
+            .xa
+            .iter()
+            .position(|p| p.committing.as_ref() == Some(&here))
+            .or_else(|| {
+                state.xa.iter().position(|p| {
+                    !held
+                        && p.xid == *xid
+                        && p.committing.is_none()
+                        && !state.xa_ahead.contains(&p.at)
+                })
+            });
+        let Some(prepared) = found else {
+            if !held {
+                tracing::warn!(%xid, commit, "an XA transaction siphon did not see prepared (before its snapshot or start position) ended: any rows it had are not in the log");
+            }
+            return self.commit(state, timestamp).await;
+        };
         let path = xa::spool_path(self.ctx, &state.xa[prepared].at);
-        if commit {
-            let here = xa::place_key(&state.transaction.as_ref().expect("begun").place);
+        if commit && state.xa[prepared].rows > 0 {
+            // Where it commits, before its rows go in: a restart finding the log ending with
+            // this group knows it committed.
             if state.xa[prepared].committing.as_ref() != Some(&here) {
                 state.xa[prepared].committing = Some(here);
                 self.save(state)?;
             }
             self.replay_spool(state, &path).await?;
+            self.commit(state, timestamp).await?;
+            self.flush(state).await?;
+            state.xa.remove(prepared);
+            self.save(state)?;
+        } else {
+            // Nothing of it reaches the log: forgotten before the group's end is saved.
+            state.xa.remove(prepared);
+            self.save(state)?;
+            self.commit(state, timestamp).await?;
         }
-        self.commit(state, timestamp).await?;
-        self.flush(state).await?;
-        state.xa.remove(prepared);
-        self.save(state)?;
         siphon_core::spool::remove(&path)
     }
 
@@ -711,6 +763,19 @@ impl Stream<'_> {
         if snapshot.reader.as_ref().is_some_and(|r| touched(&r.name)) {
             snapshot.reader = None;
         }
+        // The tables the log holds rows of, by their latest schema.
+        let schemas = self.ctx.log.schemas().all();
+        let logged = |db: &str, table: Option<&str>| -> Vec<Arc<TableSchema>> {
+            schemas
+                .iter()
+                .filter(|s| {
+                    &*s.connector == "mysql"
+                        && &*s.database == db
+                        && table.is_none_or(|t| &*s.table == t)
+                })
+                .cloned()
+                .collect()
+        };
         let mut emptied = Vec::new();
         let mut read_again = Vec::new();
         for change in changes {
@@ -727,16 +792,17 @@ impl Stream<'_> {
                 | TableChange::RenamedFrom(t) => {
                     emptied.push(t.clone());
                 }
-                TableChange::RenamedTo(t) => {
+                TableChange::RenamedTo(t) | TableChange::Refreshed(t) => {
                     emptied.push(t.clone());
                     read_again.push(t.clone());
                 }
+                // Every table of it the log holds, whether or not the catalog still showed
+                // it at the last look (dropped while siphon was down or behind).
                 TableChange::DatabaseDropped(d) => emptied.extend(
-                    snapshot
-                        .known
+                    logged(d, None)
                         .iter()
-                        .filter(|t| t.split_once('.').is_some_and(|(db, _)| db == d))
-                        .cloned(),
+                        .map(|s| format!("{}.{}", s.database, s.table))
+                        .collect::<BTreeSet<_>>(),
                 ),
                 TableChange::Altered(_) => {}
             }
@@ -747,26 +813,38 @@ impl Stream<'_> {
         };
         let read_again: Vec<String> = read_again.into_iter().filter(captured).collect();
         if !read_again.is_empty() {
-            tracing::info!(tables = ?read_again, "tables renamed over captured ones: snapshotting them incrementally");
-            snapshot.progress.request(read_again);
+            tracing::info!(tables = ?read_again, "tables whose rows changed without row events: snapshotting them incrementally");
+            // From their first key, also one being read now: its rows are other rows.
+            snapshot.progress.restart(read_again);
             self.save(state)?;
         }
-        // A table of which the log holds nothing has nothing to truncate in any store.
-        let schemas = self.ctx.log.schemas().all();
-        let truncated: Vec<_> = emptied
-            .iter()
-            .filter(|t| captured(t))
-            .filter_map(|t| {
-                let (db, table) = t.split_once('.')?;
-                schemas
-                    .iter()
-                    .filter(|s| {
-                        &*s.connector == "mysql" && &*s.database == db && &*s.table == table
-                    })
-                    .max_by_key(|s| s.id)
-                    .cloned()
-            })
-            .collect();
+        let mut truncated = Vec::new();
+        for t in emptied.iter().filter(|t| captured(t)) {
+            let Some((db, table)) = t.split_once('.') else {
+                continue;
+            };
+            let schema = logged(db, Some(table)).into_iter().max_by_key(|s| s.id);
+            let schema = match schema {
+                Some(schema) => schema,
+                // Replaced while new to the log: its shape registered now, so that reading
+                // this statement again after a restart makes the same events.
+                None if changes.contains(&TableChange::Replaced(t.clone())) => {
+                    let conn = query_conn(&mut state.snapshot.conn, &self.opts).await?;
+                    match crate::catalog::columns(conn, db, table).await {
+                        Ok((columns, key)) if !columns.is_empty() => {
+                            Shape::new((db, table), columns, key, &self.factory.name, |s| {
+                                self.ctx.register_schema(s)
+                            })?
+                            .schema
+                        }
+                        _ => continue,
+                    }
+                }
+                // Nothing of it is in the log: nothing to truncate in any store.
+                None => continue,
+            };
+            truncated.push(schema);
+        }
         if truncated.is_empty() {
             return Ok(());
         }
@@ -1103,6 +1181,9 @@ struct State {
     saved: Option<GtidCheckpoint>,
     /// Prepared XA transactions whose outcome has not come yet.
     xa: Vec<xa::Prepared>,
+    /// Those of them (by place) whose prepare group the stream reads again after a restart:
+    /// no COMMIT before it is theirs.
+    xa_ahead: BTreeSet<String>,
     /// The incremental snapshot, and the tables known.
     snapshot: IncrementalState,
     /// The binlog file being read.

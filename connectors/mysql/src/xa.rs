@@ -17,6 +17,8 @@ use siphon_core::{Event, Result, SourcePosition};
 
 use crate::ddl::Xid;
 use crate::events::Place;
+use crate::gtid::Gtid;
+use crate::stream::Resume;
 
 /// A prepared XA transaction whose outcome is not in the log yet, in the checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -26,12 +28,30 @@ pub struct Prepared {
     pub xid: Xid,
     /// The prepare group's place ([`place_key`]): a restart that reads it again skips it.
     pub at: String,
+    /// The prepare group's binlog file and start, and its GTID.
+    pub file: String,
+    /// See `file`.
+    pub pos: u64,
+    /// See `file`.
+    pub gtid: Option<String>,
     /// Rows in its spool.
     pub rows: u64,
     /// The COMMIT group's place, once its rows are being appended: a restart that finds the
     /// log ending with that group knows it committed.
     #[serde(default)]
     pub committing: Option<String>,
+}
+
+impl Prepared {
+    /// Whether a stream resumed at `resume` reads this transaction's prepare group again:
+    /// by GTID, where the state to connect with does not cover it; else by binlog position.
+    pub fn read_again_from(&self, resume: &Resume) -> bool {
+        let gtid = self.gtid.as_deref().and_then(Gtid::parse);
+        match (&resume.gtids, gtid) {
+            (Some(state), Some(g)) => state.get(g.domain).is_none_or(|s| s.seq < g.seq),
+            _ => (self.file.as_str(), self.pos) >= (resume.file.as_str(), resume.pos),
+        }
+    }
 }
 
 /// What names a transaction's place across restarts: its GTID, else its binlog file and
@@ -121,6 +141,42 @@ pub async fn settle(ctx: &SourceContext, prepared: &mut Vec<Prepared>) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_restart_reads_a_prepare_group_again_only_from_before_it() {
+        use crate::gtid::GtidState;
+        let prepared = |file: &str, pos, gtid: Option<&str>| Prepared {
+            xid: Xid {
+                format: 1,
+                gtrid: b"a".to_vec(),
+                bqual: Vec::new(),
+            },
+            at: String::new(),
+            file: file.into(),
+            pos,
+            gtid: gtid.map(Into::into),
+            rows: 1,
+            committing: None,
+        };
+        let resume = |file: &str, pos, gtids: Option<&str>| Resume {
+            file: file.into(),
+            pos,
+            gtids: gtids.and_then(GtidState::parse),
+            held: None,
+        };
+        let p = prepared("bin.000002", 500, Some("0-1-20"));
+        assert!(p.read_again_from(&resume("bin.000002", 100, Some("0-1-19,1-1-50"))));
+        assert!(!p.read_again_from(&resume("bin.000002", 100, Some("0-1-20"))));
+        assert!(
+            p.read_again_from(&resume("bin.000001", 9, Some("1-1-50"))),
+            "another domain"
+        );
+        let p = prepared("bin.000002", 500, None);
+        assert!(p.read_again_from(&resume("bin.000002", 500, None)));
+        assert!(p.read_again_from(&resume("bin.000001", 900, None)));
+        assert!(!p.read_again_from(&resume("bin.000002", 501, None)));
+        assert!(!p.read_again_from(&resume("bin.000003", 4, None)));
+    }
 
     #[test]
     fn xa_prepare_events_decode_from_their_bytes() {

@@ -561,13 +561,17 @@ async fn ddl_while_streaming_decodes_each_row_by_its_own_shape() {
             .into_iter()
             .filter(|e| e.source.snapshot == SnapshotMarker::False)
             .collect();
-        if events.len() >= 7 {
+        if events.iter().filter(|e| e.op != Op::Truncate).count() >= 5 {
             break events;
         }
         assert!(
             Instant::now() < deadline,
-            "the log holds {} changes",
-            events.len()
+            "the log holds {} changes: {:?}",
+            events.len(),
+            events
+                .iter()
+                .map(|e| (e.op, e.source.table.to_string()))
+                .collect::<Vec<_>>()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
@@ -585,14 +589,19 @@ async fn ddl_while_streaming_decodes_each_row_by_its_own_shape() {
                 .join(","),
         )
     };
-    // The rename empties both names (the rows now under t2 are read again incrementally).
+    // The rename empties t1 (and t2, where the log held it already: when the stream read the
+    // rename after the table poll had found t2 and begun reading it again), after t1's rows
+    // and before t2's.
     let truncated: Vec<(usize, String)> = events
         .iter()
         .enumerate()
         .filter(|(_, e)| e.op == Op::Truncate)
         .map(|(i, e)| (i, e.source.table.to_string()))
         .collect();
-    assert_eq!(truncated, [(2, "t1".into()), (3, "t2".into())]);
+    assert!(
+        truncated == [(2, "t1".into())] || truncated == [(2, "t1".into()), (3, "t2".into())],
+        "{truncated:?}"
+    );
     let events: Vec<Event> = events
         .into_iter()
         .filter(|e| e.op != Op::Truncate)
@@ -679,4 +688,41 @@ async fn a_source_run_again_mid_transaction_appends_each_row_once() {
         .collect();
     assert_eq!(ids.len(), 300_000, "each row of the transaction once");
     assert!(ids.windows(2).all(|w| w[0] < w[1]), "in order, none twice");
+}
+
+/// A transaction whose rows fill append parts exactly (4,096) ends with a record marked as
+/// its end. Before, its last part took every row and the commit appended nothing to mark, so
+/// sinks held the transaction back until the next one and merged the two.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_transaction_of_whole_parts_is_marked_at_its_end() {
+    let db = mysql().await.unwrap();
+    let mut conn = db.conn().await.unwrap();
+    conn.query_drop("create table parts (id int primary key)")
+        .await
+        .unwrap();
+    let mut h = Harness::new(&db, "parts");
+    h.config.tables = vec![format!("{}.parts", db.name)];
+    let (run, cancel) = h.start();
+    h.wait_for_streaming().await;
+    let start = h.log.durable_end();
+    conn.query_drop("insert into parts select seq from seq_1_to_8192")
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while h.log.durable_end() < start + 8192 {
+        assert!(
+            Instant::now() < deadline,
+            "the log holds {} of the rows",
+            h.log.durable_end() - start
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cancel.cancel();
+    run.await.unwrap().unwrap();
+    let last = h.log.last_record().await.unwrap().unwrap();
+    assert_eq!(last.offset, start + 8191);
+    assert!(
+        last.flags.contains(siphon_core::log::RecordFlags::TXN_END),
+        "the transaction's last record is not marked as its end"
+    );
 }

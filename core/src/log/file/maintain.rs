@@ -194,9 +194,10 @@ fn compact(
                 rows_kept.insert(rec.key.clone());
             }
             // A compacted stretch no longer holds whole transactions: every record stands
-            // alone, but for the first half of a key change, which goes with the next.
+            // alone, but for the first half of a key change, which goes with the next, and the
+            // log's last record, whose mark tells a source whether its transaction ended.
             let start = kept.len();
-            let flags = if rec.flags.contains(RecordFlags::WITH_NEXT) {
+            let flags = if rec.flags.contains(RecordFlags::WITH_NEXT) || is_last {
                 rec.flags
             } else {
                 rec.flags.with(RecordFlags::TXN_END)

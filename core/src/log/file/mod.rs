@@ -582,10 +582,13 @@ impl Inner {
             tracing::warn!(segment = closed.base, error = %e, "could not write a segment's index");
             let _ = fs::remove_file(index_path(&self.dir, closed.base));
         }
-        w.file = SegmentWriter::open(log_path(&self.dir, base), 0)?;
+        // The new file is made durable before the writer switches to it: a failure leaves the
+        // writer on the full segment, which the next append tries to close again.
+        let next = SegmentWriter::open(log_path(&self.dir, base), 0)?;
         if self.config.fsync != FsyncPolicy::Never {
             fsutil::sync_dir(&self.dir)?;
         }
+        w.file = next;
         if self.config.fsync != FsyncPolicy::Never {
             self.fsyncs.fetch_add(1, Ordering::Relaxed);
         }
