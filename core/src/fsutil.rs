@@ -24,13 +24,6 @@ pub(crate) fn replace(path: &Path, bytes: &[u8], durable: bool) -> Result<()> {
     Ok(())
 }
 
-/// Writes and fsyncs the content that is to replace `path`, beside it; [`commit_staged`]
-/// puts it in place (then fsync the directory). For a caller that must do the rename while
-/// it holds a lock.
-pub(crate) fn stage(path: &Path, bytes: &[u8]) -> Result<PathBuf> {
-    write_temporary(path, bytes, true)
-}
-
 /// Renames staged content over `path`.
 pub(crate) fn commit_staged(staged: &Path, path: &Path) -> Result<()> {
     fs::rename(staged, path).map_err(Error::io("rename", path))

@@ -59,6 +59,13 @@ pub struct FileLogConfig {
     /// How long a delete stays in the log (after every sink has read it) before compaction
     /// may drop the key entirely.
     pub delete_retention: HumanDuration,
+    /// Memory a compaction pass may use for its map of keys (each key's bytes and about 64
+    /// more). A pass over more distinct keys than fit stops where the map is full; the next
+    /// pass goes on from there.
+    pub compaction_memory: ByteSize,
+    /// The share of the log (its closed segments) written since the last compaction, from 0
+    /// to 1, at which a compaction pass is worth its rewrite.
+    pub compaction_dirty_ratio: f64,
     /// Bytes between two entries of a segment's sparse offset index.
     pub index_interval: ByteSize,
     /// How often retention and compaction run.
@@ -76,6 +83,8 @@ impl Default for FileLogConfig {
             max_size: None,
             compaction: true,
             delete_retention: HumanDuration(Duration::from_secs(86_400)),
+            compaction_memory: ByteSize(64 << 20),
+            compaction_dirty_ratio: 0.5,
             index_interval: ByteSize(4096),
             maintenance_interval: HumanDuration(Duration::from_secs(60)),
         }
@@ -89,6 +98,18 @@ impl FileLogConfig {
             return Err(format!(
                 "segment_size = \"{}\" is too small; use at least 4KiB",
                 self.segment_size
+            ));
+        }
+        if self.compaction_memory.0 < 256 {
+            return Err(format!(
+                "compaction_memory = \"{}\" is too small; use at least 256B (a few MiB serve)",
+                self.compaction_memory
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.compaction_dirty_ratio) {
+            return Err(format!(
+                "compaction_dirty_ratio = {} is out of range; allowed: 0 to 1",
+                self.compaction_dirty_ratio
             ));
         }
         if self.index_interval.0 == 0 {

@@ -1,16 +1,10 @@
-//! Retention (delete whole closed segments) and key compaction (rewrite closed segments keeping
-//! the newest record of each key).
-//!
-//! Compaction keeps a map of every key in the log to its newest offset in memory while it runs:
-//! its memory grows with the number of distinct keys, not with the log's size.
+//! Retention (delete whole closed segments) and, in [`super::compact`], key compaction.
 
-use std::collections::{HashMap, HashSet};
 use std::fs;
 
-use super::segment::{self, Next, Segment, SegmentCursor, index_path, log_path};
-use super::{FileLog, now_ms};
-use crate::log::record::encode_frame;
-use crate::log::{Consumer, MaintenanceReport, RecordFlags};
+use super::segment::{index_path, log_path};
+use super::{FileLog, compact, now_ms};
+use crate::log::{Consumer, MaintenanceReport};
 use crate::{Error, Result, fsutil};
 
 pub(super) fn run(log: &FileLog, consumers: &[Consumer]) -> Result<MaintenanceReport> {
@@ -18,7 +12,7 @@ pub(super) fn run(log: &FileLog, consumers: &[Consumer]) -> Result<MaintenanceRe
     if inner.writer.is_none() {
         return Err(super::read_only());
     }
-    let mut state = inner.maintenance.lock().unwrap();
+    let _one_at_a_time = inner.maintenance.lock().unwrap();
     let end = inner.durable_end();
     let min_all = consumers.iter().map(|c| c.next_offset).min().unwrap_or(end);
     let mut report = MaintenanceReport::default();
@@ -30,12 +24,18 @@ pub(super) fn run(log: &FileLog, consumers: &[Consumer]) -> Result<MaintenanceRe
             .map(|c| c.next_offset)
             .min()
             .unwrap_or(u64::MAX);
-        // Compaction reads the whole log: only when a segment closed or a history sink moved.
-        let closed_end = inner.segments.read().unwrap().last().map_or(0, |s| s.base);
-        if (closed_end, min_history) != state.compacted {
-            compact(log, min_all, min_history, &mut report)?;
-            state.compacted = (closed_end, min_history);
-        }
+        // Closed, durable segments that every history-keeping sink has read completely (a
+        // closed segment's offsets run to the next one's base).
+        let eligible_end = inner
+            .segments
+            .read()
+            .unwrap()
+            .windows(2)
+            .map(|pair| pair[1].base)
+            .take_while(|&next| next <= min_history && next <= end)
+            .last()
+            .unwrap_or(0);
+        compact::pass(log, min_all, eligible_end, &mut report)?;
     }
     Ok(report)
 }
@@ -95,143 +95,4 @@ fn apply_retention(
         report.segments_deleted += 1;
         report.bytes_freed += oldest.size;
     }
-}
-
-/// Reads every record of a segment up to `limit`, calling `f` with each.
-fn for_each_record(
-    log: &FileLog,
-    seg: &Segment,
-    limit: u64,
-    mut f: impl FnMut(crate::log::LogRecord) -> Result<()>,
-) -> Result<()> {
-    let mut cursor = SegmentCursor::open(log_path(&log.inner.dir, seg.base), 0)?;
-    while let Next::Record(rec) = cursor.next(limit)? {
-        f(rec)?;
-    }
-    Ok(())
-}
-
-fn compact(
-    log: &FileLog,
-    min_all: u64,
-    min_history: u64,
-    report: &mut MaintenanceReport,
-) -> Result<()> {
-    let inner = &log.inner;
-    let segments = inner.segments.read().unwrap().clone();
-    let limit = inner.durable_end();
-    // Only closed, durable segments that every history-keeping sink has read completely (a
-    // closed segment's offsets run to the next one's base).
-    let eligible: Vec<&Segment> = segments
-        .windows(2)
-        .filter(|pair| pair[1].base <= min_history && pair[1].base <= limit)
-        .map(|pair| &pair[0])
-        .collect();
-    if eligible.is_empty() {
-        return Ok(());
-    }
-    // Per key, the records a replay needs: the newest one, and while that one leaves columns
-    // unchanged (PARTIAL), the ones before it back to a whole row. A row whose key an update
-    // changed takes those columns from the old key's row: its chain goes on with the old
-    // key's, through the delete that ends the old key (flagged WITH_NEXT; the new key's
-    // create has the next offset, which compaction never changes).
-    let mut chains: HashMap<Vec<u8>, Vec<u64>> = HashMap::new();
-    // The chain of the old key of a key change, until its create is read.
-    let mut moving: Option<Vec<u64>> = None;
-    for seg in &segments {
-        for_each_record(log, seg, limit, |rec| {
-            let moved_from =
-                moving.take_if(|old| old.last().is_some_and(|&delete| delete + 1 == rec.offset));
-            if rec.key.is_empty() {
-                return Ok(());
-            }
-            let chain = chains.entry(rec.key).or_default();
-            if rec.flags.contains(RecordFlags::WITH_NEXT) {
-                let mut old = std::mem::take(chain);
-                old.push(rec.offset);
-                moving = Some(old);
-            } else if rec.flags.contains(RecordFlags::PARTIAL) {
-                if let Some(old) = moved_from {
-                    *chain = old;
-                }
-            } else {
-                chain.clear();
-            }
-            chain.push(rec.offset);
-            Ok(())
-        })?;
-    }
-    let mut needed: HashSet<u64> = chains.into_values().flatten().collect();
-    // A key change whose create is not durable yet: its new row will need the old key's.
-    needed.extend(moving.into_iter().flatten());
-    let delete_horizon = now_ms() - inner.config.delete_retention.0.as_millis() as i64;
-    let interval = inner.config.index_interval.0;
-    // Keys with a row kept so far (in offset order): a later delete of such a key never
-    // expires, or that row would come back in a replay.
-    let mut rows_kept: HashSet<Vec<u8>> = HashSet::new();
-    for seg in eligible {
-        let mut kept = Vec::new();
-        let mut compacted = Segment::empty(seg.base);
-        let mut dropped = 0u64;
-        for_each_record(log, seg, limit, |rec| {
-            // The log's last record stays whatever it is: a source resumes from its position.
-            // (No other record is kept for its position: a superseded upsert kept that way
-            // would outlive the delete after it and bring the row back in a replay.)
-            let is_last = rec.offset + 1 == limit;
-            let tombstone = rec.flags.contains(RecordFlags::TOMBSTONE);
-            let superseded = !rec.key.is_empty() && !needed.contains(&rec.offset);
-            // A keyless record is never compacted, a delete of a keyless table included.
-            let expired_delete = !rec.key.is_empty()
-                && tombstone
-                && !rows_kept.contains(&rec.key)
-                && rec.offset < min_all
-                && rec.timestamp_ms < delete_horizon;
-            if !is_last && (superseded || expired_delete) {
-                dropped += 1;
-                return Ok(());
-            }
-            if !tombstone && !rec.key.is_empty() {
-                rows_kept.insert(rec.key.clone());
-            }
-            // A compacted stretch no longer holds whole transactions: every record stands
-            // alone, but for the first half of a key change, which goes with the next, and the
-            // log's last record, whose mark tells a source whether its transaction ended.
-            let start = kept.len();
-            let flags = if rec.flags.contains(RecordFlags::WITH_NEXT) || is_last {
-                rec.flags
-            } else {
-                rec.flags.with(RecordFlags::TXN_END)
-            };
-            encode_frame(
-                &mut kept,
-                rec.offset,
-                rec.timestamp_ms,
-                flags,
-                &rec.key,
-                &rec.value,
-            );
-            let len = (kept.len() - start) as u64;
-            compacted.note(rec.offset, rec.timestamp_ms, start as u64, len, interval);
-            Ok(())
-        })?;
-        if dropped == 0 {
-            continue;
-        }
-        let path = log_path(&inner.dir, seg.base);
-        let staged = fsutil::stage(&path, &kept)?;
-        {
-            // Readers open a segment's file and take a position from its index under this
-            // lock: they get the old file with the old index or the new with the new.
-            let mut live = inner.segments.write().unwrap();
-            fsutil::commit_staged(&staged, &path)?;
-            if let Some(s) = live.iter_mut().find(|s| s.base == seg.base) {
-                *s = compacted.clone();
-            }
-        }
-        fsutil::sync_dir(&inner.dir)?;
-        segment::write_index(&inner.dir, &compacted)?;
-        report.records_compacted += dropped;
-        report.bytes_freed += seg.size - compacted.size;
-    }
-    Ok(())
 }

@@ -12,6 +12,7 @@
 //! On open the last segment is scanned and cut at the first torn or damaged record, which can
 //! only be one that was never fsynced (a closed segment is fsynced before the next opens).
 
+mod compact;
 mod config;
 mod maintain;
 mod reader;
@@ -59,15 +60,9 @@ struct Inner {
     /// Offset after the last durable record.
     durable: watch::Sender<u64>,
     /// Serializes retention and compaction.
-    maintenance: Mutex<MaintenanceState>,
+    maintenance: Mutex<()>,
     /// Fsyncs of segment files since open.
     fsyncs: AtomicU64,
-}
-
-/// What the last compaction saw: the end of the closed segments and the history horizon.
-#[derive(Debug, Default)]
-struct MaintenanceState {
-    compacted: (u64, u64),
 }
 
 #[derive(Debug)]
