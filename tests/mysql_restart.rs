@@ -1,6 +1,7 @@
 //! A restart of MariaDB mid-stream: the daemon reconnects and resumes where it was, and each
-//! committed change reaches the sink exactly once. Its own test binary, so that no other test
-//! is using the server while it restarts (cargo runs test binaries one after the other).
+//! committed change reaches the sink exactly once. On a server of the test's own
+//! (mariadb-install-db + mariadbd, on a free port): the machine's server is in use by every
+//! other test meanwhile.
 
 mod common;
 
@@ -10,51 +11,23 @@ use std::time::{Duration, Instant};
 
 use common::{Setup, fold};
 use mysql_async::prelude::Queryable;
-use siphon_test_support::mysql;
-
-/// Restarts the machine's MariaDB as `scripts/services` does.
-fn restart_mariadb() {
-    let status = std::process::Command::new("mariadb-admin")
-        .args(["-uroot", "-h127.0.0.1", "shutdown"])
-        .status()
-        .expect("mariadb-admin (package mariadb-client)");
-    assert!(status.success(), "shutting MariaDB down failed");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::process::Command::new("pgrep")
-        .args(["-x", "mariadbd"])
-        .status()
-        .is_ok_and(|s| s.success())
-    {
-        assert!(Instant::now() < deadline, "mariadbd did not stop");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let status = std::process::Command::new("start-stop-daemon")
-        .args([
-            "--start",
-            "--oknodo",
-            "--background",
-            "--exec",
-            "/usr/sbin/mariadbd",
-        ])
-        .status()
-        .expect("start-stop-daemon (run the tests as root, as scripts/test does)");
-    assert!(status.success(), "starting MariaDB failed");
-}
+use siphon_test_support::PrivateMariadb;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn mariadb_restart_mid_stream_loses_and_repeats_nothing() {
-    let db = mysql().await.unwrap();
-    let mut conn = db.conn().await.unwrap();
+    let mut server = PrivateMariadb::start().unwrap();
+    let mut conn = server.conn(None).await.unwrap();
     conn.query_drop(
-        "create table counters (id bigint primary key, n bigint not null);
+        "create database shop; use shop;
+         create table counters (id bigint primary key, n bigint not null);
          insert into counters select seq, 0 from seq_1_to_50;",
     )
     .await
     .unwrap();
     drop(conn);
+    let url = format!("{}/shop", server.url());
     let source = format!(
-        "kind = \"mysql\"\nurl = \"{}\"\ntables = [\"{}.counters\"]\nheartbeat_interval = \"500ms\"",
-        db.url, db.name
+        "kind = \"mysql\"\nurl = \"{url}\"\ntables = [\"shop.counters\"]\nheartbeat_interval = \"500ms\""
     );
     let setup = Setup::with_source(&source, 0, "");
     let d = setup.start();
@@ -68,7 +41,7 @@ async fn mariadb_restart_mid_stream_loses_and_repeats_nothing() {
     let stop = Arc::new(AtomicBool::new(false));
     let committed = Arc::new(AtomicU64::new(0));
     let writer = {
-        let (url, stop, committed) = (db.url.clone(), stop.clone(), committed.clone());
+        let (url, stop, committed) = (url.clone(), stop.clone(), committed.clone());
         tokio::spawn(async move {
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
@@ -99,7 +72,10 @@ async fn mariadb_restart_mid_stream_loses_and_repeats_nothing() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    tokio::task::spawn_blocking(restart_mariadb).await.unwrap();
+    let server = tokio::task::spawn_blocking(move || server.restart().map(|()| server))
+        .await
+        .unwrap()
+        .unwrap();
     let after_restart = committed.load(Ordering::Relaxed);
     let deadline = Instant::now() + Duration::from_secs(60);
     while committed.load(Ordering::Relaxed) < after_restart + 100 {
@@ -112,7 +88,7 @@ async fn mariadb_restart_mid_stream_loses_and_repeats_nothing() {
     stop.store(true, Ordering::Relaxed);
     writer.await.unwrap();
 
-    let mut conn = db.conn().await.unwrap();
+    let mut conn = server.conn(Some("shop")).await.unwrap();
     let rows: Vec<(i64, i64)> = conn.query("select id, n from counters").await.unwrap();
     let want: std::collections::BTreeMap<(String, i64), serde_json::Value> = rows
         .iter()

@@ -140,18 +140,7 @@ path = "{lake}"
         .unwrap()
         .unwrap();
     for sink in ["cache", "warehouse", "lake"] {
-        let url = format!(
-            "{}/api/pipelines/demo/sinks/{sink}/wait?gtid={gtid}&timeout=60s",
-            d.admin
-        );
-        let resp = reqwest::get(&url).await.unwrap();
-        assert_eq!(
-            resp.status(),
-            200,
-            "{sink}: {}\n{}",
-            resp.text().await.unwrap(),
-            d.log()
-        );
+        common::wait_applied(&d, sink, &format!("gtid={gtid}"), Duration::from_secs(60)).await;
     }
     d.signal("TERM").unwrap();
     assert!(

@@ -1,6 +1,6 @@
 //! A restart of PostgreSQL mid-stream: the daemon reconnects and the sink ends equal to the
-//! table. Its own test binary, so that no other test is using the server while it restarts
-//! (cargo runs test binaries one after the other).
+//! table. On a server of the test's own (initdb + pg_ctl, on a free port): the machine's
+//! server is in use by every other test meanwhile.
 
 mod common;
 
@@ -9,37 +9,26 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{Setup, fold};
-use siphon_test_support::postgres;
-
-fn restart_postgres() {
-    let version = std::fs::read_dir("/etc/postgresql")
-        .expect(
-            "/etc/postgresql: this test restarts the machine's PostgreSQL (Debian's pg_ctlcluster)",
-        )
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .max()
-        .expect("a PostgreSQL cluster");
-    let status = std::process::Command::new("pg_ctlcluster")
-        .args([
-            "--skip-systemctl-redirect",
-            &version,
-            "main",
-            "restart",
-            "-m",
-            "fast",
-        ])
-        .status()
-        .expect("pg_ctlcluster (run the tests as root, as scripts/test does)");
-    assert!(status.success(), "restarting PostgreSQL failed");
-}
+use siphon_test_support::PrivatePostgres;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn postgres_restart_mid_stream_loses_nothing() {
-    let db = postgres().await.unwrap();
-    db.execute("create table counters (id bigint primary key, n bigint not null); insert into counters select g, 0 from generate_series(1, 50) g;").await.unwrap();
+    let server = PrivatePostgres::start(&[]).unwrap();
+    server
+        .client("postgres")
+        .await
+        .unwrap()
+        .batch_execute("create database shop")
+        .await
+        .unwrap();
+    let client = server.client("shop").await.unwrap();
+    client
+        .batch_execute("create table counters (id bigint primary key, n bigint not null); insert into counters select g, 0 from generate_series(1, 50) g;")
+        .await
+        .unwrap();
+    let url = server.url("shop");
     let source = format!(
-        "kind = \"postgres\"\nurl = \"{}\"\ntables = [\"public.counters\"]\nslot = \"{}_slot\"\nstatus_interval = \"200ms\"",
-        db.url, db.name
+        "kind = \"postgres\"\nurl = \"{url}\"\ntables = [\"public.counters\"]\nslot = \"counters\"\nstatus_interval = \"200ms\""
     );
     let setup = Setup::with_source(&source, 0, "");
     let d = setup.start();
@@ -54,7 +43,7 @@ async fn postgres_restart_mid_stream_loses_nothing() {
     let stop = Arc::new(AtomicBool::new(false));
     let committed = Arc::new(AtomicU64::new(0));
     let writer = {
-        let (url, stop, committed) = (db.url.clone(), stop.clone(), committed.clone());
+        let (url, stop, committed) = (url.clone(), stop.clone(), committed.clone());
         tokio::spawn(async move {
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
@@ -86,7 +75,10 @@ async fn postgres_restart_mid_stream_loses_nothing() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    restart_postgres();
+    let server = tokio::task::spawn_blocking(move || server.restart("fast").map(|()| server))
+        .await
+        .unwrap()
+        .unwrap();
     let after_restart = committed.load(Ordering::Relaxed);
     let deadline = Instant::now() + Duration::from_secs(30);
     while committed.load(Ordering::Relaxed) < after_restart + 100 {
@@ -99,7 +91,7 @@ async fn postgres_restart_mid_stream_loses_nothing() {
     stop.store(true, Ordering::Relaxed);
     writer.await.unwrap();
 
-    let client = db.client().await.unwrap();
+    let client = server.client("shop").await.unwrap();
     let want: std::collections::BTreeMap<(String, i64), serde_json::Value> = client
         .query("select id, n from counters", &[])
         .await

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use serde_json::Value as Json;
+use serde_json::{Value as Json, json};
 use siphon_source_generator::{GeneratorConfig, GeneratorSource};
 use siphon_test_support::{Daemon, free_port};
 
@@ -221,17 +221,53 @@ pub fn store_envelope(event: &siphon_core::Event) -> Json {
     json
 }
 
-/// Polls the admin API until `done` holds for the status JSON, or panics after `timeout`.
+/// What in a status document says that the pipelines are getting on: offsets, counts and
+/// states (not the lags and times that change by themselves).
+fn progress_of(status: &Json) -> String {
+    let mut out = String::new();
+    for pipeline in status.as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "{}|{}|{}|{}|",
+            pipeline["log"],
+            pipeline["records_appended"],
+            pipeline["source"]["state"],
+            pipeline["source"]["retries"]
+        ));
+        if let Some(metrics) = pipeline["source_metrics"].as_object() {
+            for (name, value) in metrics {
+                if !(name.contains("lag") || name.contains("behind") || name.ends_with("_ms")) {
+                    out.push_str(&format!("{name}={value},"));
+                }
+            }
+        }
+        if let Some(sinks) = pipeline["sinks"].as_object() {
+            for (name, sink) in sinks {
+                out.push_str(&format!(
+                    "{name}:{}:{}:{}:{},",
+                    sink["next_offset"],
+                    sink["committed_offset"],
+                    sink["records_applied"],
+                    sink["state"]
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Polls the admin API until `done` holds for the status JSON; panics once the pipelines
+/// have made no progress for `stall` (their offsets and counts unchanged): a deadline that
+/// follows progress, so that a busy machine slows a test without failing it.
 pub async fn wait_status(
     d: &Daemon,
-    timeout: Duration,
+    stall: Duration,
     what: &str,
     done: impl Fn(&Json) -> bool,
 ) -> Json {
     let client = reqwest::Client::new();
-    let deadline = Instant::now() + timeout;
     let mut last = Json::Null;
-    while Instant::now() < deadline {
+    let mut moved = (String::new(), Instant::now());
+    loop {
         if let Ok(resp) = client
             .get(format!("{}/api/pipelines", d.admin))
             .send()
@@ -241,14 +277,52 @@ pub async fn wait_status(
             if done(&json) {
                 return json;
             }
+            let progress = progress_of(&json);
+            if progress != moved.0 {
+                moved = (progress, Instant::now());
+            }
             last = json;
+        }
+        if moved.1.elapsed() > stall {
+            panic!(
+                "waiting for {what}, nothing moved for {stall:?}; last status: {last:#}\ndaemon log:\n{}",
+                d.log()
+            );
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    panic!(
-        "timed out waiting for {what}; last status: {last:#}\ndaemon log:\n{}",
-        d.log()
-    );
+}
+
+/// Waits through the read-your-writes endpoint until `sink` of pipeline `demo` has applied
+/// everything up to `position` (`lsn=…` or `gtid=…`); panics once its committed offset has
+/// not moved for `stall`.
+pub async fn wait_applied(d: &Daemon, sink: &str, position: &str, stall: Duration) {
+    let client = reqwest::Client::new();
+    let mut moved = (Json::Null, Instant::now());
+    loop {
+        let url = format!(
+            "{}/api/pipelines/demo/sinks/{sink}/wait?{position}&timeout=5s",
+            d.admin
+        );
+        let resp = client.get(&url).send().await.unwrap();
+        let status = resp.status().as_u16();
+        let body: Json = resp.json().await.unwrap_or(Json::Null);
+        match status {
+            200 => return,
+            408 => {
+                let progress = json!([body["committed_offset"], body["source_reached"]]);
+                if progress != moved.0 {
+                    moved = (progress, Instant::now());
+                }
+                assert!(
+                    moved.1.elapsed() < stall,
+                    "{sink}: nothing moved for {stall:?} waiting for {position}: {body}\n{}",
+                    d.log()
+                );
+            }
+            other => panic!("{sink}: HTTP {other} waiting for {position}: {body}"),
+        }
+    }
 }
 
 /// The sink `out`'s status in a status document.
