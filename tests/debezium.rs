@@ -52,6 +52,14 @@ insert into everything values
   '1900-01-01 00:00:00', '-infinity', '-1 year -2 days -00:00:00.000001',
   '00000000-0000-0000-0000-000000000000', '[]', 'null', 'sad', '{}', '{}', '{1.5,NaN}',
   '::1', '::/0', '00:00:00:00:00:00', -0.5, B'0', B'100000000000', B'', 0, 'small');
+-- Fractions whose last digits are zeros, and none.
+insert into everything (id, tm, tm3, ttz, ts, ts3, tstz) values
+ (4, '10:11:12.511560', '10:11:12.510', '10:11:12.511560+01', '2024-02-29 10:11:12.511560',
+  '2024-02-29 10:11:12.510', '2024-02-29 10:11:42.511560+00'),
+ (5, '10:11:12', '10:11:12', '10:11:12+01', '2024-02-29 10:11:12', '2024-02-29 10:11:12',
+  '2024-02-29 10:11:42+00'),
+ (6, '10:11:12.100000', '10:11:12.100', '10:11:12.1-03', '2024-02-29 10:11:12.1',
+  '2024-02-29 10:11:12.1', '2024-02-29 10:11:42.1+00');
 create table other (id int4 primary key, note text);
 insert into other values (1, 'one'), (2, 'two');
 "#;
@@ -488,7 +496,7 @@ path = "{out}"
             ours.iter().partition(is_snapshot);
         assert_eq!(
             theirs_snapshot.len(),
-            5,
+            8,
             "Debezium's snapshot records in {modes:?}"
         );
         assert_eq!(

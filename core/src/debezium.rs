@@ -271,7 +271,13 @@ pub fn value(value: &Value, column: Option<&Column>, modes: &Modes) -> Json {
             _ if precision <= 3 => json!(us.div_euclid(1000)),
             _ => json!(us),
         },
-        Value::TimestampTz(us) => json!(timestamp(*us)),
+        // A zoned timestamp has as many digits as the column's precision, zeros included
+        // (the real Debezium 3.6.3: "…42.511560Z", "…42.000000Z" for timestamptz).
+        Value::TimestampTz(us) => json!(format_timestamp(
+            *us,
+            "Z",
+            Fraction::Digits(precision as usize)
+        )),
         Value::Interval {
             months,
             days,
@@ -838,6 +844,22 @@ mod tests {
             (Value::Date(19_782), None, json!("2024-02-29Z")),
             (Value::Time(36_672_123_456), None, json!("10:11:12.123456Z")),
             (Value::Time(36_672_123_000), None, json!("10:11:12.123Z")),
+            // A zoned timestamp: the column's digits, zeros kept.
+            (
+                Value::TimestampTz(1_709_201_502_511_560),
+                Some(column(1184, -1, ColumnKind::TimestampTz)),
+                json!("2024-02-29T10:11:42.511560Z"),
+            ),
+            (
+                Value::TimestampTz(1_709_201_502_000_000),
+                Some(column(1184, -1, ColumnKind::TimestampTz)),
+                json!("2024-02-29T10:11:42.000000Z"),
+            ),
+            (
+                Value::TimestampTz(1_709_201_502_510_000),
+                Some(column(1184, 3, ColumnKind::TimestampTz)),
+                json!("2024-02-29T10:11:42.510Z"),
+            ),
             (Value::Time(0), None, json!("00:00:00Z")),
             (
                 Value::TimeTz {

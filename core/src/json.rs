@@ -235,11 +235,13 @@ pub(crate) fn format_date(days: i32) -> String {
 }
 
 /// How a fraction of a second is written: six digits (the store encoding, which parses
-/// back), or without trailing zeros (Debezium's ISO strings).
+/// back), without trailing zeros (Debezium's ISO times and timestamps), or exactly this many
+/// digits, zeros included (Debezium's zoned timestamps, by the column's precision).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Fraction {
     Micros,
     Trimmed,
+    Digits(usize),
 }
 
 /// `HH:MM:SS` and the fraction. A time outside a day (MySQL's `TIME` is a span: `-05:01:02.5`,
@@ -257,13 +259,14 @@ pub(crate) fn format_time(micros: i64, style: Fraction) -> String {
     )
 }
 
-/// `.123456` (or `.123` trimmed) for 123456 µs; nothing for 0.
+/// `.123456` (or `.123` trimmed) for 123456 µs, nothing for 0; with `Digits(n)` always `n`
+/// digits (none for 0).
 fn format_fraction(micros: i64, style: Fraction) -> String {
-    if micros == 0 {
-        return String::new();
-    }
     let digits = format!("{micros:06}");
     match style {
+        Fraction::Digits(0) => String::new(),
+        Fraction::Digits(n) => format!(".{}", &digits[..n.min(6)]),
+        _ if micros == 0 => String::new(),
         Fraction::Micros => format!(".{digits}"),
         Fraction::Trimmed => format!(".{}", digits.trim_end_matches('0')),
     }
