@@ -54,7 +54,8 @@ pub async fn preflight(conn: &mut mysql_async::Conn) -> Result<()> {
     let rows: Vec<(String, String)> = conn
         .query(
             "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('log_bin', 'binlog_format', \
-             'binlog_row_image', 'binlog_row_metadata', 'log_bin_compress')",
+             'binlog_row_image', 'binlog_row_metadata', 'log_bin_compress', \
+             'binlog_row_value_options')",
         )
         .await
         .map_err(|e| my_error("reading the server's binlog settings", &e))?;
@@ -62,24 +63,7 @@ pub async fn preflight(conn: &mut mysql_async::Conn) -> Result<()> {
         .into_iter()
         .map(|(k, v)| (k.to_ascii_lowercase(), v.to_ascii_uppercase()))
         .collect();
-    let want = |name: &str, value: &str| -> Option<String> {
-        let have = vars.get(name).map_or("(unset)", String::as_str);
-        (have != value).then(|| format!("{name} = {have} (needs {value})"))
-    };
-    let problems: Vec<String> = [
-        want("log_bin", "ON"),
-        want("binlog_format", "ROW"),
-        want("binlog_row_image", "FULL"),
-        want("binlog_row_metadata", "FULL"),
-        vars.get("log_bin_compress")
-            .filter(|v| *v == "ON")
-            .map(|_| {
-                "log_bin_compress = ON (needs OFF: compressed row events are not read)".into()
-            }),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
+    let problems = unprepared(&vars);
     if problems.is_empty() {
         return privileges(conn).await;
     }
@@ -89,6 +73,63 @@ pub async fn preflight(conn: &mut mysql_async::Conn) -> Result<()> {
          binlog_row_metadata = FULL; then restart it (scripts/services does this here)",
         problems.join(", ")
     )))
+}
+
+/// What of the server's binlog settings (`SHOW GLOBAL VARIABLES`, names in lower case,
+/// values in upper) keeps siphon from reading every change exactly.
+fn unprepared(vars: &HashMap<String, String>) -> Vec<String> {
+    let want = |name: &str, value: &str| -> Option<String> {
+        let have = vars.get(name).map_or("(unset)", String::as_str);
+        (have != value).then(|| format!("{name} = {have} (needs {value})"))
+    };
+    [
+        want("log_bin", "ON"),
+        want("binlog_format", "ROW"),
+        want("binlog_row_image", "FULL"),
+        want("binlog_row_metadata", "FULL"),
+        vars.get("log_bin_compress")
+            .filter(|v| *v == "ON")
+            .map(|_| {
+                "log_bin_compress = ON (needs OFF: compressed row events are not read)".into()
+            }),
+        // MySQL 8: a partial JSON update logs only the diff, which siphon does not apply.
+        vars.get("binlog_row_value_options")
+            .filter(|v| v.contains("PARTIAL_JSON"))
+            .map(|_| {
+                "binlog_row_value_options = PARTIAL_JSON (needs '': partial JSON updates are \
+                 logged as diffs, which siphon does not apply)"
+                    .into()
+            }),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// Where the server's binlog is now: file, position, and the GTID set MySQL reports there
+/// (`Executed_Gtid_Set`). MySQL 8.4 removed `SHOW MASTER STATUS` for `SHOW BINARY LOG
+/// STATUS`, which MariaDB (and MySQL before 8.2) does not know: each is tried.
+pub async fn binlog_position(
+    conn: &mut mysql_async::Conn,
+) -> Result<(String, u64, Option<String>)> {
+    let mut status: Option<mysql_async::Row> = None;
+    for statement in ["SHOW MASTER STATUS", "SHOW BINARY LOG STATUS"] {
+        match conn.query_first(statement).await {
+            Ok(row) => {
+                status = row;
+                break;
+            }
+            // A syntax error: the other spelling.
+            Err(mysql_async::Error::Server(e)) if e.code == 1064 => continue,
+            Err(e) => return Err(my_error("reading the binlog position", &e)),
+        }
+    }
+    let mut status =
+        status.ok_or_else(|| Error::permanent("the binlog position is empty: is log_bin on?"))?;
+    let file: String = status.take(0).unwrap_or_default();
+    let pos: u64 = status.take(1).unwrap_or_default();
+    let gtids: Option<String> = status.take::<Option<String>, _>(4).flatten();
+    Ok((file, pos, gtids.filter(|g| !g.is_empty())))
 }
 
 /// Checks that the user may read the binlog: REPLICATION SLAVE, and REPLICATION CLIENT
@@ -292,7 +333,7 @@ pub fn quote(name: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::missing_privileges;
+    use super::{HashMap, missing_privileges, unprepared};
 
     fn grants(lines: &[&str]) -> Vec<String> {
         lines.iter().map(|l| (*l).to_owned()).collect()
@@ -333,5 +374,28 @@ mod tests {
             .is_empty(),
             "a role may hold them"
         );
+    }
+
+    #[test]
+    fn partial_json_updates_are_refused() {
+        let vars: HashMap<String, String> = [
+            ("log_bin", "ON"),
+            ("binlog_format", "ROW"),
+            ("binlog_row_image", "FULL"),
+            ("binlog_row_metadata", "FULL"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        assert!(unprepared(&vars).is_empty());
+        let mut mysql8 = vars;
+        mysql8.insert("binlog_row_value_options".into(), "PARTIAL_JSON".into());
+        let problems = unprepared(&mysql8);
+        assert!(
+            problems.len() == 1 && problems[0].contains("PARTIAL_JSON"),
+            "{problems:?}"
+        );
+        mysql8.insert("binlog_row_value_options".into(), String::new());
+        assert!(unprepared(&mysql8).is_empty());
     }
 }

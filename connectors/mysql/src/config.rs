@@ -121,6 +121,23 @@ impl MysqlConfig {
         }
         mysql_async::Opts::from_url(self.url.expose())
             .map_err(|e| format!("url is not a MySQL connection URL ({e})"))?;
+        // `tls` decides TLS: the URL's own TLS options would be overridden by it, silently.
+        let query = self.url.expose().split_once('?').map_or("", |(_, q)| q);
+        if let Some(option) = query.split('&').find_map(|pair| {
+            let key = pair.split_once('=').map_or(pair, |(k, _)| k);
+            [
+                "require_ssl",
+                "verify_ca",
+                "verify_identity",
+                "built_in_roots",
+            ]
+            .contains(&key)
+            .then_some(key)
+        }) {
+            return Err(format!(
+                "url: {option} is set by tls (and tls_ca_file, tls_server_name) here; remove it from the URL"
+            ));
+        }
         Ok(())
     }
 
@@ -151,8 +168,11 @@ impl MysqlConfig {
             // verify_ca is refused by `validate`.
             TlsMode::Disable | TlsMode::VerifyCa => None,
             TlsMode::Require => Some(opts.with_danger_accept_invalid_certs(true)),
+            // Only the given CA: mysql_async trusts the public web roots besides it unless
+            // told not to.
             TlsMode::VerifyFull => Some(
                 opts.with_root_certs(roots())
+                    .with_disable_built_in_roots(true)
                     .with_danger_tls_hostname_override(self.tls_server_name.clone()),
             ),
         }
@@ -242,7 +262,29 @@ mod tests {
         let mut c = config(&["a.b"]);
         c.watermark_table = "watermarks".into();
         assert!(c.validate().unwrap_err().contains("watermark_table"));
+        let mut c = config(&["a.b"]);
+        c.url = ConnectionUrl::new("mysql://root@127.0.0.1:3306/db?require_ssl=true");
+        let error = c.validate().unwrap_err();
+        assert!(
+            error.contains("require_ssl") && error.contains("tls"),
+            "{error}"
+        );
         assert_eq!(config(&["a.b"]).validate(), Ok(()));
+    }
+
+    #[test]
+    fn verify_full_trusts_only_the_given_ca() {
+        let mut c = config(&["a.b"]);
+        c.tls = TlsMode::VerifyFull;
+        c.tls_ca_file = Some("/etc/siphon/ca.pem".into());
+        let opts = c.ssl_opts().expect("TLS");
+        assert!(
+            opts.disable_built_in_roots(),
+            "the public web roots are trusted too"
+        );
+        assert_eq!(opts.root_certs().len(), 1);
+        c.tls = TlsMode::Disable;
+        assert!(c.ssl_opts().is_none());
     }
 
     #[test]

@@ -286,14 +286,7 @@ impl Source for MysqlSource {
             resume
         } else {
             // snapshot = "never", first start: from the server's current position.
-            let status: Option<mysql_async::Row> =
-                mysql_async::prelude::Queryable::query_first(&mut conn, "SHOW MASTER STATUS")
-                    .await
-                    .map_err(|e| catalog::my_error("reading the binlog position", &e))?;
-            let mut status = status
-                .ok_or_else(|| Error::permanent("SHOW MASTER STATUS is empty: is log_bin on?"))?;
-            let file: String = status.take(0).unwrap_or_default();
-            let pos: u64 = status.take(1).unwrap_or_default();
+            let (file, pos, _) = catalog::binlog_position(&mut conn).await?;
             ctx.offsets.save_source_checkpoint(&Checkpoint {
                 snapshot_done: true,
                 file: file.clone(),

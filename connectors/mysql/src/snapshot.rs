@@ -79,20 +79,8 @@ pub async fn begin(conn: &mut mysql_async::Conn, mariadb: bool) -> Result<Snapsh
         run(conn, "FLUSH TABLES WITH READ LOCK").await?;
         let started = async {
             run(conn, "START TRANSACTION WITH CONSISTENT SNAPSHOT").await?;
-            let status: Option<mysql_async::Row> = conn
-                .query_first("SHOW MASTER STATUS")
-                .await
-                .map_err(|e| my_error("reading the binlog position", &e))?;
-            let mut status = status
-                .ok_or_else(|| Error::permanent("SHOW MASTER STATUS is empty: is log_bin on?"))?;
-            let file: String = status.take(0).unwrap_or_default();
-            let pos: u64 = status.take(1).unwrap_or_default();
-            let gtid: Option<String> = status.take::<Option<String>, _>(4).flatten();
-            Ok::<_, Error>(SnapshotPoint {
-                file,
-                pos,
-                gtid: gtid.filter(|g| !g.is_empty()),
-            })
+            let (file, pos, gtid) = crate::catalog::binlog_position(conn).await?;
+            Ok::<_, Error>(SnapshotPoint { file, pos, gtid })
         }
         .await;
         run(conn, "UNLOCK TABLES").await?;

@@ -17,7 +17,7 @@ use siphon_core::source::TableInfo;
 use siphon_core::{Error, Result, Value};
 
 use crate::config::{DuckdbSinkConfig, NAME_PLACEHOLDERS};
-use crate::types::{cast, column_type, duck_type, staged, staging_type};
+use crate::types::{cast, column_type, duck_type, staged, staging_type, unholdable};
 
 /// DuckDB's names for the types of the columns siphon adds.
 const META_TYPES: MetaTypes = MetaTypes {
@@ -48,6 +48,8 @@ pub struct DuckdbSink {
     log: Option<LogId>,
     /// Batches written in the open transaction (0: none open).
     uncommitted: usize,
+    /// (table, column)s whose values a column type could not hold, warned of once.
+    unholdable_warned: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
 }
 
 #[derive(Debug, Clone)]
@@ -82,6 +84,7 @@ impl DuckdbSink {
             cursor: None,
             log: None,
             uncommitted: 0,
+            unholdable_warned: Default::default(),
         })
     }
 
@@ -401,6 +404,18 @@ impl DuckdbSink {
             .appender(STAGE)
             .map_err(|e| self.error(&e, "staging rows"))?;
         for (row, offset) in rows {
+            for ((value, ty), name) in row.iter().zip(&types).zip(names) {
+                if unholdable(*value, ty)
+                    && self
+                        .unholdable_warned
+                        .lock()
+                        .unwrap()
+                        .insert((target.name.clone(), (*name).to_owned()))
+                {
+                    tracing::warn!(table = %target.name, column = name, column_type = ty, value = ?value,
+                        "DuckDB's DECIMAL holds no NaN or infinity: such values of this column are written as NULL (said once per column)");
+                }
+            }
             let values = row
                 .into_iter()
                 .zip(&types)

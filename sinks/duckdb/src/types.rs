@@ -103,19 +103,22 @@ pub(crate) fn staging_type(column_type: &str) -> &'static str {
     }
 }
 
-/// A value for a staging column of a column of `column_type`. DuckDB's DECIMAL has no NaN or
-/// infinity: such a value in a DECIMAL column is staged as NULL, with a warning.
+/// Whether a column of `column_type` cannot hold the value: DuckDB's DECIMAL has no NaN or
+/// infinity. Such a value is staged as NULL (the sink warns once per column).
+pub(crate) fn unholdable(value: Option<&Value>, column_type: &str) -> bool {
+    matches!(value, Some(Value::Decimal(d))
+        if column_type.starts_with("DECIMAL")
+            && matches!(d.as_str(), "NaN" | "Infinity" | "-Infinity"))
+}
+
+/// A value for a staging column of a column of `column_type` (NULL for one it cannot hold).
 pub(crate) fn staged(value: Option<&Value>, column_type: &str) -> Duck {
+    if unholdable(value, column_type) {
+        return Duck::Null;
+    }
     match value {
         None | Some(Value::Null | Value::Unchanged) => Duck::Null,
         Some(Value::Bytes(b)) => Duck::Blob(b.clone()),
-        Some(Value::Decimal(d))
-            if column_type.starts_with("DECIMAL")
-                && matches!(d.as_str(), "NaN" | "Infinity" | "-Infinity") =>
-        {
-            tracing::warn!(value = %d, column_type, "DuckDB's DECIMAL cannot hold this value: written as NULL");
-            Duck::Null
-        }
         Some(Value::Interval {
             months,
             days,
