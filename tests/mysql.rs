@@ -231,3 +231,63 @@ async fn kill_9_mid_snapshot_takes_the_snapshot_again() {
     }
     drop(d);
 }
+
+/// A table rebuilt (`ALTER … ALGORITHM=COPY`) after the initial snapshot began, before the
+/// snapshot read it: the server refuses the snapshot's transaction that table (error 1412, and
+/// again on every retry in it). The snapshot reads the other tables and then the rebuilt one
+/// again, incrementally, and the output equals both tables. Before, the source stopped.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_table_rebuilt_during_the_snapshot_is_snapshotted_again() {
+    let db = mysql().await.unwrap();
+    let mut conn = db.conn().await.unwrap();
+    conn.query_drop(
+        "create table a_big (id bigint primary key, v varchar(100));
+         insert into a_big select seq, repeat('a', 100) from seq_1_to_150000;
+         create table b_small (id bigint primary key, v int);
+         insert into b_small select seq, seq from seq_1_to_100;",
+    )
+    .await
+    .unwrap();
+    let source = format!(
+        "kind = \"mysql\"\nurl = \"{}\"\ntables = [\"{}.*\"]\nheartbeat_interval = \"500ms\"",
+        db.url, db.name
+    );
+    let setup = Setup::with_source(&source, 0, "");
+    let d = setup.start();
+    // While the snapshot reads a_big, b_small is rebuilt.
+    common::wait_status(&d, Duration::from_secs(60), "the snapshot reading", |s| {
+        s[0]["source_metrics"]["snapshot_rows"].as_f64() > Some(0.0)
+    })
+    .await;
+    conn.query_drop("alter table b_small add column w int, algorithm = copy")
+        .await
+        .unwrap();
+    let done = common::wait_status(&d, Duration::from_secs(60), "the snapshots done", |s| {
+        s[0]["source"]["state"] == "failed"
+            || s[0]["source_metrics"]["snapshot_running"] == 0.0
+                && s[0]["source_metrics"]["incremental_snapshot_tables_left"] == 0.0
+                && s[0]["source_metrics"]["incremental_snapshot_rows"].as_f64() >= Some(100.0)
+    })
+    .await;
+    assert_eq!(done[0]["source"]["state"], "running", "{done}\n{}", d.log());
+    let position = format!(
+        "gtid={}",
+        conn.query_first::<String, _>("select @@gtid_binlog_pos")
+            .await
+            .unwrap()
+            .unwrap()
+    );
+    common::wait_applied(&d, "out", &position, Duration::from_secs(60)).await;
+    let folded = common::fold(&setup.output());
+    for (table, rows) in [("a_big", 150_000), ("b_small", 100)] {
+        let have = folded.keys().filter(|(t, _)| t == table).count();
+        assert_eq!(have, rows, "{table} in the output");
+    }
+    assert!(
+        folded
+            .iter()
+            .filter(|((t, _), _)| t == "b_small")
+            .all(|(_, row)| row.get("w").is_some()),
+        "b_small read again in its new shape"
+    );
+}

@@ -248,7 +248,7 @@ impl Source for MysqlSource {
             tracing::info!(pipeline = %self.pipeline, file = %point.file, pos = point.pos, gtid = ?point.gtid, "snapshot: consistent at this binlog position");
             let shapes = self.shapes(ctx, &mut conn).await?;
             let replaces_earlier = ctx.log.durable_end() > ctx.log.start_offset();
-            let rows = match snapshot::read(
+            let read = match snapshot::read(
                 ctx,
                 &mut conn,
                 &factory,
@@ -262,8 +262,11 @@ impl Source for MysqlSource {
                 Err(Error::Cancelled) => return Ok(()),
                 other => other?,
             };
-            tracing::info!(pipeline = %self.pipeline, rows, "snapshot: done");
+            tracing::info!(pipeline = %self.pipeline, rows = read.rows, "snapshot: done");
+            let mut incremental = Progress::default();
+            incremental.request(read.rebuilt);
             ctx.offsets.save_source_checkpoint(&Checkpoint {
+                incremental,
                 snapshot_done: true,
                 file: point.file.clone(),
                 pos: point.pos,

@@ -103,6 +103,18 @@ pub fn row_of(shape: &Shape, found: &mut mysql_async::Row) -> Row {
         .collect())
 }
 
+/// ER_TABLE_DEF_CHANGED: the table was rebuilt (`ALTER … ALGORITHM=COPY`) after the
+/// snapshot's transaction began, which can read it no more.
+const TABLE_DEF_CHANGED: u16 = 1412;
+
+/// What a snapshot read: its rows, and the tables rebuilt since it began, which it could not
+/// read whole (they are to be snapshotted again, incrementally).
+#[derive(Debug)]
+pub struct Read {
+    pub rows: u64,
+    pub rebuilt: Vec<String>,
+}
+
 /// Reads every table in the snapshot's transaction and appends its rows as `r` events; with
 /// `replaces_earlier`, a truncate of each table first (the log holds an earlier snapshot).
 pub async fn read(
@@ -112,7 +124,7 @@ pub async fn read(
     shapes: &[Shape],
     (point, server_id): (&SnapshotPoint, u32),
     replaces_earlier: bool,
-) -> Result<u64> {
+) -> Result<Read> {
     let started_ms = siphon_core::source::now_ms();
     let mut place = Place {
         file: point.file.clone(),
@@ -133,6 +145,7 @@ pub async fn read(
     ctx.metrics.set("snapshot_running", 1.0);
     ctx.metrics.set("snapshot_rows", 0.0);
     let mut rows = 0u64;
+    let mut rebuilt = Vec::new();
     let mut batch: Vec<Event> = Vec::with_capacity(BATCH);
     // The event read last waits for the next, so that the snapshot's last row is marked.
     let mut pending: Option<Event> = None;
@@ -146,15 +159,32 @@ pub async fn read(
         );
         tracing::info!(table = %format!("{}.{}", shape.database, shape.table), "snapshot: reading");
         let table_start = rows;
-        let mut result = conn
-            .exec_iter(sql.as_str(), ())
-            .await
-            .map_err(|e| my_error("reading a table in the snapshot", &e))?;
-        while let Some(mut found) = result
-            .next()
-            .await
-            .map_err(|e| my_error("reading a table in the snapshot", &e))?
-        {
+        let rebuilt_since = |e: &mysql_async::Error| {
+            let rebuilt = matches!(e, mysql_async::Error::Server(s) if s.code == TABLE_DEF_CHANGED);
+            if rebuilt {
+                tracing::warn!(table = %format!("{}.{}", shape.database, shape.table), "snapshot: the table was rebuilt since the snapshot began (ALTER … ALGORITHM=COPY): it is snapshotted again, incrementally, once this snapshot is done");
+            }
+            rebuilt
+        };
+        let name = format!("{}.{}", shape.database, shape.table);
+        let mut result = match conn.exec_iter(sql.as_str(), ()).await {
+            Err(e) if rebuilt_since(&e) => {
+                rebuilt.push(name);
+                continue;
+            }
+            other => other.map_err(|e| my_error("reading a table in the snapshot", &e))?,
+        };
+        // (The server may say so at the first row instead.)
+        loop {
+            let mut found = match result.next().await {
+                Ok(Some(found)) => found,
+                Ok(None) => break,
+                Err(e) if rebuilt_since(&e) => {
+                    rebuilt.push(name.clone());
+                    break;
+                }
+                Err(e) => return Err(my_error("reading a table in the snapshot", &e)),
+            };
             if ctx.cancel.is_cancelled() {
                 return Err(Error::Cancelled);
             }
@@ -195,5 +225,5 @@ pub async fn read(
     conn.query_drop("COMMIT")
         .await
         .map_err(|e| my_error("ending the snapshot", &e))?;
-    Ok(rows)
+    Ok(Read { rows, rebuilt })
 }
