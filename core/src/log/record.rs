@@ -30,6 +30,9 @@ impl RecordFlags {
     /// old key, the create of the new): a batch never ends between them, and compaction
     /// keeps the old key's records back to a whole row while the new key's row needs them.
     pub const WITH_NEXT: RecordFlags = RecordFlags(8);
+    /// Compaction moved this record under the key of the row it serves (an old key's record
+    /// that a key change's new row takes columns from): the key is not its event's.
+    pub const MOVED: RecordFlags = RecordFlags(16);
 
     /// Whether every flag of `other` is set.
     pub fn contains(self, other: RecordFlags) -> bool {

@@ -52,6 +52,17 @@ pub(super) fn cleaned_to(dir: &Path) -> Result<u64> {
     }
 }
 
+/// Removes what a pass that did not finish left (segments being rewritten).
+pub(super) fn remove_leftovers(dir: &Path) -> Result<()> {
+    for entry in fs::read_dir(dir).map_err(Error::io("list", dir))? {
+        let path = entry.map_err(Error::io("list", dir))?.path();
+        if path.extension().is_some_and(|e| e == "compacting") && path.is_file() {
+            fs::remove_file(&path).map_err(Error::io("remove", &path))?;
+        }
+    }
+    Ok(())
+}
+
 fn save_cleaned_to(dir: &Path, offset: u64) -> Result<()> {
     fsutil::write_atomic(&dir.join(STATE_FILE), offset.to_string().as_bytes())
 }
@@ -84,6 +95,11 @@ struct KeyMap {
     moves: Vec<Move>,
     /// Moves by their old key.
     moves_of: HashMap<Vec<u8>, Vec<usize>>,
+    /// Records a pass that did not finish moved (flagged MOVED) and that the dirty part holds
+    /// again, by the key they were moved to: they belong to the next move into that key.
+    moved_before: HashMap<Vec<u8>, Vec<u64>>,
+    /// Such records, by offset, with the move that took them again.
+    moved_again: HashMap<u64, usize>,
     used: usize,
     budget: usize,
     /// The last record read is the first half of a key change: its key and offset.
@@ -96,6 +112,8 @@ impl KeyMap {
             entries: HashMap::new(),
             moves: Vec::new(),
             moves_of: HashMap::new(),
+            moved_before: HashMap::new(),
+            moved_again: HashMap::new(),
             used: 0,
             budget,
             key_change: None,
@@ -105,7 +123,10 @@ impl KeyMap {
     /// Whether `rec` fits (its key may be new, and a key change may add a move).
     fn fits(&self, rec: &LogRecord) -> bool {
         let more = 2 * (rec.key.len() + ENTRY_OVERHEAD)
-            + self.key_change.as_ref().map_or(0, |(k, _)| k.len());
+            + self
+                .key_change
+                .as_ref()
+                .map_or(0, |(k, _)| k.len() + ENTRY_OVERHEAD);
         self.used + more <= self.budget
     }
 
@@ -124,6 +145,15 @@ impl KeyMap {
         if rec.key.is_empty() {
             return;
         }
+        if rec.flags.contains(RecordFlags::MOVED) {
+            // Moved by a pass that did not finish: its fate is its move's, not its key's own.
+            self.used += 16;
+            self.moved_before
+                .entry(rec.key.clone())
+                .or_default()
+                .push(rec.offset);
+            return;
+        }
         if let Some((old, delete)) = self.key_change.take() {
             if rec.offset == delete + 1 && rec.flags.contains(RecordFlags::PARTIAL) {
                 // The new row takes what it left unchanged from the old key's chain before the
@@ -136,6 +166,9 @@ impl KeyMap {
                 let index = self.moves.len();
                 self.used += old.len() + rec.key.len() + ENTRY_OVERHEAD;
                 self.moves_of.entry(old.clone()).or_default().push(index);
+                for offset in self.moved_before.remove(&rec.key).unwrap_or_default() {
+                    self.moved_again.insert(offset, index);
+                }
                 self.moves.push(Move {
                     own_from: before.own_from,
                     moved_in: before.moved_in,
@@ -193,7 +226,27 @@ impl KeyMap {
     /// What becomes of a record below the pass's end: dropped (superseded), or kept under
     /// this key (its own, or the key its row moved to), and whether a move brought it there.
     fn fate<'a>(&'a self, rec: &'a LogRecord) -> Fate<'a> {
-        let (mut key, mut via): (&[u8], Option<usize>) = (&rec.key, None);
+        let moved = rec.flags.contains(RecordFlags::MOVED);
+        if moved
+            && self
+                .moved_before
+                .get(&rec.key)
+                .is_some_and(|offsets| offsets.contains(&rec.offset))
+        {
+            // Moved by a pass that did not finish, its move past where this one reads: kept,
+            // for a later pass to judge.
+            return Fate::Kept {
+                key: &rec.key,
+                moved: true,
+                chain_start: false,
+            };
+        }
+        let (mut key, mut via): (&[u8], Option<usize>) = (
+            &rec.key,
+            moved
+                .then(|| self.moved_again.get(&rec.offset).copied())
+                .flatten(),
+        );
         while let Some(&next) = self.moves_of.get(key).and_then(|moves| {
             moves.iter().find(|&&m| {
                 let m = &self.moves[m];
@@ -250,9 +303,22 @@ pub(super) fn pass(
     let inner = &log.inner;
     let config = &inner.config;
     let dir = &inner.dir;
-    let segments = inner.segments.read().unwrap().clone();
+    let clean = cleaned_to(dir)?;
+    // The segments' extents (not their sparse indexes, which grow with the log).
+    let segments: Vec<Extent> = inner
+        .segments
+        .read()
+        .unwrap()
+        .iter()
+        .map(|s| Extent {
+            base: s.base,
+            size: s.size,
+            end: s.end(),
+            clean_at: s.seek_position(clean),
+        })
+        .collect();
     let limit = inner.durable_end();
-    let clean = cleaned_to(dir)?.max(segments.first().map_or(0, |s| s.base));
+    let clean = clean.max(segments.first().map_or(0, |s| s.base));
     if eligible_end <= clean {
         return Ok(());
     }
@@ -276,9 +342,10 @@ pub(super) fn pass(
     let mut pass_end = eligible_end;
     'read: for seg in segments
         .iter()
-        .filter(|s| s.end() > clean && s.base < eligible_end)
+        .filter(|s| s.end > clean && s.base < eligible_end)
     {
-        let mut cursor = SegmentCursor::open(log_path(dir, seg.base), seg.seek_position(clean))?;
+        let from = if seg.base < clean { seg.clean_at } else { 0 };
+        let mut cursor = SegmentCursor::open(log_path(dir, seg.base), from)?;
         while let Next::Record(rec) = cursor.next(eligible_end.min(limit))? {
             if rec.offset < clean {
                 continue;
@@ -295,10 +362,14 @@ pub(super) fn pass(
         pass_end = pass_end.min(*delete);
     }
     if pass_end <= clean {
-        tracing::warn!(
-            compaction_memory = %config.compaction_memory,
-            "compaction: the key map is too small for one record; raise compaction_memory"
-        );
+        // Nothing to do yet: the dirty part begins with a key change whose create is not
+        // eligible yet, or the map cannot hold one record.
+        if map.key_change.is_none() {
+            tracing::warn!(
+                compaction_memory = %config.compaction_memory,
+                "compaction: the key map is too small for one record; raise compaction_memory"
+            );
+        }
         return Ok(());
     }
     if pass_end < eligible_end {
@@ -339,11 +410,14 @@ pub(super) fn pass(
                 }
                 // A compacted stretch no longer holds whole transactions: every record stands
                 // alone, but for the first half of a key change, which goes with the next.
-                let flags = if rec.flags.contains(RecordFlags::WITH_NEXT) {
+                let mut flags = if rec.flags.contains(RecordFlags::WITH_NEXT) {
                     rec.flags
                 } else {
                     rec.flags.with(RecordFlags::TXN_END)
                 };
+                if moved {
+                    flags = flags.with(RecordFlags::MOVED);
+                }
                 Some((key.to_vec(), flags))
             },
             report,
@@ -352,22 +426,50 @@ pub(super) fn pass(
     save_cleaned_to(dir, pass_end)
 }
 
+/// Where a segment is, as a pass needs to know: not its sparse index.
+#[derive(Debug, Clone, Copy)]
+struct Extent {
+    base: u64,
+    size: u64,
+    /// Offset after its last record.
+    end: u64,
+    /// The byte position to read from for the first record at or past `cleaned_to`.
+    clean_at: u64,
+}
+
 /// What becomes of a record in a rewrite: kept with this key and these flags, or gone.
 type Kept = Option<(Vec<u8>, RecordFlags)>;
+
+#[cfg(test)]
+thread_local! {
+    /// Tests cut a pass short: the rewrite after this many fails.
+    pub(super) static FAIL_REWRITE_AFTER: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
 
 /// Rewrites a closed segment with what `keep` says of each record (its key and flags, or
 /// gone), streaming: a record at a time is in memory. A segment left as it was is not
 /// rewritten.
 fn rewrite(
     log: &FileLog,
-    seg: &Segment,
+    seg: &Extent,
     mut keep: impl FnMut(&LogRecord) -> Kept,
     report: &mut MaintenanceReport,
 ) -> Result<()> {
     let inner = &log.inner;
+    #[cfg(test)]
+    if let Some(n) = FAIL_REWRITE_AFTER.get() {
+        if n == 0 {
+            return Err(Error::Io {
+                op: "create",
+                path: inner.dir.clone(),
+                source: std::io::Error::other("a pass cut short by the test"),
+            });
+        }
+        FAIL_REWRITE_AFTER.set(Some(n - 1));
+    }
     let path = log_path(&inner.dir, seg.base);
     let mut staged_path = path.as_os_str().to_owned();
-    staged_path.push(".compacting");
+    staged_path.push(".compacting"); // removed on open if a pass does not finish
     let staged_path = std::path::PathBuf::from(staged_path);
     let file = fs::File::create(&staged_path).map_err(Error::io("create", &staged_path))?;
     let mut out = BufWriter::with_capacity(1 << 20, file);
@@ -445,6 +547,17 @@ fn rewrite(
         // Readers open a segment's file and take a position from its index under this lock:
         // they get the old file with the old index or the new with the new.
         let mut live = inner.segments.write().unwrap();
+        // The old index first: the new file may have the old one's size (a record moved
+        // under a longer key), so a stale index could pass for the new file's.
+        match fs::remove_file(segment::index_path(&inner.dir, seg.base)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(Error::io(
+                    "remove",
+                    segment::index_path(&inner.dir, seg.base),
+                )(e));
+            }
+            _ => {}
+        }
         fsutil::commit_staged(&staged_path, &path)?;
         if let Some(s) = live.iter_mut().find(|s| s.base == seg.base) {
             *s = compacted.clone();

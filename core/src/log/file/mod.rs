@@ -353,6 +353,9 @@ fn read_only() -> Error {
 /// Lists and loads the segments of `dir`: index files for closed segments, a scan of the last
 /// one. With `repair`, a damaged tail of the last segment is cut off.
 fn load_segments(dir: &Path, config: &FileLogConfig, repair: bool) -> Result<Vec<Segment>> {
+    if repair {
+        compact::remove_leftovers(dir)?;
+    }
     let bases = segment::list_bases(dir)?;
     let interval = config.index_interval.0;
     let mut segments = Vec::with_capacity(bases.len());
