@@ -158,9 +158,16 @@ async fn under_writes_and_kill_9(db: &SourceDb, source: &str, table: &str, mirro
         .await;
         source_gauge(&status, "incremental_snapshot_rows")
     };
-    rows_now(&d).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let paused_at = rows_now(&d).await;
+    // A chunk read before the pause may still close: the count settles first.
+    let mut paused_at = rows_now(&d).await;
+    loop {
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        let now = rows_now(&d).await;
+        if now == paused_at {
+            break;
+        }
+        paused_at = now;
+    }
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(rows_now(&d).await, paused_at, "a paused snapshot read on");
     d.kill_9().unwrap();
@@ -442,7 +449,7 @@ async fn a_postgres_commit_not_yet_visible_at_the_low_watermark_is_not_undone() 
         server.url("shop")
     );
     let setup = Setup::with_source(&source, 0, "");
-    let d = setup.start();
+    let mut d = setup.start();
     common::wait_status(&d, Duration::from_secs(60), "streaming", |s| {
         s[0]["source"]["state"] == "running"
     })
@@ -487,14 +494,34 @@ async fn a_postgres_commit_not_yet_visible_at_the_low_watermark_is_not_undone() 
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // The stream carries the delete; then the daemon starts again, so that it knows of the
+    // delete's commit only from the server.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !setup
+        .output()
+        .iter()
+        .any(|e| e["op"] == "d" && e["before"]["id"] == 50)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the delete was never streamed:\n{}",
+            d.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    d.kill_9().unwrap();
+    let d = setup.start();
     let out = setup.cli(&["snapshot", "demo", "public.items"]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // The chunk's read waits for the delete to become visible: release it meanwhile.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // No chunk is read while the delete is not visible: released once the source waits.
+    common::wait_status(&d, Duration::from_secs(60), "the snapshot waiting", |s| {
+        source_gauge(s, "incremental_snapshot_waiting_transactions") >= 1.0
+    })
+    .await;
     admin
         .query("select pg_cancel_backend($1)", &[&pid])
         .await

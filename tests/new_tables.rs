@@ -30,15 +30,21 @@ async fn both(
     (want, have)
 }
 
+/// Waits until the output holds `table` as the database does; fails once the output has
+/// not grown for 60 s.
 async fn wait_complete(db: &SourceDb, setup: &Setup, d: &siphon_test_support::Daemon, table: &str) {
-    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut moved = (0, Instant::now());
     loop {
         let (want, have) = both(db, setup, table).await;
         if want == have {
             return;
         }
+        let output = setup.output().len();
+        if output != moved.0 {
+            moved = (output, Instant::now());
+        }
         assert!(
-            Instant::now() < deadline,
+            moved.1.elapsed() < Duration::from_secs(60),
             "{table}: the table has {} rows, the output {}\n{}",
             want.len(),
             have.len(),

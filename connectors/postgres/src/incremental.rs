@@ -6,7 +6,7 @@
 use siphon_core::event::{Op, SnapshotMarker};
 use siphon_core::incremental::{CHUNK_ROWS, Chunk, Mark, chunk_id};
 use siphon_core::source::SourceContext;
-use siphon_core::{Event, Result, SourcePosition, Value};
+use siphon_core::{Error, Event, Result, SourcePosition, Value};
 use tokio_postgres::Client;
 
 use crate::catalog::{self, TypeCache, pg_error, quote_ident};
@@ -153,23 +153,26 @@ impl TableReader {
         }))
     }
 
-    /// Reads the chunk after key `after` (the first without) between two watermarks.
+    /// Reads the chunk after key `after` (the first without) between two watermarks; `None`
+    /// when it cannot be read yet (try again in a moment).
     ///
     /// A transaction's commit record can be in the WAL — and streamed — before the
     /// transaction is visible to a query (between writing its commit and leaving the proc
     /// array: an fsync, a synchronous standby's answer). Such a transaction committed before
     /// the low watermark is missing from a chunk read at once, and the stream carries it
-    /// before the window opens, so the chunk's older row would come after it. So, after the
-    /// low watermark, the read waits until every transaction the stream has seen commit
-    /// (`committed`) is visible; and the chunk drops the keys of each transaction its read
-    /// could not see wherever the stream carries them.
+    /// before the window opens, so the chunk's older row would come after it. So after the
+    /// low watermark no chunk is read while a transaction whose commit the stream has passed
+    /// (`committed`), or one waiting for a synchronous standby (a commit passed before a
+    /// restart of the stream), is not visible yet — the stream goes on meanwhile; and the
+    /// chunk drops the keys of each transaction its read could not see wherever the stream
+    /// carries them.
     pub async fn read(
         &self,
         client: &Client,
         factory: &EventFactory,
         after: Option<&[String]>,
-        (committed, ctx): (&RecentCommits, &SourceContext),
-    ) -> Result<Chunk> {
+        (committed, ctx): (&mut RecentCommits, &SourceContext),
+    ) -> Result<Option<Chunk>> {
         let id = chunk_id();
         let emit = async |mark: Mark| {
             client
@@ -181,13 +184,22 @@ impl TableReader {
                 .map_err(|e| pg_error("writing a snapshot watermark", &e))
         };
         emit(Mark::Low).await?;
-        wait_visible(client, committed, ctx).await?;
+        let waiting = not_yet_visible(client, committed).await?;
+        ctx.metrics.set(
+            "incremental_snapshot_waiting_transactions",
+            waiting.len() as f64,
+        );
+        if !waiting.is_empty() {
+            tracing::debug!(transactions = ?waiting, "incremental snapshot: waiting for transactions committed in the WAL to become visible");
+            return Ok(None);
+        }
         client
             .batch_execute("begin isolation level repeatable read read only")
             .await
             .map_err(|e| pg_error("starting a chunk's read", &e))?;
         let read = async {
             let snapshot = current_snapshot(client).await?;
+            let reading = |e| pg_error("reading a chunk of an incremental snapshot", &e);
             let rows = match after {
                 Some(after) => {
                     let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = after
@@ -197,15 +209,16 @@ impl TableReader {
                     client.query(&self.after, &params).await
                 }
                 None => client.query(&self.first, &[]).await,
-            }?;
-            client.batch_execute("commit").await?;
-            Ok::<_, tokio_postgres::Error>((snapshot, rows))
+            }
+            .map_err(reading)?;
+            client.batch_execute("commit").await.map_err(reading)?;
+            Ok::<_, Error>((snapshot, rows))
         };
         let (snapshot, rows) = match read.await {
             Ok(read) => read,
             Err(e) => {
                 let _ = client.batch_execute("rollback").await;
-                return Err(pg_error("reading a chunk of an incremental snapshot", &e));
+                return Err(e);
             }
         };
         emit(Mark::High).await?;
@@ -242,17 +255,20 @@ impl TableReader {
                 factory.event(shape, Op::Read, None, Some(row), key, place)
             })
             .collect();
-        Ok(Chunk::new(
-            id,
-            (shape.schema.to_string(), shape.table.to_string()),
-            events,
-            next_after,
-        )
-        .not_seeing(move |xid| u32::try_from(xid).is_ok_and(|x| snapshot.in_progress(x))))
+        Ok(Some(
+            Chunk::new(
+                id,
+                (shape.schema.to_string(), shape.table.to_string()),
+                events,
+                next_after,
+            )
+            .not_seeing(move |xid| u32::try_from(xid).is_ok_and(|x| snapshot.in_progress(x))),
+        ))
     }
 }
 
-/// A snapshot as `pg_current_snapshot()::text` writes it (`xmin:xmax:xip,…`), for the
+/// A snapshot as `txid_current_snapshot()::text` writes it (`xmin:xmax:xip,…`; the function
+/// of every PostgreSQL version, where `pg_current_snapshot` came with 13), for the
 /// transaction ids pgoutput sends (32 bits).
 #[derive(Debug, Clone)]
 struct Snapshot {
@@ -287,77 +303,67 @@ impl Snapshot {
     }
 }
 
-async fn current_snapshot(client: &Client) -> std::result::Result<Snapshot, tokio_postgres::Error> {
+async fn current_snapshot(client: &Client) -> std::result::Result<Snapshot, Error> {
     let text: String = client
-        .query_one("select pg_current_snapshot()::text", &[])
-        .await?
+        .query_one("select txid_current_snapshot()::text", &[])
+        .await
+        .map_err(|e| pg_error("reading the server's snapshot", &e))?
         .get(0);
-    Ok(Snapshot::parse(&text).unwrap_or(Snapshot {
-        xmax: 0,
-        xip: Default::default(),
-    }))
+    Snapshot::parse(&text)
+        .ok_or_else(|| Error::permanent(format!("a snapshot siphon cannot read: {text:?}")))
 }
 
-/// The transactions the stream saw commit lately: one in progress for a query now has its
-/// commit record in the WAL but is not visible yet. Bounded: such a transaction is among the
-/// last few the stream passed.
+/// The transactions the stream saw commit lately, each with when: one a query cannot see
+/// yet has its commit record in the WAL but has not ended. Kept until a snapshot sees them
+/// ended, and for a minute at most: one still waiting then (for a synchronous standby) is
+/// found among the sessions waiting so.
 #[derive(Debug, Default)]
-pub struct RecentCommits {
-    order: std::collections::VecDeque<u32>,
-    set: std::collections::HashSet<u32>,
-}
+pub struct RecentCommits(std::collections::VecDeque<(u32, std::time::Instant)>);
 
 impl RecentCommits {
-    const KEPT: usize = 1 << 16;
+    const KEPT: std::time::Duration = std::time::Duration::from_secs(60);
 
     /// The stream passed `xid`'s commit.
     pub fn committed(&mut self, xid: u32) {
-        if self.set.insert(xid) {
-            self.order.push_back(xid);
-            if self.order.len() > Self::KEPT
-                && let Some(old) = self.order.pop_front()
-            {
-                self.set.remove(&old);
-            }
+        let now = std::time::Instant::now();
+        while self
+            .0
+            .front()
+            .is_some_and(|(_, at)| now.duration_since(*at) > Self::KEPT)
+        {
+            self.0.pop_front();
         }
+        self.0.push_back((xid, now));
     }
 
-    /// Those of them `snapshot` sees in progress.
-    fn invisible(&self, snapshot: &Snapshot) -> Vec<u32> {
-        self.order
-            .iter()
-            .copied()
-            .filter(|x| snapshot.in_progress(*x))
-            .collect()
+    /// Those of them `snapshot` sees in progress; the others (ended for good) are forgotten.
+    fn invisible(&mut self, snapshot: &Snapshot) -> Vec<u32> {
+        self.0.retain(|(xid, _)| snapshot.in_progress(*xid));
+        self.0.iter().map(|(xid, _)| *xid).collect()
     }
 }
 
-/// Waits until no transaction the stream saw commit is still in progress for a query.
-async fn wait_visible(
-    client: &Client,
-    committed: &RecentCommits,
-    ctx: &SourceContext,
-) -> Result<()> {
-    let started = std::time::Instant::now();
-    let mut warned = false;
-    loop {
-        let snapshot = current_snapshot(client)
-            .await
-            .map_err(|e| pg_error("reading the server's snapshot", &e))?;
-        let waiting = committed.invisible(&snapshot);
-        if waiting.is_empty() {
-            return Ok(());
-        }
-        if !warned && started.elapsed() > std::time::Duration::from_secs(10) {
-            warned = true;
-            tracing::warn!(transactions = ?waiting, "incremental snapshot: waiting for transactions whose commit is in the WAL to become visible (a synchronous standby that does not answer?)");
-        }
-        tokio::select! {
-            // The stream stops at its next look; the chunk read meanwhile is dropped.
-            () = ctx.cancel.cancelled() => return Ok(()),
-            () = tokio::time::sleep(std::time::Duration::from_millis(5)) => {}
-        }
-    }
+/// The transactions with their commit in the WAL that a query cannot see yet: those the
+/// stream saw commit, and those waiting for a synchronous standby (whose commits the stream
+/// may have passed before it started).
+async fn not_yet_visible(client: &Client, committed: &mut RecentCommits) -> Result<Vec<u32>> {
+    let snapshot = current_snapshot(client).await?;
+    let mut waiting = committed.invisible(&snapshot);
+    let replicating: Vec<String> = client
+        .query(
+            "select backend_xid::text from pg_stat_activity \
+             where wait_event = 'SyncRep' and backend_xid is not null",
+            &[],
+        )
+        .await
+        .map_err(|e| pg_error("reading the sessions waiting for a standby", &e))?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    waiting.extend(replicating.iter().filter_map(|x| x.parse::<u32>().ok()));
+    waiting.sort_unstable();
+    waiting.dedup();
+    Ok(waiting)
 }
 
 #[cfg(test)]

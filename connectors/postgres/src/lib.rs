@@ -333,22 +333,9 @@ impl Source for PostgresSource {
                  `ALTER TABLE {} REPLICA IDENTITY DEFAULT`", t.quoted()
             );
         }
-        // Tables created while siphon was down join the publication: the request to snapshot
-        // them is in the checkpoint before they do (a failure after that must not lose it).
-        catalog::ensure_publication(&client, &self.publication, &tables, |added| {
-            match ctx.offsets.source_checkpoint::<Checkpoint>()? {
-                Some(mut checkpoint) if checkpoint.snapshot_done => {
-                    tracing::info!(tables = ?added, "new tables join the publication: snapshotting them incrementally");
-                    checkpoint.incremental.request(added.iter().cloned());
-                    ctx.offsets.save_source_checkpoint(&checkpoint)
-                }
-                _ => Ok(()),
-            }
-        })
-        .await?;
         // A checkpoint of another slot, or of another change log (the log was lost or
         // replaced), says nothing about this one: the snapshot is taken again.
-        let checkpoint = ctx
+        let mut checkpoint = ctx
             .offsets
             .source_checkpoint::<Checkpoint>()?
             .filter(|c| c.slot == self.slot)
@@ -360,6 +347,20 @@ impl Source for PostgresSource {
                 same_log
             })
             .unwrap_or_default();
+        // Tables created while siphon was down join the publication: the request to snapshot
+        // them is in the checkpoint before they do (a failure after that must not lose it). A
+        // snapshot taken now reads them anyway.
+        catalog::ensure_publication(&client, &self.publication, &tables, |added| {
+            tracing::info!(tables = ?added, "new tables join the publication: snapshotting them incrementally");
+            checkpoint.incremental.request(added.iter().cloned());
+            ctx.offsets.save_source_checkpoint(&Checkpoint {
+                slot: self.slot.clone(),
+                log_id: Some(ctx.log.id().clone()),
+                ..checkpoint.clone()
+            })
+        })
+        .await?;
+        let checkpoint = checkpoint;
         let slot = catalog::slot(&client, &self.slot).await?;
         let lost = slot
             .as_ref()

@@ -33,12 +33,24 @@ struct Pending {
     commit_ms: Option<i64>,
 }
 
+/// What the incremental snapshot does next.
+enum NextChunk {
+    /// A chunk was read: its window opens at its low watermark.
+    Read(Chunk),
+    /// A chunk cannot be read yet (a transaction's commit not visible yet): in a moment.
+    Later,
+    /// Nothing to read.
+    None,
+}
+
 /// What the stream waits for next.
 enum Next {
     /// A replication event, or the stream's failure.
     Event(pgwire_replication::Result<Option<ReplicationEvent>>),
     /// Time to look for tables created since.
     PollTables,
+    /// Time to try reading a chunk again.
+    RetryChunk,
     /// Shutdown.
     Shutdown,
 }
@@ -92,6 +104,8 @@ impl Stream<'_> {
         table_poll.tick().await;
         let mut progress = self.checkpoint.incremental.clone();
         let mut commits = RecentCommits::default();
+        // When to try again a chunk that could not be read yet, and the wait before that.
+        let mut retry_chunk: Option<(tokio::time::Instant, Duration)> = None;
         let mut chunk: Option<Chunk> = None;
         let mut reader: Option<TableReader> = None;
         progress.report(&self.ctx.metrics);
@@ -110,21 +124,52 @@ impl Stream<'_> {
                     if tx.is_none() {
                         // Nothing waiting, nothing open: the log holds all the server sent.
                         self.ctx.metrics.caught_up();
-                        if chunk.is_none() {
-                            chunk = self
-                                .next_chunk(&mut types, &mut progress, &mut reader, &commits)
-                                .await?;
+                        // (Not before a chunk that could not be read is due again: each try
+                        // writes a watermark.)
+                        let due =
+                            retry_chunk.is_none_or(|(at, _)| tokio::time::Instant::now() >= at);
+                        if chunk.is_none() && due {
+                            match self
+                                .next_chunk(&mut types, &mut progress, &mut reader, &mut commits)
+                                .await?
+                            {
+                                NextChunk::Read(read) => {
+                                    chunk = Some(read);
+                                    retry_chunk = None;
+                                }
+                                NextChunk::Later => {
+                                    let wait = retry_chunk.map_or(
+                                        Duration::from_millis(20),
+                                        |(_, wait): (tokio::time::Instant, Duration)| {
+                                            (wait * 2).min(Duration::from_secs(1))
+                                        },
+                                    );
+                                    retry_chunk = Some((tokio::time::Instant::now() + wait, wait));
+                                }
+                                NextChunk::None => retry_chunk = None,
+                            }
                         }
                     }
-                    loop {
+                    let event = loop {
                         match self
-                            .next_event(&mut heartbeat, &mut lag, &mut table_poll)
+                            .next_event(
+                                &mut heartbeat,
+                                &mut lag,
+                                &mut table_poll,
+                                retry_chunk.map(|(at, _)| at),
+                            )
                             .await?
                         {
-                            Next::Event(event) => break event,
+                            Next::Event(event) => break Some(event),
                             Next::PollTables => self.poll_tables(&mut progress).await?,
+                            Next::RetryChunk => break None,
                             Next::Shutdown => return Ok(()),
                         }
+                    };
+                    match event {
+                        Some(event) => event,
+                        // Back to the top, which reads the chunk when nothing is waiting.
+                        None => continue,
                     }
                 }
             };
@@ -327,8 +372,8 @@ impl Stream<'_> {
         types: &mut TypeCache,
         progress: &mut Progress,
         reader: &mut Option<TableReader>,
-        commits: &RecentCommits,
-    ) -> Result<Option<Chunk>> {
+        commits: &mut RecentCommits,
+    ) -> Result<NextChunk> {
         let mut changed = progress.take_requests(&self.ctx.metrics);
         // A chunk read fails once the table changed since its reader was made (a dropped
         // column): made again from the catalog, once.
@@ -338,7 +383,7 @@ impl Stream<'_> {
                 self.save_progress(progress)?;
             }
             let Some(name) = progress.tables.front().filter(|_| progress.wants_chunk()) else {
-                return Ok(None);
+                return Ok(NextChunk::None);
             };
             if reader.as_ref().is_none_or(|r| r.name != *name) {
                 *reader = TableReader::prepare(
@@ -361,7 +406,8 @@ impl Stream<'_> {
                         )
                         .await
                     {
-                        Ok(chunk) => return Ok(Some(chunk)),
+                        Ok(Some(chunk)) => return Ok(NextChunk::Read(chunk)),
+                        Ok(None) => return Ok(NextChunk::Later),
                         Err(e) if !e.is_transient() && !fresh_reader => {
                             tracing::info!(table = %name, error = %e, "incremental snapshot: reading the table's shape again");
                             *reader = None;
@@ -419,12 +465,14 @@ impl Stream<'_> {
         heartbeat: &mut tokio::time::Interval,
         lag: &mut tokio::time::Interval,
         table_poll: &mut tokio::time::Interval,
+        retry_chunk: Option<tokio::time::Instant>,
     ) -> Result<Next> {
         loop {
             tokio::select! {
                 biased;
                 _ = self.ctx.cancel.cancelled() => return Ok(Next::Shutdown),
                 _ = table_poll.tick() => return Ok(Next::PollTables),
+                () = tokio::time::sleep_until(retry_chunk.unwrap_or_else(tokio::time::Instant::now)), if retry_chunk.is_some() => return Ok(Next::RetryChunk),
                 // A heartbeat on schedule, or now for a read-your-writes wait: WAL written
                 // after the waited-for position, which the stream then passes.
                 _ = heartbeat.tick(), if self.heartbeat.is_some() => self.write_heartbeat().await?,

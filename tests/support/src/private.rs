@@ -216,6 +216,8 @@ impl PrivateMariadb {
     }
 
     fn start_server(&mut self) -> anyhow::Result<()> {
+        let ready = |log: &str| log.matches("ready for connections").count();
+        let started_before = ready(&self.log());
         let data = self.dir.path().join("data");
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -250,8 +252,10 @@ impl PrivateMariadb {
             .spawn()
             .context("mariadbd (package mariadb-server)")?;
         self.server = Some(child);
+        // Ready once this server says so: a connection to the port alone could reach another
+        // process that took the port meanwhile.
         let deadline = Instant::now() + Duration::from_secs(60);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+        while ready(&self.log()) == started_before {
             if let Some(status) = self
                 .server
                 .as_mut()
@@ -261,7 +265,7 @@ impl PrivateMariadb {
             }
             ensure!(
                 Instant::now() < deadline,
-                "mariadbd did not listen:\n{}",
+                "mariadbd did not start:\n{}",
                 self.log()
             );
             std::thread::sleep(Duration::from_millis(20));
@@ -287,6 +291,7 @@ impl PrivateMariadb {
     pub fn restart(&mut self) -> anyhow::Result<()> {
         run(
             Command::new("mariadb-admin").args([
+                "--no-defaults",
                 "-uroot",
                 "-h127.0.0.1",
                 &format!("-P{}", self.port),
