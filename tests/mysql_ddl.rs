@@ -134,6 +134,8 @@ url = "{}"
     })
     .await;
 
+    // No NOWAIT below (the parser's unit test has it): the daemon reads a new table's shape
+    // after its CREATE, and a rename that may not wait for that metadata lock fails (1205).
     conn.query_drop(
         "truncate t1;
          insert into t1 values (1, 100);
@@ -149,7 +151,7 @@ url = "{}"
          set session binlog_format = 'ROW';
          create table t7_new (id int primary key, v int);
          insert into t7_new select seq + 500, seq from seq_1_to_3;
-         rename table if exists t7 wait 5 to t7_old, t7_new nowait to t7;",
+         rename table if exists t7 wait 30 to t7_old, t7_new wait 30 to t7;",
     )
     .await
     .unwrap();
