@@ -325,7 +325,8 @@ impl Stream<'_> {
                     self.begin(state, start, None, header.server_id(), true);
                 }
                 Some(EventData::QueryEvent(q)) => {
-                    match ddl::statement(&q.query(), &q.schema()) {
+                    let sql = q.query();
+                    match ddl::statement(&sql, &q.schema()) {
                         Statement::Begin => match &mut state.transaction {
                             // MySQL's GTID event began it; BEGIN says it is more than one
                             // statement.
@@ -350,6 +351,14 @@ impl Stream<'_> {
                         }
                         statement => {
                             if let Statement::Tables(changes) = &statement {
+                                if changes.is_empty() {
+                                    tracing::warn!(
+                                        statement = %sql.chars().take(200).collect::<String>(),
+                                        "a DDL statement whose tables siphon cannot read: if it removed or \
+                                         replaced a captured table's rows, snapshot that table again \
+                                         (siphon snapshot <pipeline> <database.table>)"
+                                    );
+                                }
                                 self.tables_changed(state, changes, start, header.server_id())
                                     .await?;
                             }
