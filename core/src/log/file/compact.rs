@@ -31,8 +31,37 @@ use crate::{Error, Result, fsutil};
 /// Where compaction keeps `cleaned_to`, beside the segments.
 const STATE_FILE: &str = "cleaned-to";
 
-/// Memory a key of the map costs besides its bytes (its entry and the table's share).
+/// Memory an entry of the map's side tables (its moves) costs besides its keys' bytes.
 const ENTRY_OVERHEAD: usize = 64;
+
+/// The allocator's share of a key's heap copy besides its bytes.
+const KEY_HEAP_OVERHEAD: usize = 16;
+
+/// Bytes a bucket of the key table takes: its `(key, entry)` slot and its control byte.
+const BUCKET: usize = std::mem::size_of::<(Vec<u8>, Entry)>() + 1;
+
+/// Keys a hash table of `buckets` buckets holds before it grows (hashbrown's load factor).
+fn capacity_of(buckets: usize) -> usize {
+    if buckets < 8 {
+        buckets - 1
+    } else {
+        buckets / 8 * 7
+    }
+}
+
+/// Buckets of the key table for a budget, sized once so that it never grows (a growing table
+/// holds its old and new buckets at once, and rounds up to a power of two): the most buckets
+/// whose table and keys of `key_len` bytes fit in `budget`, at least four.
+fn buckets_for(budget: usize, key_len: usize) -> usize {
+    let cost = |buckets: usize| {
+        buckets * BUCKET + 16 + capacity_of(buckets) * (key_len + KEY_HEAP_OVERHEAD)
+    };
+    let mut buckets = 4;
+    while cost(buckets * 2) <= budget {
+        buckets *= 2;
+    }
+    buckets
+}
 
 /// The offset below which the log in `dir` is clean (0 for a log never compacted).
 pub(super) fn cleaned_to(dir: &Path) -> Result<u64> {
@@ -91,6 +120,7 @@ struct Move {
 /// What a pass learns of the dirty records, in at most `budget` bytes.
 #[derive(Debug)]
 struct KeyMap {
+    /// Each key's chain, in a table sized at the first key (`buckets_for`) that never grows.
     entries: HashMap<Vec<u8>, Entry>,
     moves: Vec<Move>,
     /// Moves by their old key.
@@ -100,6 +130,7 @@ struct KeyMap {
     moved_before: HashMap<Vec<u8>, Vec<u64>>,
     /// Such records, by offset, with the move that took them again.
     moved_again: HashMap<u64, usize>,
+    /// Bytes taken: the key table's buckets, the keys' copies, the moves.
     used: usize,
     budget: usize,
     /// The last record read is the first half of a key change: its key and offset.
@@ -120,21 +151,38 @@ impl KeyMap {
         }
     }
 
-    /// Whether `rec` fits (its key may be new, and a key change may add a move).
+    /// Whether `rec` fits (its key may be new, and a key change may add a move and a key).
     fn fits(&self, rec: &LogRecord) -> bool {
-        let more = 2 * (rec.key.len() + ENTRY_OVERHEAD)
+        if rec.key.is_empty() {
+            return true;
+        }
+        let (table, room) = match self.entries.capacity() {
+            0 => {
+                let buckets = buckets_for(self.budget, rec.key.len());
+                (buckets * BUCKET, capacity_of(buckets))
+            }
+            capacity => (0, capacity), // the table is in `used`
+        };
+        let new_keys = 1 + usize::from(self.key_change.is_some());
+        let more = table
+            + 2 * (rec.key.len() + KEY_HEAP_OVERHEAD)
             + self
                 .key_change
                 .as_ref()
-                .map_or(0, |(k, _)| k.len() + ENTRY_OVERHEAD);
-        self.used + more <= self.budget
+                .map_or(0, |(k, _)| 2 * k.len() + rec.key.len() + ENTRY_OVERHEAD);
+        self.used + more <= self.budget && self.entries.len() + new_keys <= room
     }
 
     fn set(&mut self, key: &[u8], entry: Entry) {
+        if self.entries.capacity() == 0 {
+            let buckets = buckets_for(self.budget, key.len());
+            self.entries = HashMap::with_capacity(capacity_of(buckets));
+            self.used += buckets * BUCKET;
+        }
         match self.entries.get_mut(key) {
             Some(e) => *e = entry,
             None => {
-                self.used += key.len() + ENTRY_OVERHEAD;
+                self.used += key.len() + KEY_HEAP_OVERHEAD;
                 self.entries.insert(key.to_vec(), entry);
             }
         }
