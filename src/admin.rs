@@ -29,8 +29,8 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
-use siphon_core::Secret;
 use siphon_core::incremental::SnapshotRequest;
+use siphon_core::{Secret, TableName};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -242,24 +242,24 @@ async fn snapshot(
     Path(pipeline): Path<String>,
     Query(params): Query<SnapshotParams>,
 ) -> Response {
-    let tables: Vec<String> = params
+    let tables: Result<Vec<TableName>, String> = params
         .tables
         .split(',')
-        .map(|t| t.trim().to_owned())
+        .map(str::trim)
         .filter(|t| !t.is_empty())
+        .map(TableName::parse)
         .collect();
-    if tables.is_empty()
-        || tables.iter().any(|t| {
-            t.split_once('.')
-                .is_none_or(|(s, n)| s.is_empty() || n.is_empty())
-        })
-    {
-        return (
-            StatusCode::BAD_REQUEST,
-            "tables: give one or more \"schema.table\", comma-separated",
-        )
-            .into_response();
-    }
+    let tables = match tables {
+        Ok(tables) if !tables.is_empty() => tables,
+        Ok(_) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                "tables: give one or more \"schema.table\", comma-separated",
+            )
+                .into_response();
+        }
+        Err(e) => return (StatusCode::BAD_REQUEST, format!("tables: {e}")).into_response(),
+    };
     let answer = serde_json::json!({"pipeline": pipeline, "tables": tables});
     request_snapshot(&state, &pipeline, SnapshotRequest::Tables(tables), answer)
 }

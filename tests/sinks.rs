@@ -910,7 +910,7 @@ async fn an_offline_replay_goes_on_through_a_target_outage_to_the_log_end() {
     let generator = GeneratorSource::new(
         "demo",
         GeneratorConfig {
-            tables: vec!["demo.orders".into()],
+            tables: vec!["demo.orders".parse().unwrap()],
             keys: 700,
             events: EVENTS,
             transaction_size: 5,
@@ -935,7 +935,7 @@ async fn an_offline_replay_goes_on_through_a_target_outage_to_the_log_end() {
     ))
     .unwrap();
     let table = siphon_core::source::TableInfo {
-        name: "demo.orders".into(),
+        name: siphon_core::TableName::new("demo", "orders"),
         key_columns: vec!["id".into()],
     };
     let replay = tokio::spawn(async move {

@@ -100,7 +100,7 @@ async fn siphon_in(
         url: siphon_core::ConnectionUrl::new(url),
         password: None,
         password_file: None,
-        tables: vec!["public.orders".into()],
+        tables: vec!["public.orders".parse().unwrap()],
         slot: Some(slot.to_owned()),
         publication: Some("bench_pub".into()),
         snapshot,

@@ -136,7 +136,7 @@ fn events(rows: u64) -> anyhow::Result<WarmLog> {
 /// Applies the log in batches of `batch`; returns the elapsed time.
 async fn apply(sink: &mut dyn Sink, log: &WarmLog, batch: usize) -> anyhow::Result<Duration> {
     let table = TableInfo {
-        name: "public.orders".into(),
+        name: siphon_core::TableName::new("public", "orders"),
         key_columns: vec!["id".into()],
     };
     sink.reset(std::slice::from_ref(&table)).await?;
@@ -309,7 +309,7 @@ batch_size = {batch}
         data = dir.path().display()
     ))?;
     let table = TableInfo {
-        name: "public.orders".into(),
+        name: siphon_core::TableName::new("public", "orders"),
         key_columns: vec!["id".into()],
     };
     let started = Instant::now();
@@ -413,7 +413,7 @@ async fn redis(redis_url: &str, log: &WarmLog, rows: u64, batch: usize) -> anyho
     remove_keys(redis_url, "siphon-bench-rt:*").await?;
     redis
         .reset(&[TableInfo {
-            name: "public.orders".into(),
+            name: siphon_core::TableName::new("public", "orders"),
             key_columns: vec!["id".into()],
         }])
         .await?;

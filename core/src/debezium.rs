@@ -186,7 +186,12 @@ pub fn records(event: &Event, modes: &Modes, schemas: bool) -> Vec<Json> {
 /// Debezium's topic of an event: `<server name>.<schema>.<table>` (`<db>.<table>` where the
 /// source has no schemas).
 pub fn topic(event: &Event) -> String {
-    format!("{}.{}", event.source.name, event.source.qualified_table())
+    format!(
+        "{}.{}.{}",
+        event.source.name,
+        event.source.namespace(),
+        event.source.table
+    )
 }
 
 /// Debezium's record key: the primary-key columns, or `null` for a table without one.

@@ -78,8 +78,8 @@ pub enum Error {
     Rejected {
         /// The record's log offset.
         offset: u64,
-        /// `schema.table` of the record.
-        table: String,
+        /// The record's table.
+        table: crate::name::TableName,
         /// The target's reason.
         reason: String,
     },

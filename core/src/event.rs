@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::name::TableName;
 use crate::schema::{SchemaId, SchemaLookup, TableSchema};
 
 /// What happened to the row.
@@ -250,9 +251,9 @@ impl SourceInfo {
         self.schema.as_deref().unwrap_or(&self.db)
     }
 
-    /// `schema.table`, or `db.table` where the source has no schemas.
-    pub fn qualified_table(&self) -> String {
-        format!("{}.{}", self.namespace(), self.table)
+    /// The table: `schema.table`, or `db.table` where the source has no schemas.
+    pub fn table_name(&self) -> TableName {
+        TableName::new(self.namespace(), self.table.clone())
     }
 
     /// The start of the log keys of this table's rows: namespace and table, each ended by a
@@ -446,7 +447,7 @@ impl<'a> CompactRow<&'a Value> {
             let at = schema.position(c).ok_or_else(|| {
                 crate::Error::Codec(format!(
                     "column {c} is not in the schema of {} (version {})",
-                    schema.qualified(),
+                    schema.name(),
                     schema.id.0
                 ))
             })?;
@@ -471,7 +472,7 @@ impl CompactRow<Value> {
         let bad = |what: &str| {
             crate::Error::Codec(format!(
                 "{what} for {} (schema version {}, {} columns)",
-                schema.qualified(),
+                schema.name(),
                 schema.id.0,
                 schema.columns.len()
             ))

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::Event;
 use crate::event::{KeyChange, Op};
+use crate::name::TableName;
 use crate::source::SourceMetrics;
 
 /// Rows read per chunk.
@@ -29,7 +30,7 @@ pub const CHUNK_ROWS: usize = 4096;
 #[serde(deny_unknown_fields)]
 pub struct Progress {
     /// Tables still to read (as the source names them), the current one first.
-    pub tables: VecDeque<String>,
+    pub tables: VecDeque<TableName>,
     /// The current table's last key read, each key column in the source's text form; none
     /// before its first chunk.
     pub after: Option<Vec<String>>,
@@ -45,7 +46,7 @@ pub struct Progress {
 
 impl Progress {
     /// Adds tables to read (each once).
-    pub fn request(&mut self, tables: impl IntoIterator<Item = String>) {
+    pub fn request(&mut self, tables: impl IntoIterator<Item = TableName>) {
         for table in tables {
             if !self.tables.contains(&table) {
                 self.tables.push_back(table);
@@ -56,7 +57,7 @@ impl Progress {
     /// Reads tables (again) from their first key: one being read now starts over, the rest
     /// are added (each once). For a table whose rows are not the ones read so far (another
     /// table renamed over it).
-    pub fn restart(&mut self, tables: impl IntoIterator<Item = String>) {
+    pub fn restart(&mut self, tables: impl IntoIterator<Item = TableName>) {
         for table in tables {
             if self.tables.front() == Some(&table) {
                 self.after = None;
@@ -139,7 +140,7 @@ impl Progress {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SnapshotRequest {
     /// Read these tables (after those already asked for).
-    Tables(Vec<String>),
+    Tables(Vec<TableName>),
     /// Forget the tables left.
     Stop,
     /// Read no chunk until resumed.
@@ -156,8 +157,8 @@ pub struct Chunk {
     id: String,
     /// Its rows as `r` events (placed by the source when the high watermark arrives).
     rows: Vec<Event>,
-    /// Namespace (schema or database) and table.
-    table: (String, String),
+    /// The table it reads.
+    table: TableName,
     /// The stream is past the low watermark.
     open: bool,
     /// Log keys the stream changed since the low watermark.
@@ -208,10 +209,10 @@ pub fn chunk_id() -> String {
 }
 
 impl Chunk {
-    /// A chunk of `table` (namespace, table) read between the watermarks of `id`.
+    /// A chunk of `table` read between the watermarks of `id`.
     pub fn new(
         id: String,
-        table: (String, String),
+        table: TableName,
         rows: Vec<Event>,
         next_after: Option<Vec<String>>,
     ) -> Chunk {
@@ -244,8 +245,8 @@ impl Chunk {
                 .is_some_and(|(t, unseen)| unseen(t))
         };
         if !(self.open || unseen())
-            || self.table.0 != event.source.namespace()
-            || self.table.1 != *event.source.table
+            || self.table.namespace() != event.source.namespace()
+            || self.table.table() != &*event.source.table
         {
             return;
         }
@@ -321,13 +322,18 @@ mod tests {
     fn stop_keeps_the_row_count_and_pause_survives_new_tables() {
         let metrics = SourceMetrics::default();
         let mut progress = Progress::default();
-        metrics.request_snapshot(SnapshotRequest::Tables(vec!["a.x".into(), "a.y".into()]));
+        metrics.request_snapshot(SnapshotRequest::Tables(vec![
+            TableName::parse("a.x").unwrap(),
+            TableName::parse("a.y").unwrap(),
+        ]));
         metrics.request_snapshot(SnapshotRequest::Pause);
         assert!(progress.take_requests(&metrics));
         assert!(!progress.wants_chunk(), "paused");
         progress.chunk_done(10, Some(vec!["5".into()]));
         metrics.request_snapshot(SnapshotRequest::Resume);
-        metrics.request_snapshot(SnapshotRequest::Tables(vec!["a.x".into()]));
+        metrics.request_snapshot(SnapshotRequest::Tables(vec![
+            TableName::parse("a.x").unwrap(),
+        ]));
         assert!(progress.take_requests(&metrics));
         assert!(progress.wants_chunk());
         assert_eq!(
@@ -378,7 +384,7 @@ mod tests {
                 )
             })
             .collect();
-        let mut chunk = Chunk::new("c".into(), ("public".into(), TABLE.into()), rows, None)
+        let mut chunk = Chunk::new("c".into(), TableName::new("public", TABLE), rows, None)
             .not_seeing(|tx| tx == 7);
         // Before the low watermark: tx 7 (unseen by the read) drops key 1; tx 8 (seen) not.
         chunk.saw(&change(1, 7));

@@ -373,7 +373,7 @@ fn row_schema(row: Option<&Row>, name: &str, field: &str) -> Json {
 }
 
 fn envelope_schema(event: &Event) -> Json {
-    let prefix = format!("{}.{}", event.source.name, event.source.qualified_table());
+    let prefix = crate::debezium::topic(event);
     let value_name = format!("{prefix}.Value");
     // before and after share the table's columns; take them from whichever row is present.
     let shape = event.after.as_ref().or(event.before.as_ref());

@@ -4,6 +4,7 @@
 //!   envelope and the store encoding of values, and [`debezium`], values, keys and topics as
 //!   Debezium writes them;
 //! - [`log`]: the change log trait and the embedded [`log::file`] backend;
+//! - [`name`]: table names and the patterns that pick tables;
 //! - [`schema`]: table schemas and the log's registry of their versions;
 //! - [`offsets`]: sink cursors and source checkpoints, persisted atomically;
 //! - [`source`] and [`sink`]: the traits connectors and sinks implement, with their guarantees;
@@ -19,6 +20,7 @@ mod fsutil;
 pub mod incremental;
 pub mod json;
 pub mod log;
+pub mod name;
 pub mod offsets;
 pub mod schema;
 pub mod secret;
@@ -36,4 +38,5 @@ pub use event::{
     Event, KeyChange, Op, Row, SnapshotMarker, SourceInfo, SourcePosition, TransactionInfo, Value,
 };
 pub use fsutil::write_atomic;
+pub use name::{TableName, TablePattern};
 pub use secret::{ConnectionUrl, Secret};

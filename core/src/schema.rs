@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 
 use crate::event::Name;
+use crate::name::TableName;
 use crate::{Error, Result};
 
 /// The version of a table schema in one log's registry: dense, from 1.
@@ -135,11 +136,10 @@ pub struct TableSchema {
 
 impl TableSchema {
     /// `schema.table`, or `database.table` where the source has no schemas.
-    pub fn qualified(&self) -> String {
-        format!(
-            "{}.{}",
-            self.schema.as_deref().unwrap_or(&self.database),
-            self.table
+    pub fn name(&self) -> TableName {
+        TableName::new(
+            self.schema.as_ref().unwrap_or(&self.database).clone(),
+            self.table.clone(),
         )
     }
 
@@ -159,7 +159,7 @@ impl TableSchema {
         self.key
             .iter()
             .find(|&&k| k >= columns)
-            .map(|k| format!("{}: key column {k} of {columns} columns", self.qualified()))
+            .map(|k| format!("{}: key column {k} of {columns} columns", self.name()))
     }
 
     /// Whether `self` and `other` describe the same table version (ids aside).
@@ -208,7 +208,7 @@ struct Registry {
     /// Every version, by id: `versions[i]` has id `i + 1`.
     versions: Vec<Arc<TableSchema>>,
     /// Versions by table (`qualified`), to find an equal one on registration.
-    by_table: HashMap<String, Vec<usize>>,
+    by_table: HashMap<TableName, Vec<usize>>,
     /// `None` when opened read-only.
     file: Option<File>,
     /// Bytes of whole entries read from the file.
@@ -267,7 +267,7 @@ impl SchemaRegistry {
             return Err(Error::Codec(reason));
         }
         let mut registry = self.inner.lock().unwrap();
-        if let Some(found) = registry.by_table.get(&schema.qualified()).and_then(|ids| {
+        if let Some(found) = registry.by_table.get(&schema.name()).and_then(|ids| {
             ids.iter()
                 .map(|&i| &registry.versions[i])
                 .find(|v| v.same_shape(schema))
@@ -296,7 +296,7 @@ impl SchemaRegistry {
         file.sync_data().map_err(Error::io("fsync", &path))?;
         registry.read_len += entry.len() as u64;
         registry.add(registered.clone());
-        tracing::debug!(table = %registered.qualified(), id = id.0, "registered a table schema");
+        tracing::debug!(table = %registered.name(), id = id.0, "registered a table schema");
         Ok(registered)
     }
 
@@ -323,10 +323,7 @@ impl SchemaLookup for SchemaRegistry {
 impl Registry {
     fn add(&mut self, schema: Arc<TableSchema>) {
         let index = self.versions.len();
-        self.by_table
-            .entry(schema.qualified())
-            .or_default()
-            .push(index);
+        self.by_table.entry(schema.name()).or_default().push(index);
         self.versions.push(schema);
     }
 

@@ -13,14 +13,15 @@ use crate::Result;
 use crate::event::{Event, KeyChange, Op, Value};
 use crate::incremental::SnapshotRequest;
 use crate::log::{ChangeLog, NewRecord, RecordFlags};
+use crate::name::TableName;
 use crate::offsets::OffsetStore;
 use crate::schema::TableSchema;
 
 /// A table a source captures, as sinks must know it before the first event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableInfo {
-    /// `schema.table` (or `db.table`).
-    pub name: String,
+    /// The table (`schema.table`, or `db.table` for MySQL).
+    pub name: TableName,
     /// Primary-key columns; empty for a table without a primary key.
     pub key_columns: Vec<String>,
 }

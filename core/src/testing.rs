@@ -16,7 +16,7 @@ pub const TABLE: &str = "compliance";
 /// Its description, as a source would give it.
 pub fn compliance_table() -> TableInfo {
     TableInfo {
-        name: format!("public.{TABLE}"),
+        name: crate::TableName::new("public", TABLE),
         key_columns: vec!["id".into()],
     }
 }
@@ -178,7 +178,7 @@ pub fn tables() -> Vec<TableInfo> {
     vec![
         compliance_table(),
         TableInfo {
-            name: format!("public.{OTHER_TABLE}"),
+            name: crate::TableName::new("public", OTHER_TABLE),
             key_columns: vec!["id".into()],
         },
     ]

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use siphon_core::TableName;
+
 use crate::config::Config;
 use crate::runtime::PipelineStatus;
 
@@ -78,10 +80,11 @@ impl AdminClient {
 
 impl AdminClient {
     /// Asks the daemon for an incremental snapshot of `tables`.
-    pub async fn snapshot(&self, pipeline: &str, tables: &[String]) -> anyhow::Result<()> {
+    pub async fn snapshot(&self, pipeline: &str, tables: &[TableName]) -> anyhow::Result<()> {
+        let names: Vec<String> = tables.iter().map(ToString::to_string).collect();
         let path = format!(
             "/api/pipelines/{pipeline}/snapshot?tables={}",
-            tables.join(",")
+            names.join(",")
         );
         self.post(&path, "the snapshot").await
     }

@@ -78,7 +78,7 @@ enum Command {
         pipeline: String,
         /// The tables, as schema.table (PostgreSQL) or database.table (MySQL/MariaDB).
         #[arg(required_unless_present_any = ["stop", "pause", "resume"])]
-        tables: Vec<String>,
+        tables: Vec<siphon_core::TableName>,
         /// Show the snapshot's progress until no table is left.
         #[arg(long, conflicts_with_all = ["stop", "pause", "resume"])]
         follow: bool,

@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
+use siphon_core::TableName;
+
 use super::client::AdminClient;
 use crate::config::Config;
 
@@ -14,7 +16,7 @@ use crate::config::Config;
 pub(super) async fn run(
     config: &Config,
     pipeline: &str,
-    tables: &[String],
+    tables: &[TableName],
     control: Option<&str>,
     follow: bool,
 ) -> anyhow::Result<()> {
@@ -29,7 +31,7 @@ pub(super) async fn run(
                      snapshot reads a table the source captures",
                     captured
                         .iter()
-                        .map(|t| t.name.as_str())
+                        .map(|t| t.name.to_string())
                         .collect::<Vec<_>>()
                         .join(", ")
                 ),
@@ -54,6 +56,7 @@ pub(super) async fn run(
             eprintln!("siphon snapshot {pipeline}: {action} asked");
         }
         None => {
+            let names: Vec<String> = tables.iter().map(ToString::to_string).collect();
             let before = gauges(&client, pipeline).await?;
             client.snapshot(pipeline, tables).await?;
             if follow {
@@ -62,8 +65,8 @@ pub(super) async fn run(
                 eprintln!(
                     "siphon snapshot {pipeline}: {} queued; `siphon snapshot {pipeline} {} --follow` \
                      or `siphon status` shows its progress",
-                    tables.join(", "),
-                    tables.join(" ")
+                    names.join(", "),
+                    names.join(" ")
                 );
             }
         }

@@ -143,7 +143,7 @@ fn bad_values_checked_after_parsing_are_named() {
     let e = error_of(
         "[pipelines.shop.source]\nkind = \"generator\"\ntables = [\"nodot\"]\n[pipelines.shop.sinks.f]\nkind = \"stdout\"\n",
     );
-    assert_eq!(e.key, "pipelines.shop.source", "{e}");
+    assert_eq!(e.key, "pipelines.shop.source.tables[0]", "{e}");
     assert!(e.message.contains("nodot"), "{e}");
 }
 

@@ -427,7 +427,7 @@ impl SinkTask {
         }
         let line = serde_json::json!({
             "offset": record.offset,
-            "table": record.event.source.qualified_table(),
+            "table": record.event.source.table_name(),
             "reason": reason,
             "event": siphon_core::json::envelope(&record.event),
         });
@@ -473,7 +473,7 @@ impl SinkTask {
                         .position(|r| r.offset == offset)
                         .expect("found");
                     let record = batch.records.remove(at);
-                    tracing::warn!(sink = %self.name, offset, table, reason, "record rejected by the target; written to the dead-letter file");
+                    tracing::warn!(sink = %self.name, offset, %table, reason, "record rejected by the target; written to the dead-letter file");
                     if let Err(e) = self.dead_letter(&record, &reason) {
                         self.fail(&format!(
                             "writing the record at offset {offset} to the dead-letter file {}: {e}",

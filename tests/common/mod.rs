@@ -160,7 +160,10 @@ batch_size = 50
         GeneratorSource::new(
             "demo",
             GeneratorConfig {
-                tables: vec!["demo.orders".into(), "demo.customers".into()],
+                tables: vec![
+                    "demo.orders".parse().unwrap(),
+                    "demo.customers".parse().unwrap(),
+                ],
                 keys: 40,
                 events: self.events,
                 transaction_size: 7,

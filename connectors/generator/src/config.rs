@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use siphon_core::TableName;
 use siphon_core::units::HumanDuration;
 
 /// `kind = "generator"`.
@@ -10,7 +11,7 @@ use siphon_core::units::HumanDuration;
 #[serde(deny_unknown_fields, default)]
 pub struct GeneratorConfig {
     /// Tables to write, each as "schema.table".
-    pub tables: Vec<String>,
+    pub tables: Vec<TableName>,
     /// Distinct primary keys per table.
     pub keys: u64,
     /// Events to generate before going idle; 0 means without end.
@@ -26,7 +27,7 @@ pub struct GeneratorConfig {
 impl Default for GeneratorConfig {
     fn default() -> Self {
         GeneratorConfig {
-            tables: vec!["demo.orders".into()],
+            tables: vec![TableName::new("demo", "orders")],
             keys: 100,
             events: 0,
             transaction_size: 5,
@@ -41,14 +42,6 @@ impl GeneratorConfig {
     pub fn validate(&self) -> Result<(), String> {
         if self.tables.is_empty() {
             return Err("tables must list at least one \"schema.table\"".into());
-        }
-        if let Some(bad) = self.tables.iter().find(|t| {
-            t.split_once('.')
-                .is_none_or(|(s, t)| s.is_empty() || t.is_empty())
-        }) {
-            return Err(format!(
-                "tables: {bad:?} is not of the form \"schema.table\""
-            ));
         }
         if self.keys == 0 {
             return Err("keys must be at least 1".into());

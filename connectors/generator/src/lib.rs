@@ -36,9 +36,8 @@ impl GeneratorSource {
     pub fn event(&self, n: u64) -> Event {
         let c = &self.config;
         let tables = c.tables.len() as u64;
-        let (schema, table) = c.tables[(n % tables) as usize]
-            .split_once('.')
-            .expect("validated");
+        let name = &c.tables[(n % tables) as usize];
+        let (schema, table) = (name.namespace(), name.table());
         let local = n / tables;
         let id = (local % c.keys) as i64;
         let round = local / c.keys;
@@ -190,13 +189,18 @@ impl Source for GeneratorSource {
 
 #[cfg(test)]
 mod tests {
+    use siphon_core::TableName;
+
     use super::*;
 
     fn generator(events: u64) -> GeneratorSource {
         GeneratorSource::new(
             "demo",
             GeneratorConfig {
-                tables: vec!["demo.orders".into(), "demo.customers".into()],
+                tables: vec![
+                    TableName::new("demo", "orders"),
+                    TableName::new("demo", "customers"),
+                ],
                 keys: 3,
                 events,
                 transaction_size: 4,

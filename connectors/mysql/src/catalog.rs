@@ -3,7 +3,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use mysql_async::prelude::Queryable;
-use siphon_core::{Error, Result};
+use siphon_core::{Error, Result, TableName};
 
 use crate::gtid::GtidState;
 
@@ -177,25 +177,22 @@ fn missing_privileges(grants: &[String]) -> Vec<&'static str> {
 }
 
 /// The captured tables (`database`, `table`), in name order; an error if none matches.
-pub async fn tables(
-    conn: &mut mysql_async::Conn,
-    config: &MysqlConfig,
-) -> Result<Vec<(String, String)>> {
+pub async fn tables(conn: &mut mysql_async::Conn, config: &MysqlConfig) -> Result<Vec<TableName>> {
     let found = matching_tables(conn, config).await?;
     if found.is_empty() {
+        let patterns: Vec<String> = config.tables.iter().map(ToString::to_string).collect();
         return Err(Error::permanent(format!(
-            "no table matches tables = {:?} (or the user may not see it: grant SELECT on it)",
-            config.tables
+            "no table matches tables = {patterns:?} (or the user may not see it: grant SELECT on it)"
         )));
     }
     Ok(found)
 }
 
-/// The tables the patterns name now (`database`, `table`), in name order; maybe none.
+/// The tables the patterns name now, in name order; maybe none.
 pub async fn matching_tables(
     conn: &mut mysql_async::Conn,
     config: &MysqlConfig,
-) -> Result<Vec<(String, String)>> {
+) -> Result<Vec<TableName>> {
     let all: Vec<(String, String)> = conn
         .query(
             "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES \
@@ -208,20 +205,17 @@ pub async fn matching_tables(
     Ok(all
         .into_iter()
         .filter(|(d, t)| config.captures(d, t))
+        .map(|(d, t)| TableName::new(d, t))
         .collect())
 }
 
-/// The tables the patterns name now ("database.table"), and those of them not in `known`.
+/// The tables the patterns name now, and those of them not in `known`.
 pub async fn tables_since(
     conn: &mut mysql_async::Conn,
     config: &MysqlConfig,
-    known: &BTreeSet<String>,
-) -> Result<(BTreeSet<String>, Vec<String>)> {
-    let now: BTreeSet<String> = matching_tables(conn, config)
-        .await?
-        .into_iter()
-        .map(|(d, t)| format!("{d}.{t}"))
-        .collect();
+    known: &BTreeSet<TableName>,
+) -> Result<(BTreeSet<TableName>, Vec<TableName>)> {
+    let now: BTreeSet<TableName> = matching_tables(conn, config).await?.into_iter().collect();
     let added = now.difference(known).cloned().collect();
     Ok((now, added))
 }

@@ -8,7 +8,7 @@ use mysql_async::binlog::events::{OptionalMetadataField, TableMapEvent};
 use mysql_async::consts::ColumnType;
 use siphon_core::event::Name;
 use siphon_core::schema::{Column, ColumnKind, SchemaId, TableSchema};
-use siphon_core::{Error, Result};
+use siphon_core::{Error, Result, TableName};
 
 use crate::charset::{Charset, Collations, unsupported};
 
@@ -110,6 +110,11 @@ pub struct Shape {
 }
 
 impl Shape {
+    /// The table's name.
+    pub fn name(&self) -> TableName {
+        TableName::new(self.database.clone(), self.table.clone())
+    }
+
     /// The shape of `database.table`, its schema registered through `register`.
     pub fn new(
         (database, table): (&str, &str),

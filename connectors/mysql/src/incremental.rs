@@ -11,7 +11,7 @@ use mysql_async::prelude::Queryable;
 use siphon_core::event::{Op, SnapshotMarker};
 use siphon_core::incremental::{CHUNK_ROWS, Chunk, Mark, chunk_id};
 use siphon_core::source::SourceContext;
-use siphon_core::{Error, Event, Result, SourcePosition};
+use siphon_core::{Error, Event, Result, SourcePosition, TableName};
 
 use crate::MysqlConfig;
 use crate::catalog::{self, my_error, quote};
@@ -32,10 +32,10 @@ pub struct Watermarks {
 
 impl Watermarks {
     pub fn new(config: &MysqlConfig, pipeline: &str) -> Self {
-        let (database, table) = config
-            .watermark_table
-            .split_once('.')
-            .expect("validated: database.table");
+        let (database, table) = (
+            config.watermark_table.namespace(),
+            config.watermark_table.table(),
+        );
         Watermarks {
             table: format!("{}.{}", quote(database), quote(table)),
             database: database.to_owned(),
@@ -126,8 +126,8 @@ pub fn place(rows: &mut [Event], at: &Place) {
 /// a chunk after a key.
 #[derive(Debug)]
 pub struct TableReader {
-    /// "database.table".
-    pub name: String,
+    /// The table.
+    pub name: TableName,
     shape: Shape,
     first: String,
     after: String,
@@ -140,9 +140,9 @@ impl TableReader {
         conn: &mut mysql_async::Conn,
         (ctx, factory): (&SourceContext, &EventFactory),
         config: &MysqlConfig,
-        name: &str,
+        name: &TableName,
     ) -> Result<Option<TableReader>> {
-        let (database, table) = name.split_once('.').unwrap_or((name, ""));
+        let (database, table) = (name.namespace(), name.table());
         let estimate: Option<Option<u64>> = conn
             .exec_first(
                 "SELECT TABLE_ROWS FROM information_schema.TABLES \
@@ -208,7 +208,7 @@ impl TableReader {
             )
         };
         Ok(Some(TableReader {
-            name: name.to_owned(),
+            name: name.clone(),
             first: select(""),
             after: select(&format!("WHERE {}", after_key(&keys, &params))),
             shape,
@@ -267,15 +267,7 @@ impl TableReader {
                 factory.event(&self.shape, Op::Read, None, Some(row), &place)
             })
             .collect();
-        Ok(Chunk::new(
-            id,
-            (
-                self.shape.database.to_string(),
-                self.shape.table.to_string(),
-            ),
-            events,
-            next_after,
-        ))
+        Ok(Chunk::new(id, self.shape.name(), events, next_after))
     }
 }
 

@@ -31,7 +31,7 @@ use siphon_core::event::{SnapshotMarker, SourcePosition};
 use siphon_core::incremental::Progress;
 use siphon_core::log::{LogId, RecordFlags};
 use siphon_core::source::{SnapshotMode, Source, SourceContext, TableInfo};
-use siphon_core::{Error, Result};
+use siphon_core::{Error, Result, TableName};
 
 pub use config::{MysqlConfig, TlsMode};
 use events::EventFactory;
@@ -59,11 +59,11 @@ pub(crate) struct Checkpoint {
     /// An incremental snapshot in progress: the tables left and where the current one stands.
     #[serde(default, skip_serializing_if = "is_idle")]
     incremental: Progress,
-    /// The tables the patterns named at the last look ("database.table"): one found later
+    /// The tables the patterns named at the last look: one found later
     /// that is not among them is snapshotted incrementally. None in checkpoints of older
     /// siphons (then the tables found at start are taken as known).
     #[serde(default)]
-    tables: Option<BTreeSet<String>>,
+    tables: Option<BTreeSet<TableName>>,
 }
 
 fn is_idle(progress: &Progress) -> bool {
@@ -131,10 +131,10 @@ impl MysqlSource {
         conn: &mut mysql_async::Conn,
     ) -> Result<Vec<columns::Shape>> {
         let mut out = Vec::new();
-        for (database, table) in catalog::tables(conn, &self.config).await? {
-            let (columns, key) = catalog::columns(conn, &database, &table).await?;
+        for name in catalog::tables(conn, &self.config).await? {
+            let (columns, key) = catalog::columns(conn, name.namespace(), name.table()).await?;
             out.push(columns::Shape::new(
-                (&database, &table),
+                (name.namespace(), name.table()),
                 columns,
                 key,
                 &self.pipeline,
@@ -156,10 +156,11 @@ impl Source for MysqlSource {
     async fn tables(&mut self) -> Result<Vec<TableInfo>> {
         let mut conn = self.connect().await?;
         let mut out = Vec::new();
-        for (database, table) in catalog::tables(&mut conn, &self.config).await? {
-            let (columns, key) = catalog::columns(&mut conn, &database, &table).await?;
+        for name in catalog::tables(&mut conn, &self.config).await? {
+            let (columns, key) =
+                catalog::columns(&mut conn, name.namespace(), name.table()).await?;
             out.push(TableInfo {
-                name: format!("{database}.{table}"),
+                name,
                 key_columns: key.iter().map(|&i| columns[i].name.to_string()).collect(),
             });
         }
@@ -271,12 +272,7 @@ impl Source for MysqlSource {
                 file: point.file.clone(),
                 pos: point.pos,
                 log_id: Some(ctx.log.id().clone()),
-                tables: Some(
-                    shapes
-                        .iter()
-                        .map(|s| format!("{}.{}", s.database, s.table))
-                        .collect(),
-                ),
+                tables: Some(shapes.iter().map(columns::Shape::name).collect()),
                 ..Checkpoint::default()
             })?;
             Resume {

@@ -10,7 +10,7 @@
 use mysql_async::prelude::Queryable;
 use siphon_core::event::{Op, Row, SnapshotMarker};
 use siphon_core::source::SourceContext;
-use siphon_core::{Error, Event, Result};
+use siphon_core::{Error, Event, Result, TableName};
 
 use crate::catalog::{my_error, quote};
 use crate::columns::Shape;
@@ -112,7 +112,7 @@ const TABLE_DEF_CHANGED: u16 = 1412;
 #[derive(Debug)]
 pub struct Read {
     pub rows: u64,
-    pub rebuilt: Vec<String>,
+    pub rebuilt: Vec<TableName>,
 }
 
 /// Reads every table in the snapshot's transaction and appends its rows as `r` events; with
@@ -157,16 +157,16 @@ pub async fn read(
             quote(&shape.database),
             quote(&shape.table)
         );
-        tracing::info!(table = %format!("{}.{}", shape.database, shape.table), "snapshot: reading");
+        let name = shape.name();
+        tracing::info!(table = %name, "snapshot: reading");
         let table_start = rows;
         let rebuilt_since = |e: &mysql_async::Error| {
             let rebuilt = matches!(e, mysql_async::Error::Server(s) if s.code == TABLE_DEF_CHANGED);
             if rebuilt {
-                tracing::warn!(table = %format!("{}.{}", shape.database, shape.table), "snapshot: the table was rebuilt since the snapshot began (ALTER … ALGORITHM=COPY): it is snapshotted again, incrementally, once this snapshot is done");
+                tracing::warn!(table = %name, "snapshot: the table was rebuilt since the snapshot began (ALTER … ALGORITHM=COPY): it is snapshotted again, incrementally, once this snapshot is done");
             }
             rebuilt
         };
-        let name = format!("{}.{}", shape.database, shape.table);
         let mut result = match conn.exec_iter(sql.as_str(), ()).await {
             Err(e) if rebuilt_since(&e) => {
                 rebuilt.push(name);

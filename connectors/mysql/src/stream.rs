@@ -24,7 +24,7 @@ use siphon_core::json::format_uuid;
 use siphon_core::schema::TableSchema;
 use siphon_core::source::{SourceContext, SourcePoint};
 use siphon_core::spool::{SpoolReader, SpoolWriter};
-use siphon_core::{Error, Event, KeyChange, Result};
+use siphon_core::{Error, Event, KeyChange, Result, TableName};
 
 use crate::catalog::my_error;
 use crate::charset::Collations;
@@ -757,16 +757,9 @@ impl Stream<'_> {
     ) -> Result<()> {
         let snapshot = &mut state.snapshot;
         snapshot.tables_changed = true;
-        let touched = |table: &str| {
-            changes.is_empty()
-                || changes.iter().any(|c| match c {
-                    TableChange::DatabaseDropped(d) => {
-                        table.split_once('.').is_some_and(|(db, _)| db == d)
-                    }
-                    c => c.name() == table,
-                })
-        };
-        if snapshot.progress.tables.front().is_some_and(|t| touched(t)) {
+        let touched =
+            |table: &TableName| changes.is_empty() || changes.iter().any(|c| c.touches(table));
+        if snapshot.progress.tables.front().is_some_and(&touched) {
             snapshot.chunk = None;
         }
         if snapshot.reader.as_ref().is_some_and(|r| touched(&r.name)) {
@@ -810,17 +803,14 @@ impl Stream<'_> {
                 TableChange::DatabaseDropped(d) => emptied.extend(
                     logged(d, None)
                         .iter()
-                        .map(|s| format!("{}.{}", s.database, s.table))
+                        .map(|s| s.name())
                         .collect::<BTreeSet<_>>(),
                 ),
                 TableChange::Altered(_) => {}
             }
         }
-        let captured = |t: &String| {
-            t.split_once('.')
-                .is_some_and(|(db, table)| self.config.captures(db, table))
-        };
-        let read_again: Vec<String> = read_again.into_iter().filter(captured).collect();
+        let captured = |t: &TableName| self.config.captures(t.namespace(), t.table());
+        let read_again: Vec<TableName> = read_again.into_iter().filter(captured).collect();
         if !read_again.is_empty() {
             tracing::info!(tables = ?read_again, "tables whose rows changed without row events: snapshotting them incrementally");
             // From their first key, also one being read now: its rows are other rows.
@@ -829,9 +819,7 @@ impl Stream<'_> {
         }
         let mut truncated = Vec::new();
         for t in emptied.iter().filter(|t| captured(t)) {
-            let Some((db, table)) = t.split_once('.') else {
-                continue;
-            };
+            let (db, table) = (t.namespace(), t.table());
             let schema = logged(db, Some(table)).into_iter().max_by_key(|s| s.id);
             let schema = match schema {
                 Some(schema) => schema,
@@ -1061,7 +1049,7 @@ impl Stream<'_> {
         let snapshot = &mut state.snapshot;
         let conn = query_conn(&mut snapshot.conn, &self.opts).await?;
         let (now, added) = crate::catalog::tables_since(conn, self.config, &snapshot.known).await?;
-        let added: Vec<String> = added
+        let added: Vec<TableName> = added
             .into_iter()
             .filter(|t| !snapshot.created.contains(t))
             .collect();
@@ -1136,11 +1124,11 @@ impl Stream<'_> {
 struct IncrementalState {
     progress: Progress,
     /// The captured tables at the last look ("database.table").
-    known: BTreeSet<String>,
+    known: BTreeSet<TableName>,
     /// A DDL passed since: look at the tables again.
     tables_changed: bool,
-    /// Tables the binlog showed created since the last look ("database.table").
-    created: BTreeSet<String>,
+    /// Tables the binlog showed created since the last look.
+    created: BTreeSet<TableName>,
     /// The chunk whose watermarks the stream waits for.
     chunk: Option<Chunk>,
     reader: Option<TableReader>,

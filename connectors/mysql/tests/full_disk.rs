@@ -33,7 +33,7 @@ async fn a_full_disk_mid_transaction_loses_nothing_and_tears_nothing() {
         tempfile::tempdir().unwrap(),
         &disk.path().join("log"),
     );
-    h.config.tables = vec![format!("{}.big", db.name)];
+    h.config.tables = vec![format!("{}.big", db.name).parse().unwrap()];
     let (run, cancel) = h.start();
     h.wait_for_streaming().await;
     // One streamed transaction, so that the log's last event carries a GTID to resume by.

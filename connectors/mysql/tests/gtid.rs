@@ -66,7 +66,7 @@ async fn a_restart_finds_its_place_by_gtid_after_the_binlog_file_is_purged() {
         .await
         .unwrap();
     let mut h = Harness::new(&db, "gtid");
-    h.config.tables = vec![format!("{}.g", db.name)];
+    h.config.tables = vec![format!("{}.g", db.name).parse().unwrap()];
 
     let (run, cancel) = h.start();
     h.wait_for_streaming().await;

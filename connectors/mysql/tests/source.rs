@@ -395,7 +395,7 @@ async fn row_images_agree_with_mariadb_binlog() {
     .await
     .unwrap();
     let mut h = Harness::new(&db, "oracle");
-    h.config.tables = vec![format!("{}.oracle", db.name)];
+    h.config.tables = vec![format!("{}.oracle", db.name).parse().unwrap()];
     let (run, cancel) = h.start();
     // The source streams from here on (its snapshot of the empty table is done).
     h.wait_for_streaming().await;
@@ -539,7 +539,7 @@ async fn ddl_while_streaming_decodes_each_row_by_its_own_shape() {
         .await
         .unwrap();
     let mut h = Harness::new(&db, "ddl");
-    h.config.tables = vec![format!("{}.t*", db.name)];
+    h.config.tables = vec![format!("{}.t*", db.name).parse().unwrap()];
     let (run, cancel) = h.start();
     h.wait_for_streaming().await;
     conn.query_drop(
@@ -641,7 +641,7 @@ async fn a_source_run_again_mid_transaction_appends_each_row_once() {
         .await
         .unwrap();
     let mut h = Harness::new(&db, "again");
-    h.config.tables = vec![format!("{}.big", db.name)];
+    h.config.tables = vec![format!("{}.big", db.name).parse().unwrap()];
     let (run, cancel) = h.start();
     h.wait_for_streaming().await;
     let durable = h.log.durable_end();
@@ -701,7 +701,7 @@ async fn a_transaction_of_whole_parts_is_marked_at_its_end() {
         .await
         .unwrap();
     let mut h = Harness::new(&db, "parts");
-    h.config.tables = vec![format!("{}.parts", db.name)];
+    h.config.tables = vec![format!("{}.parts", db.name).parse().unwrap()];
     let (run, cancel) = h.start();
     h.wait_for_streaming().await;
     let start = h.log.durable_end();

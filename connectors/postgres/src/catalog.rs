@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use siphon_core::schema::{Column, ColumnKind};
-use siphon_core::{Error, Result};
+use siphon_core::{Error, Result, TableName, TablePattern};
 use tokio_postgres::Client;
 
 use crate::values::PgType;
@@ -53,9 +53,9 @@ pub struct Leaf {
 }
 
 impl Table {
-    /// `schema.table`.
-    pub fn qualified(&self) -> String {
-        format!("{}.{}", self.schema, self.name)
+    /// Its name.
+    pub fn table_name(&self) -> TableName {
+        TableName::new(self.schema.as_str(), self.name.as_str())
     }
 
     /// `"schema"."table"`, quoted for SQL.
@@ -126,32 +126,28 @@ pub async fn preflight(client: &Client) -> Result<()> {
     Ok(())
 }
 
-/// Resolves the configured patterns ("schema.table", "schema.*") into tables. A partition
+/// Resolves the configured patterns ("schema.table", "schema.*", globs) into tables. A partition
 /// whose partitioned table is captured too is left to it: its rows and changes come under the
 /// partitioned table's name.
-pub async fn tables(client: &Client, patterns: &[String]) -> Result<Vec<Table>> {
+pub async fn tables(client: &Client, patterns: &[TablePattern]) -> Result<Vec<Table>> {
     // (oid, schema, name, identity, partition root when a partition)
     let mut matched: Vec<(u32, String, String, String, Option<u32>)> = Vec::new();
     for pattern in patterns {
-        let (schema, name) = pattern.split_once('.').expect("validated");
-        let like = if name == "*" {
-            "%".to_owned()
-        } else {
-            name.replace('%', "\\%").replace('_', "\\_")
-        };
+        let (schema, name) = (pattern.namespace().to_like(), pattern.table().to_like());
         let rows = client
             .query(
                 "select c.oid, n.nspname::text, c.relname::text, c.relreplident::text, \
                  case when c.relispartition then pg_partition_root(c.oid)::oid end \
                  from pg_class c join pg_namespace n on n.oid = c.relnamespace \
-                 where n.nspname = $1 and c.relname like $2 and c.relkind in ('r', 'p') order by c.relname",
-                &[&schema, &like],
+                 where n.nspname like $1 and c.relname like $2 and c.relkind in ('r', 'p') \
+                 order by n.nspname, c.relname",
+                &[&schema, &name],
             )
             .await
             .map_err(|e| pg_error("listing tables", &e))?;
         if rows.is_empty() {
             return Err(Error::permanent(format!(
-                "tables: {pattern:?} matches no table in the database"
+                "tables: \"{pattern}\" matches no table in the database"
             )));
         }
         for row in rows {
@@ -312,7 +308,7 @@ pub async fn ensure_publication(
     client: &Client,
     publication: &str,
     tables: &[Table],
-    before_adding: impl FnOnce(&[String]) -> Result<()>,
+    before_adding: impl FnOnce(&[TableName]) -> Result<()>,
 ) -> Result<()> {
     let existing = client
         .query_opt(
@@ -371,7 +367,7 @@ pub async fn ensure_publication(
         .filter(|t| !covered.contains(&t.oid))
         .collect();
     if !missing.is_empty() {
-        before_adding(&missing.iter().map(|t| t.qualified()).collect::<Vec<_>>())?;
+        before_adding(&missing.iter().map(|t| t.table_name()).collect::<Vec<_>>())?;
         let sql = format!(
             "alter publication {} add table {}",
             quote_ident(publication),

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use siphon_core::units::HumanDuration;
-use siphon_core::{ConnectionUrl, Secret};
+use siphon_core::{ConnectionUrl, Secret, TablePattern};
 
 pub use siphon_core::source::SnapshotMode;
 pub use siphon_core::tls::TlsMode;
@@ -23,8 +23,9 @@ pub struct PostgresConfig {
     /// A file holding the password.
     #[serde(default)]
     pub password_file: Option<PathBuf>,
-    /// Tables to capture, as "schema.table"; "schema.*" takes every table of a schema.
-    pub tables: Vec<String>,
+    /// Tables to capture, as "schema.table"; `*` in either part matches any run of
+    /// characters ("schema.*" takes every table of a schema).
+    pub tables: Vec<TablePattern>,
     /// How often to look for tables that match `tables` but are not captured yet (created
     /// since): each is added to the publication and snapshotted incrementally.
     #[serde(default = "default_table_poll_interval")]
@@ -84,14 +85,6 @@ impl PostgresConfig {
     pub fn validate(&self) -> Result<(), String> {
         if self.tables.is_empty() {
             return Err("tables must list at least one \"schema.table\" (or \"schema.*\")".into());
-        }
-        if let Some(bad) = self.tables.iter().find(|t| {
-            t.split_once('.')
-                .is_none_or(|(s, t)| s.is_empty() || t.is_empty())
-        }) {
-            return Err(format!(
-                "tables: {bad:?} is not of the form \"schema.table\" or \"schema.*\""
-            ));
         }
         if self.snapshot_parallelism == 0 {
             return Err("snapshot_parallelism must be at least 1".into());

@@ -6,7 +6,7 @@
 use siphon_core::event::{Op, SnapshotMarker};
 use siphon_core::incremental::{CHUNK_ROWS, Chunk, Mark, chunk_id};
 use siphon_core::source::SourceContext;
-use siphon_core::{Error, Event, Result, SourcePosition, Value};
+use siphon_core::{Error, Event, Result, SourcePosition, TableName, TablePattern, Value};
 use tokio_postgres::Client;
 
 use crate::catalog::{self, TypeCache, pg_error, quote_ident};
@@ -29,8 +29,8 @@ pub fn place(rows: &mut [Event], lsn: u64) {
 /// How to read one table in chunks: its shape, and the statement for the chunk after a key.
 #[derive(Debug)]
 pub struct TableReader {
-    /// "schema.table".
-    pub name: String,
+    /// The table.
+    pub name: TableName,
     shape: Shape,
     /// Positions of the key columns among the columns.
     key_at: Vec<usize>,
@@ -47,14 +47,14 @@ impl TableReader {
         types: &mut TypeCache,
         (ctx, factory): (&SourceContext, &EventFactory),
         publication: &str,
-        name: &str,
+        name: &TableName,
     ) -> Result<Option<TableReader>> {
-        let found = catalog::tables(client, &[name.to_owned()]).await?;
+        let found = catalog::tables(client, &[TablePattern::exactly(name)]).await?;
         let published: bool = client
             .query_one(
                 "select exists (select 1 from pg_publication_tables where pubname = $1 \
-                 and schemaname || '.' || tablename = $2)",
-                &[&publication, &name],
+                 and schemaname = $2 and tablename = $3)",
+                &[&publication, &name.namespace(), &name.table()],
             )
             .await
             .map_err(|e| pg_error("checking the publication", &e))?
@@ -141,7 +141,7 @@ impl TableReader {
             .map(|(i, t)| format!("${}::text::{t}", i + 1))
             .collect();
         Ok(Some(TableReader {
-            name: name.to_owned(),
+            name: name.clone(),
             first: select(""),
             after: select(&format!(
                 "where ({}) > ({})",
@@ -258,7 +258,7 @@ impl TableReader {
         Ok(Some(
             Chunk::new(
                 id,
-                (shape.schema.to_string(), shape.table.to_string()),
+                TableName::new(shape.schema.clone(), shape.table.clone()),
                 events,
                 next_after,
             )

@@ -314,7 +314,7 @@ impl Source for PostgresSource {
         Ok(tables
             .into_iter()
             .map(|t| TableInfo {
-                name: t.qualified(),
+                name: t.table_name(),
                 key_columns: t.key,
             })
             .collect())
@@ -328,7 +328,7 @@ impl Source for PostgresSource {
         let tables = catalog::tables(&client, &self.config.tables).await?;
         for t in tables.iter().filter(|t| t.replica_identity == 'n') {
             tracing::warn!(
-                table = %t.qualified(),
+                table = %t.table_name(),
                 "REPLICA IDENTITY NOTHING: updates and deletes of this table cannot be captured; run \
                  `ALTER TABLE {} REPLICA IDENTITY DEFAULT`", t.quoted()
             );

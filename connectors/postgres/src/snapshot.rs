@@ -407,7 +407,7 @@ impl Reader {
             let mut rows = 0u64;
             let mut out: Vec<Row> = Vec::with_capacity(BATCH);
             let mut tuples = binary::CopyReader::default();
-            let bad = |e: String| Error::permanent(format!("COPY of {}: {e}", table.qualified()));
+            let bad = |e: String| Error::permanent(format!("COPY of {}: {e}", table.table_name()));
             while let Some(chunk) = stream.next().await {
                 let chunk = chunk.map_err(|e| pg_error("reading a table", &e))?;
                 carry.extend_from_slice(&chunk);
@@ -454,7 +454,7 @@ impl Reader {
                 .batch_execute("commit")
                 .await
                 .map_err(|e| pg_error("ending the snapshot transaction", &e))?;
-            tracing::info!(table = %table.qualified(), leaf = %leaf.quoted, pages = ?chunk.pages, rows, "table snapshot done");
+            tracing::info!(table = %table.table_name(), leaf = %leaf.quoted, pages = ?chunk.pages, rows, "table snapshot done");
         }
     }
 }

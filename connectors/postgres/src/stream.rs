@@ -8,7 +8,7 @@ use futures_util::FutureExt;
 use pgwire_replication::{ReplicationClient, ReplicationEvent};
 use siphon_core::event::{Op, SnapshotMarker};
 use siphon_core::source::{SourceContext, SourcePoint};
-use siphon_core::{Error, Event, KeyChange, Result, Row, Value};
+use siphon_core::{Error, Event, KeyChange, Result, Row, TablePattern, Value};
 use tokio_postgres::Client;
 
 use crate::catalog::{self, ColumnRef, TypeCache, pg_error};
@@ -72,7 +72,7 @@ pub struct Stream<'a> {
     /// The publication: the tables an incremental snapshot may read.
     pub publication: String,
     /// The configured table patterns, and how often to look for new tables matching them.
-    pub patterns: Vec<String>,
+    pub patterns: Vec<TablePattern>,
     pub table_poll_interval: Duration,
     pub repl: &'a mut ReplicationClient,
     pub client: &'a Client,
@@ -200,10 +200,9 @@ impl Stream<'_> {
                         pgoutput::decode(data).map_err(|e| Error::permanent(e.to_string()))?;
                     match message {
                         Message::Relation(r) => {
-                            if reader
-                                .as_ref()
-                                .is_some_and(|t| t.name == format!("{}.{}", r.namespace, r.name))
-                            {
+                            if reader.as_ref().is_some_and(|t| {
+                                t.name.namespace() == r.namespace && t.name.table() == r.name
+                            }) {
                                 // The table may have changed (the server says so before its
                                 // next change after a DDL): its reader is made again, and an
                                 // open chunk of it read again in its new shape.

@@ -263,7 +263,7 @@ impl Capture {
             url: ConnectionUrl::new(db.url.clone()),
             password: None,
             password_file: None,
-            tables: vec![format!("public.{table}")],
+            tables: vec![format!("public.{table}").parse().unwrap()],
             slot: Some(format!("{}_{table}", db.name)),
             publication: Some(format!("{}_{table}", db.name)),
             snapshot: SnapshotMode::Initial,

@@ -38,7 +38,7 @@ impl Harness {
             url: siphon_core::ConnectionUrl::new(db.url.clone()),
             password: None,
             password_file: None,
-            tables: tables.iter().map(|t| t.to_string()).collect(),
+            tables: tables.iter().map(|t| t.parse().unwrap()).collect(),
             slot: Some(format!("{}_slot", db.name)),
             publication: None,
             snapshot: SnapshotMode::Initial,

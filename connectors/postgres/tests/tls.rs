@@ -13,7 +13,7 @@ fn config(url: &str, tls: TlsMode, ca: Option<PathBuf>) -> PostgresConfig {
         url: siphon_core::ConnectionUrl::new(url),
         password: None,
         password_file: None,
-        tables: vec!["public.t".into()],
+        tables: vec!["public.t".parse().unwrap()],
         slot: None,
         publication: None,
         snapshot: SnapshotMode::Initial,

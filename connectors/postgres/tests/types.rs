@@ -200,7 +200,7 @@ async fn check_every_type(binary: bool) {
         url: siphon_core::ConnectionUrl::new(db.url.clone()),
         password: None,
         password_file: None,
-        tables: vec!["public.every_type".into()],
+        tables: vec!["public.every_type".parse().unwrap()],
         slot: Some(format!("{}_slot", db.name)),
         publication: None,
         snapshot: SnapshotMode::Initial,

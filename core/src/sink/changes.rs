@@ -61,7 +61,7 @@ impl<'a> Change<'a> {
     pub fn rejected(&self, reason: impl Into<String>) -> crate::Error {
         crate::Error::Rejected {
             offset: self.offset(),
-            table: self.event().source.qualified_table(),
+            table: self.event().source.table_name(),
             reason: reason.into(),
         }
     }

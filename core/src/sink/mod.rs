@@ -59,7 +59,7 @@ impl SinkRecord {
     pub fn rejected(&self, reason: impl Into<String>) -> crate::Error {
         crate::Error::Rejected {
             offset: self.offset,
-            table: self.event.source.qualified_table(),
+            table: self.event.source.table_name(),
             reason: reason.into(),
         }
     }

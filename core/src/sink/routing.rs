@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::event::{Event, SourceInfo};
+use crate::name::{TableName, TablePattern, parse_column};
 use crate::schema::{SchemaId, TableSchema};
 
 /// Which tables a sink takes and which columns it leaves out (`tables` and
@@ -26,37 +27,6 @@ impl PartialEq for StrippedSchemas {
     }
 }
 
-/// `schema.table`, `schema.*` or `*`.
-#[derive(Debug, Clone, PartialEq)]
-struct TablePattern {
-    schema: Option<String>,
-    table: Option<String>,
-}
-
-impl TablePattern {
-    fn parse(text: &str) -> Result<Self, String> {
-        let any = |s: &str| (s != "*").then(|| s.to_owned());
-        match text.split('.').collect::<Vec<_>>().as_slice() {
-            ["*"] => Ok(TablePattern {
-                schema: None,
-                table: None,
-            }),
-            [schema, table] if !schema.is_empty() && !table.is_empty() => Ok(TablePattern {
-                schema: any(schema),
-                table: any(table),
-            }),
-            _ => Err(format!(
-                "{text:?} is not a table pattern; write \"schema.table\", \"schema.*\" or \"*\""
-            )),
-        }
-    }
-
-    fn matches(&self, schema: &str, table: &str) -> bool {
-        self.schema.as_deref().is_none_or(|s| s == schema)
-            && self.table.as_deref().is_none_or(|t| t == table)
-    }
-}
-
 impl Routing {
     /// From the settings: `tables` (empty: every table) and `exclude_columns` (`column` in
     /// every table, or `schema.table.column`; the table part may use `*`). The error says
@@ -68,15 +38,7 @@ impl Routing {
             .collect::<Result<_, _>>()?;
         let exclude = exclude_columns
             .iter()
-            .map(|c| match c.rsplit_once('.') {
-                None if !c.is_empty() => Ok((None, c.clone())),
-                Some((table, column)) if !column.is_empty() => TablePattern::parse(table)
-                    .map(|t| (Some(t), column.to_owned()))
-                    .map_err(|e| format!("exclude_columns: {e}")),
-                _ => Err(format!(
-                    "exclude_columns: {c:?} is not a column; write \"column\" or \"schema.table.column\""
-                )),
-            })
+            .map(|c| parse_column(c).map_err(|e| format!("exclude_columns: {e}")))
             .collect::<Result<_, _>>()?;
         Ok(Routing {
             tables,
@@ -85,10 +47,9 @@ impl Routing {
         })
     }
 
-    /// Whether the sink takes `schema.table` (or `db.table`).
-    pub fn accepts_table(&self, qualified: &str) -> bool {
-        let (schema, table) = qualified.split_once('.').unwrap_or(("", qualified));
-        self.accepts(schema, table)
+    /// Whether the sink takes this table.
+    pub fn accepts_table(&self, name: &TableName) -> bool {
+        self.accepts(name.namespace(), name.table())
     }
 
     /// Whether the sink takes events of this source table.
@@ -97,7 +58,7 @@ impl Routing {
     }
 
     fn accepts(&self, schema: &str, table: &str) -> bool {
-        self.tables.is_empty() || self.tables.iter().any(|p| p.matches(schema, table))
+        self.tables.is_empty() || self.tables.iter().any(|p| p.matches_parts(schema, table))
     }
 
     /// Removes the excluded columns from the event's rows (never from its key) and from its
@@ -111,9 +72,9 @@ impl Routing {
             event.source.table.clone(),
         );
         let excluded = |column: &str| {
-            self.exclude
-                .iter()
-                .any(|(t, c)| c == column && t.as_ref().is_none_or(|t| t.matches(&schema, &table)))
+            self.exclude.iter().any(|(t, c)| {
+                c == column && t.as_ref().is_none_or(|t| t.matches_parts(&schema, &table))
+            })
         };
         for row in [&mut event.before, &mut event.after].into_iter().flatten() {
             row.0.retain(|(c, _)| !excluded(c));
@@ -231,9 +192,10 @@ mod tests {
             &["note".into(), "public.other.name".into()],
         )
         .unwrap();
-        assert!(r.accepts_table("public.anything"));
-        assert!(r.accepts_table("sales.orders"));
-        assert!(!r.accepts_table("sales.customers"));
+        let table = |t: &str| TableName::parse(t).unwrap();
+        assert!(r.accepts_table(&table("public.anything")));
+        assert!(r.accepts_table(&table("sales.orders")));
+        assert!(!r.accepts_table(&table("sales.customers")));
         let mut e = event(
             "compliance",
             Op::Create,
@@ -244,7 +206,7 @@ mod tests {
         r.strip(&mut e);
         let columns: Vec<&str> = e.after.as_ref().unwrap().iter().map(|(c, _)| c).collect();
         assert_eq!(columns, ["id", "name"]);
-        assert!(Routing::default().accepts_table("x.y"));
+        assert!(Routing::default().accepts_table(&table("x.y")));
     }
 
     #[test]

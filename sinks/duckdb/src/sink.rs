@@ -792,7 +792,7 @@ impl Sink for DuckdbSink {
         blocking(|| {
             self.connect()?;
             for table in tables {
-                let (schema, name) = table.name.split_once('.').unwrap_or(("", &table.name));
+                let (schema, name) = (table.name.namespace(), table.name.table());
                 let target = self.target_name(schema, name);
                 self.batch(
                     &format!("DROP TABLE IF EXISTS {target}"),

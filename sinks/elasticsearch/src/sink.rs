@@ -543,7 +543,7 @@ impl Sink for ElasticsearchSink {
             )));
         }
         for table in tables {
-            let (schema, name) = table.name.split_once('.').unwrap_or(("", &table.name));
+            let (schema, name) = (table.name.namespace(), table.name.table());
             self.index_of(schema, name)?;
         }
         self.check().await?;
@@ -569,7 +569,7 @@ impl Sink for ElasticsearchSink {
 
     async fn reset(&mut self, tables: &[TableInfo]) -> Result<()> {
         for table in tables {
-            let (schema, name) = table.name.split_once('.').unwrap_or(("", &table.name));
+            let (schema, name) = (table.name.namespace(), table.name.table());
             let index = self.index_of(schema, name)?;
             let (status, reply) = self
                 .send(

@@ -938,7 +938,7 @@ impl Sink for PostgresSink {
         self.connect().await?;
         self.prepare_metadata().await?;
         for table in tables {
-            let (schema, name) = table.name.split_once('.').unwrap_or(("", &table.name));
+            let (schema, name) = (table.name.namespace(), table.name.table());
             let names = [("schema", schema), ("table", name)];
             let target = format!(
                 "{}.{}",

@@ -221,7 +221,10 @@ async fn a_value_the_column_cannot_take_is_rejected_by_offset_and_the_rest_appli
             table,
             reason,
         }) => {
-            assert_eq!((offset, table.as_str()), (2, "public.compliance"));
+            assert_eq!(
+                (offset, table.to_string().as_str()),
+                (2, "public.compliance")
+            );
             assert!(reason.contains("bigint"), "{reason}");
         }
         other => panic!("expected offset 2 to be rejected, got {other:?}"),
@@ -259,7 +262,7 @@ async fn reset_drops_the_tables_and_the_cursor() {
 async fn a_table_without_a_key_is_refused_by_a_mirror() {
     let mut h = harness(TableMode::Mirror).await;
     let keyless = siphon_core::source::TableInfo {
-        name: "public.log".into(),
+        name: siphon_core::TableName::new("public", "log"),
         key_columns: vec![],
     };
     let e = h.sink.open(&[keyless], &log_id()).await.unwrap_err();

@@ -263,7 +263,7 @@ impl RedisSink {
             .encoder
             .table_pattern(source.namespace(), &source.table);
         let deleted = self.delete_matching(&pattern).await?;
-        tracing::info!(table = %source.qualified_table(), deleted, "truncate: removed the table's keys");
+        tracing::info!(table = %source.table_name(), deleted, "truncate: removed the table's keys");
         self.set_cursor(offset + 1).await
     }
 
@@ -343,10 +343,7 @@ impl Sink for RedisSink {
         }
         // Without {schema} in the key, tables of the same name in two schemas share keys.
         if !self.config.key.contains("{schema}") {
-            let mut names: Vec<&str> = tables
-                .iter()
-                .map(|t| t.name.split_once('.').map_or(t.name.as_str(), |(_, n)| n))
-                .collect();
+            let mut names: Vec<&str> = tables.iter().map(|t| t.name.table()).collect();
             names.sort_unstable();
             if let Some(pair) = names.windows(2).find(|w| w[0] == w[1]) {
                 return Err(Error::permanent(format!(
@@ -420,7 +417,7 @@ impl Sink for RedisSink {
 
     async fn reset(&mut self, tables: &[TableInfo]) -> Result<()> {
         for table in tables {
-            let (schema, name) = table.name.split_once('.').unwrap_or(("", &table.name));
+            let (schema, name) = (table.name.namespace(), table.name.table());
             let pattern = self.encoder.table_pattern(schema, name);
             let deleted = self.delete_matching(&pattern).await?;
             tracing::info!(table = %table.name, deleted, "reset: removed the table's keys");

@@ -304,7 +304,10 @@ async fn a_key_redis_refuses_is_rejected_by_offset_after_the_records_before_it_l
             table,
             reason,
         }) => {
-            assert_eq!((offset, table.as_str()), (1, "public.compliance"));
+            assert_eq!(
+                (offset, table.to_string().as_str()),
+                (1, "public.compliance")
+            );
             assert!(reason.contains("WRONGTYPE"), "{reason}");
         }
         other => panic!("expected a rejection of offset 1, got {other:?}"),
@@ -329,7 +332,7 @@ async fn a_key_redis_refuses_is_rejected_by_offset_after_the_records_before_it_l
 async fn tables_of_one_name_in_two_schemas_need_the_schema_in_the_key() {
     let mut h = harness(RedisFormat::Hash).await;
     let table = |name: &str| siphon_core::source::TableInfo {
-        name: name.into(),
+        name: name.parse().unwrap(),
         key_columns: vec!["id".into()],
     };
     let err = h

@@ -52,14 +52,14 @@ impl Harness {
             url: siphon_core::ConnectionUrl::new(db.url.clone()),
             password: None,
             password_file: None,
-            tables: vec![format!("{}.items", db.name)],
+            tables: vec![format!("{}.items", db.name).parse().unwrap()],
             server_id: None,
             snapshot: SnapshotMode::Initial,
             heartbeat_interval: HumanDuration(Duration::from_millis(500)),
             tls: siphon_source_mysql::TlsMode::Disable,
             tls_server_name: None,
             tls_ca_file: None,
-            watermark_table: "siphon.watermarks".into(),
+            watermark_table: "siphon.watermarks".parse().unwrap(),
         };
         Harness {
             _dir: dir,
