@@ -348,6 +348,9 @@ async fn wait(
             (StatusCode::NOT_FOUND, e.to_string()).into_response()
         }
         Err(e @ WaitError::BadPoint(_)) => bad(e.to_string()),
+        Err(e @ WaitError::NoTotalOrder(_)) => {
+            (StatusCode::NOT_IMPLEMENTED, e.to_string()).into_response()
+        }
     }
 }
 

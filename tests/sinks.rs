@@ -902,7 +902,7 @@ async fn a_record_the_target_refuses_goes_to_the_dead_letter_file_and_the_sink_g
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_offline_replay_goes_on_through_a_target_outage_to_the_log_end() {
-    use siphon_core::log::file::{FileLog, FileLogConfig};
+    use siphon_log_file::{FileLog, FileLogConfig};
     use siphon_source_generator::{GeneratorConfig, GeneratorSource};
     const EVENTS: u64 = 40_000;
     let search = SearchStandIn::start().await.unwrap();

@@ -2,8 +2,8 @@
 //! sequential replay. `siphon-bench log` gives the same figures next to the raw reference.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use siphon_core::log::file::{FileLog, FileLogConfig, FsyncPolicy};
 use siphon_core::log::{LogReader, NewRecord};
+use siphon_log_file::{FileLog, FileLogConfig, FsyncPolicy};
 
 const BATCH: usize = 1000;
 

@@ -11,9 +11,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand, ValueEnum};
-use siphon_core::log::file::{FileLog, FileLogConfig, FsyncPolicy};
 use siphon_core::log::{LogReader, NewRecord};
 use siphon_core::units::ByteSize;
+use siphon_log_file::{FileLog, FileLogConfig, FsyncPolicy};
 
 #[derive(Debug, Parser)]
 #[command(about = "siphon's benchmarks against this machine's raw references")]

@@ -13,9 +13,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use siphon_core::log::ChangeLog;
-use siphon_core::log::file::FileLog;
 use siphon_core::offsets::OffsetStore;
 use siphon_core::source::{Source, SourceContext};
+use siphon_log_file::FileLog;
 use siphon_source_mysql::{MysqlConfig, MysqlSource};
 use tokio_util::sync::CancellationToken;
 

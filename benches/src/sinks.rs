@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 use futures_util::SinkExt;
 use siphon_core::event::{Event, Op, Row, SnapshotMarker, SourceInfo, SourcePosition, Value};
 use siphon_core::log::ChangeLog;
-use siphon_core::log::file::{FileLog, FileLogConfig};
 use siphon_core::log::{NewRecord, RecordFlags};
-use siphon_core::schema::{Column, ColumnKind, SchemaId, SchemaRegistry, TableSchema};
+use siphon_core::schema::{Column, ColumnKind, SchemaId, SchemaStore, TableSchema};
 use siphon_core::sink::{Sink, SinkBatch, SinkRecord};
 use siphon_core::source::TableInfo;
+use siphon_log_file::{FileLog, FileLogConfig, SchemaRegistry};
 use siphon_sink_postgres::{PostgresSink, PostgresSinkConfig};
 use siphon_sink_redis::{RedisSink, RedisSinkConfig};
 

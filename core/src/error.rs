@@ -127,10 +127,8 @@ impl Error {
         }
     }
 
-    pub(crate) fn io(
-        op: &'static str,
-        path: impl Into<PathBuf>,
-    ) -> impl FnOnce(std::io::Error) -> Self {
+    /// An [`Error::Io`] maker for `map_err`: what was done, to which file.
+    pub fn io(op: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Self {
         let path = path.into();
         move |source| Error::Io { op, path, source }
     }

@@ -600,9 +600,10 @@ impl Compact<'_, Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::schema::{Column, ColumnKind, NoSchemas, SchemaRegistry};
+    use crate::schema::{Column, ColumnKind, NoSchemas, SchemaStore};
+    use crate::testing::MemorySchemas;
 
-    fn items(registry: &SchemaRegistry, columns: &[&str]) -> Arc<TableSchema> {
+    fn items(registry: &MemorySchemas, columns: &[&str]) -> Arc<TableSchema> {
         registry
             .register(&TableSchema {
                 id: SchemaId::UNREGISTERED,
@@ -665,8 +666,7 @@ mod tests {
     /// come back equal from the values-only format, which is smaller than the named one.
     #[test]
     fn the_compact_format_round_trips_every_row_shape() {
-        let dir = tempfile::tempdir().unwrap();
-        let registry = SchemaRegistry::open(dir.path()).unwrap();
+        let registry = MemorySchemas::default();
         let schema = items(&registry, &["a", "b", "note"]);
         let full = row(&[
             ("a", Value::Int(1)),
@@ -707,8 +707,7 @@ mod tests {
     /// error, never a panic or a row with columns shifted.
     #[test]
     fn a_row_that_does_not_fit_its_schema_is_an_error() {
-        let dir = tempfile::tempdir().unwrap();
-        let registry = SchemaRegistry::open(dir.path()).unwrap();
+        let registry = MemorySchemas::default();
         let wide = items(&registry, &["a", "b", "note"]);
         let narrow = items(&registry, &["a", "b"]);
         let full = row(&[

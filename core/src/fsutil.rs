@@ -15,7 +15,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 /// Replaces `path` with `bytes` through a temporary file and a rename, so a reader never sees
 /// half of it; with `durable`, fsynced as [`write_atomic`] does. Without, a crash may leave the
 /// old content or none: only for files that can be rebuilt (indexes).
-pub(crate) fn replace(path: &Path, bytes: &[u8], durable: bool) -> Result<()> {
+pub fn replace(path: &Path, bytes: &[u8], durable: bool) -> Result<()> {
     let tmp = write_temporary(path, bytes, durable)?;
     commit_staged(&tmp, path)?;
     if durable {
@@ -25,7 +25,7 @@ pub(crate) fn replace(path: &Path, bytes: &[u8], durable: bool) -> Result<()> {
 }
 
 /// Renames staged content over `path`.
-pub(crate) fn commit_staged(staged: &Path, path: &Path) -> Result<()> {
+pub fn commit_staged(staged: &Path, path: &Path) -> Result<()> {
     fs::rename(staged, path).map_err(Error::io("rename", path))
 }
 

@@ -3,12 +3,11 @@
 //! - [`event`]: the change event (Debezium envelope semantics, exact values), [`json`], its
 //!   envelope and the store encoding of values, and [`debezium`], values, keys and topics as
 //!   Debezium writes them;
-//! - [`log`]: the change log trait and the embedded [`log::file`] backend;
+//! - [`log`]: the change log trait (its backends are crates of their own);
 //! - [`name`]: table names and the patterns that pick tables;
-//! - [`schema`]: table schemas and the log's registry of their versions;
+//! - [`schema`]: table schemas and the store of their versions each log keeps;
 //! - [`offsets`]: sink cursors and source checkpoints, persisted atomically;
 //! - [`source`] and [`sink`]: the traits connectors and sinks implement, with their guarantees;
-//! - [`spool`]: a CRC-checked file of blobs a source keeps durably beside its checkpoint;
 //! - [`testing`] (feature `testing`): the sink compliance suite and event builders.
 //!
 //! No database client lives here.
@@ -16,7 +15,7 @@
 pub mod debezium;
 pub mod error;
 pub mod event;
-mod fsutil;
+pub mod fsutil;
 pub mod incremental;
 pub mod json;
 pub mod log;
@@ -26,7 +25,6 @@ pub mod schema;
 pub mod secret;
 pub mod sink;
 pub mod source;
-pub mod spool;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 #[cfg(feature = "tls")]

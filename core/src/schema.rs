@@ -1,24 +1,20 @@
 //! Table schemas: what a captured table's columns are, as its source defines them.
 //!
-//! A source registers a [`TableSchema`] in its log's [`SchemaRegistry`] when it first captures
+//! A source registers a [`TableSchema`] in its log's [`SchemaStore`] when it first captures
 //! a table and whenever the table's shape changes; each change event then carries its values
-//! only and the [`SchemaId`] of the version in force. The registry is the log's own (a file
-//! beside its segments, never compacted), so a reader positioned anywhere — a replay from
+//! only and the [`SchemaId`] of the version in force. The store is the log's own (the file
+//! log keeps a file beside its segments, never compacted), so a reader positioned anywhere — a replay from
 //! offset 0, `log tail --from N`, after compaction — finds every version a record refers to.
 //! Registration is idempotent (an equal schema gets its existing id back) and durable before
 //! it returns, so no record can refer to a schema a crash took back.
 
-use std::collections::HashMap;
-use std::fs::{self, File, OpenOptions};
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::Result;
 use crate::event::Name;
 use crate::name::TableName;
-use crate::{Error, Result};
 
 /// The version of a table schema in one log's registry: dense, from 1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -154,7 +150,7 @@ impl TableSchema {
     }
 
     /// Why this schema cannot be right, if it cannot.
-    fn invalid(&self) -> Option<String> {
+    pub fn invalid(&self) -> Option<String> {
         let columns = self.columns.len();
         self.key
             .iter()
@@ -163,7 +159,7 @@ impl TableSchema {
     }
 
     /// Whether `self` and `other` describe the same table version (ids aside).
-    fn same_shape(&self, other: &TableSchema) -> bool {
+    pub fn same_shape(&self, other: &TableSchema) -> bool {
         TableSchema {
             id: other.id,
             ..self.clone()
@@ -177,6 +173,24 @@ pub trait SchemaLookup {
     fn schema(&self, id: SchemaId) -> Option<Arc<TableSchema>>;
 }
 
+/// The schema versions of one log: what its records refer to. Each log keeps its own, as
+/// durably as its records and never compacted, so that a reader positioned anywhere finds
+/// every version a record refers to.
+///
+/// Guarantees a store must keep:
+/// - [`SchemaStore::register`] is idempotent (an equal version gets its existing id back)
+///   and durable before it returns, so no record can refer to a version a crash took back;
+/// - ids are dense from 1 in registration order, and an id never names another version;
+/// - a store opened read-only finds versions registered since by the writing process.
+pub trait SchemaStore: SchemaLookup + Send + Sync + std::fmt::Debug {
+    /// Registers a version of a table (its `id` is ignored) and returns it with its id: the
+    /// existing one if an equal version is registered, else a new one, durable on return.
+    fn register(&self, schema: &TableSchema) -> Result<Arc<TableSchema>>;
+
+    /// Every version, in id order.
+    fn all(&self) -> Vec<Arc<TableSchema>>;
+}
+
 /// A lookup that holds no schema: for events encoded with their column names only (test
 /// sources, benchmarks).
 #[derive(Debug, Clone, Copy, Default)]
@@ -185,276 +199,5 @@ pub struct NoSchemas;
 impl SchemaLookup for NoSchemas {
     fn schema(&self, _: SchemaId) -> Option<Arc<TableSchema>> {
         None
-    }
-}
-
-/// The schema versions of one log, kept in one append-only file beside its segments.
-///
-/// ```text
-/// file  = entry*
-/// entry = len:u32le  crc32c(body):u32le  body     (body: a postcard-encoded TableSchema)
-/// ```
-///
-/// A torn last entry (a crash while registering) is cut off when the file is opened for
-/// writing: no record refers to it, since registration returns only after the fsync.
-#[derive(Debug, Clone)]
-pub struct SchemaRegistry {
-    inner: Arc<Mutex<Registry>>,
-}
-
-#[derive(Debug)]
-struct Registry {
-    path: PathBuf,
-    /// Every version, by id: `versions[i]` has id `i + 1`.
-    versions: Vec<Arc<TableSchema>>,
-    /// Versions by table (`qualified`), to find an equal one on registration.
-    by_table: HashMap<TableName, Vec<usize>>,
-    /// `None` when opened read-only.
-    file: Option<File>,
-    /// Bytes of whole entries read from the file.
-    read_len: u64,
-}
-
-/// The registry's file in a log directory.
-const FILE_NAME: &str = "schemas";
-
-impl SchemaRegistry {
-    /// Opens (or creates) the registry of the log in `dir`, for registering.
-    pub fn open(dir: &Path) -> Result<Self> {
-        Self::open_in(dir, true)
-    }
-
-    /// Opens the registry of the log in `dir` for lookups only; it reads versions registered
-    /// since when asked for one it does not hold.
-    pub fn open_read_only(dir: &Path) -> Result<Self> {
-        Self::open_in(dir, false)
-    }
-
-    fn open_in(dir: &Path, writable: bool) -> Result<Self> {
-        let mut registry = Registry {
-            path: dir.join(FILE_NAME),
-            versions: Vec::new(),
-            by_table: HashMap::new(),
-            file: None,
-            read_len: 0,
-        };
-        registry.read_new()?;
-        if writable {
-            let path = &registry.path;
-            let file = OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-                .map_err(Error::io("open", path))?;
-            let len = file.metadata().map_err(Error::io("stat", path))?.len();
-            if len > registry.read_len {
-                tracing::warn!(file = %path.display(), bytes = len - registry.read_len, "cutting a torn schema entry off the registry");
-                file.set_len(registry.read_len)
-                    .map_err(Error::io("truncate", path))?;
-                file.sync_all().map_err(Error::io("fsync", path))?;
-            }
-            registry.file = Some(file);
-        }
-        Ok(SchemaRegistry {
-            inner: Arc::new(Mutex::new(registry)),
-        })
-    }
-
-    /// Registers a version of a table (its `id` is ignored) and returns it with its id: the
-    /// existing one if an equal version is registered, else a new one, durable on return.
-    pub fn register(&self, schema: &TableSchema) -> Result<Arc<TableSchema>> {
-        if let Some(reason) = schema.invalid() {
-            return Err(Error::Codec(reason));
-        }
-        let mut registry = self.inner.lock().unwrap();
-        if let Some(found) = registry.by_table.get(&schema.name()).and_then(|ids| {
-            ids.iter()
-                .map(|&i| &registry.versions[i])
-                .find(|v| v.same_shape(schema))
-        }) {
-            return Ok(found.clone());
-        }
-        let id = SchemaId(
-            u32::try_from(registry.versions.len() + 1)
-                .map_err(|_| Error::Config("the schema registry is full".into()))?,
-        );
-        let registered = Arc::new(TableSchema {
-            id,
-            ..schema.clone()
-        });
-        let body = postcard::to_allocvec(&*registered).map_err(|e| Error::Codec(e.to_string()))?;
-        let mut entry = Vec::with_capacity(body.len() + 8);
-        entry.extend_from_slice(&(body.len() as u32).to_le_bytes());
-        entry.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
-        entry.extend_from_slice(&body);
-        let path = registry.path.clone();
-        let file = registry
-            .file
-            .as_mut()
-            .ok_or_else(|| Error::Config("the schema registry was opened read-only".into()))?;
-        file.write_all(&entry).map_err(Error::io("write", &path))?;
-        file.sync_data().map_err(Error::io("fsync", &path))?;
-        registry.read_len += entry.len() as u64;
-        registry.add(registered.clone());
-        tracing::debug!(table = %registered.name(), id = id.0, "registered a table schema");
-        Ok(registered)
-    }
-
-    /// Every version, in id order.
-    pub fn all(&self) -> Vec<Arc<TableSchema>> {
-        self.inner.lock().unwrap().versions.clone()
-    }
-}
-
-impl SchemaLookup for SchemaRegistry {
-    fn schema(&self, id: SchemaId) -> Option<Arc<TableSchema>> {
-        let mut registry = self.inner.lock().unwrap();
-        let index = (id.0 as usize).checked_sub(1)?;
-        if index >= registry.versions.len() && registry.file.is_none() {
-            // Read-only: the writing process may have registered it since.
-            if let Err(e) = registry.read_new() {
-                tracing::warn!(error = %e, "reading the schema registry");
-            }
-        }
-        registry.versions.get(index).cloned()
-    }
-}
-
-impl Registry {
-    fn add(&mut self, schema: Arc<TableSchema>) {
-        let index = self.versions.len();
-        self.by_table.entry(schema.name()).or_default().push(index);
-        self.versions.push(schema);
-    }
-
-    /// Reads the entries past `read_len`, stopping at a torn or damaged one.
-    fn read_new(&mut self) -> Result<()> {
-        let bytes = match fs::read(&self.path) {
-            Ok(bytes) => bytes,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(Error::io("read", &self.path)(e)),
-        };
-        let mut at = self.read_len as usize;
-        while let Some(header) = bytes.get(at..at + 8) {
-            let len = u32::from_le_bytes(header[..4].try_into().expect("4 bytes")) as usize;
-            let crc = u32::from_le_bytes(header[4..].try_into().expect("4 bytes"));
-            let Some(body) = bytes.get(at + 8..at + 8 + len) else {
-                break;
-            };
-            if crc32c::crc32c(body) != crc {
-                break;
-            }
-            let schema: TableSchema = postcard::from_bytes(body).map_err(|e| Error::Corrupt {
-                path: self.path.clone(),
-                position: at as u64,
-                reason: format!("a schema entry that does not decode: {e}"),
-            })?;
-            if let Some(reason) = schema.invalid() {
-                return Err(Error::Corrupt {
-                    path: self.path.clone(),
-                    position: at as u64,
-                    reason,
-                });
-            }
-            if schema.id.0 as usize != self.versions.len() + 1 {
-                return Err(Error::Corrupt {
-                    path: self.path.clone(),
-                    position: at as u64,
-                    reason: format!(
-                        "schema {} where {} was expected",
-                        schema.id.0,
-                        self.versions.len() + 1
-                    ),
-                });
-            }
-            self.add(Arc::new(schema));
-            at += 8 + len;
-        }
-        self.read_len = at as u64;
-        Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn schema(table: &str, columns: &[&str]) -> TableSchema {
-        TableSchema {
-            id: SchemaId::UNREGISTERED,
-            connector: "postgresql".into(),
-            server: "p".into(),
-            database: "db".into(),
-            schema: Some("public".into()),
-            table: table.into(),
-            columns: columns
-                .iter()
-                .map(|c| Column {
-                    name: (*c).into(),
-                    type_name: "integer".into(),
-                    type_id: 23,
-                    type_modifier: -1,
-                    kind: ColumnKind::Int32,
-                    nullable: true,
-                    generated: false,
-                })
-                .collect(),
-            key: vec![0],
-        }
-    }
-
-    #[test]
-    fn registration_is_idempotent_durable_and_read_back_in_order() {
-        let dir = tempfile::tempdir().unwrap();
-        let registry = SchemaRegistry::open(dir.path()).unwrap();
-        let a1 = registry.register(&schema("a", &["id"])).unwrap();
-        let b1 = registry.register(&schema("b", &["id"])).unwrap();
-        let a2 = registry.register(&schema("a", &["id", "x"])).unwrap();
-        assert_eq!(
-            (a1.id, b1.id, a2.id),
-            (SchemaId(1), SchemaId(2), SchemaId(3))
-        );
-        assert_eq!(
-            registry.register(&schema("a", &["id"])).unwrap().id,
-            SchemaId(1)
-        );
-        let reader = SchemaRegistry::open_read_only(dir.path()).unwrap();
-        let a3 = registry.register(&schema("a", &["id", "y"])).unwrap();
-        assert_eq!(
-            reader.schema(a3.id).as_deref(),
-            Some(&*a3),
-            "read-only picks up new versions"
-        );
-        drop(registry);
-        let reopened = SchemaRegistry::open(dir.path()).unwrap();
-        assert_eq!(reopened.all().len(), 4);
-        assert_eq!(reopened.schema(SchemaId(3)).as_deref(), Some(&*a2));
-        assert_eq!(
-            reopened.register(&schema("a", &["id", "x"])).unwrap().id,
-            SchemaId(3)
-        );
-    }
-
-    #[test]
-    fn a_torn_last_entry_is_cut_off_and_its_id_given_again() {
-        let dir = tempfile::tempdir().unwrap();
-        let registry = SchemaRegistry::open(dir.path()).unwrap();
-        registry.register(&schema("a", &["id"])).unwrap();
-        registry.register(&schema("b", &["id"])).unwrap();
-        drop(registry);
-        let path = dir.path().join(FILE_NAME);
-        let len = fs::metadata(&path).unwrap().len();
-        OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .unwrap()
-            .set_len(len - 3)
-            .unwrap();
-        let registry = SchemaRegistry::open(dir.path()).unwrap();
-        assert_eq!(registry.all().len(), 1);
-        let c = registry.register(&schema("c", &["id"])).unwrap();
-        assert_eq!(c.id, SchemaId(2));
-        drop(registry);
-        assert_eq!(SchemaRegistry::open(dir.path()).unwrap().all().len(), 2);
     }
 }

@@ -2,29 +2,27 @@
 
 use std::io::Write;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use siphon_core::Event;
 use siphon_core::debezium::Modes;
 use siphon_core::json::{JsonFormat, envelope, row_json};
-use siphon_core::log::file::FileLog;
-use siphon_core::log::{ChangeLog, LogReader, LogRecord, RecordFlags};
+use std::sync::Arc;
+
+use siphon_core::log::{ChangeLog, LogRecord, RecordFlags};
 use siphon_core::schema::SchemaLookup;
 
 use super::TailFormat;
-use crate::config::{Config, LogSpec};
+use crate::config::Config;
 
-fn open(config: &Config, pipeline: &str) -> anyhow::Result<FileLog> {
+fn open(config: &Config, pipeline: &str) -> anyhow::Result<Arc<dyn ChangeLog>> {
     let p = config.pipeline(pipeline)?;
     let dir = config.pipeline_dir(pipeline).join("log");
-    match &p.log {
-        LogSpec::File(c) => FileLog::open_read_only(&dir, c.clone()).map_err(|_| {
-            anyhow::anyhow!(
-                "pipeline {pipeline} has no change log yet in {} (run the daemon first)",
-                dir.display()
-            )
-        }),
-    }
+    p.log.open_existing(&dir)?.ok_or_else(|| {
+        anyhow::anyhow!(
+            "pipeline {pipeline} has no change log yet in {} (run the daemon first)",
+            dir.display()
+        )
+    })
 }
 
 /// The event's Debezium envelope (or, for a record that does not decode, its offset and
@@ -79,7 +77,7 @@ pub(super) async fn tail(
     let from = from
         .unwrap_or_else(|| log.durable_end().saturating_sub(10))
         .max(start);
-    let mut reader = log.file_reader(from)?;
+    let mut reader = log.reader(from)?;
     let mut out = std::io::stdout().lock();
     loop {
         let batch = reader.read_available(1000)?;
@@ -111,10 +109,9 @@ pub(super) async fn tail(
             if !follow {
                 return Ok(ExitCode::SUCCESS);
             }
-            // Another process appends: look for its new records now and then.
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => return Ok(ExitCode::SUCCESS),
-                _ = tokio::time::sleep(Duration::from_millis(250)) => log.refresh()?,
+                waited = reader.wait() => waited?,
             }
         }
     }

@@ -2,12 +2,10 @@
 
 use std::process::ExitCode;
 
-use siphon_core::log::ChangeLog;
-use siphon_core::log::file::FileLog;
 use siphon_core::offsets::OffsetStore;
 
 use super::client::AdminClient;
-use crate::config::{Config, LogSpec};
+use crate::config::Config;
 use crate::runtime::status::{ComponentStatus, PipelineStatus, SinkStatus, State};
 
 pub(super) async fn status(config: &Config, json: bool) -> anyhow::Result<ExitCode> {
@@ -30,12 +28,11 @@ pub(super) fn offline_statuses(config: &Config) -> anyhow::Result<Vec<PipelineSt
     let mut out = Vec::new();
     for (name, p) in &config.pipelines {
         let dir = config.pipeline_dir(name);
-        let log = match &p.log {
-            LogSpec::File(c) if dir.join("log").is_dir() => {
-                FileLog::open_read_only(dir.join("log"), c.clone())?.stats()
-            }
-            LogSpec::File(_) => Default::default(),
-        };
+        let log = p
+            .log
+            .open_existing(&dir.join("log"))?
+            .map(|log| log.stats())
+            .unwrap_or_default();
         let offsets = OffsetStore::open_existing(dir.join("offsets"));
         let offline = |kind: &str| ComponentStatus {
             kind: kind.into(),

@@ -1,9 +1,13 @@
 //! The registry of component kinds: from `kind = "…"` and the rest of the table to typed
 //! settings, and from settings to running components.
 
-use siphon_core::log::file::FileLogConfig;
+use std::path::Path;
+use std::sync::Arc;
+
+use siphon_core::log::ChangeLog;
 use siphon_core::sink::Sink;
 use siphon_core::source::Source;
+use siphon_log_file::FileLogConfig;
 #[cfg(feature = "duckdb")]
 use siphon_sink_duckdb::{DuckdbSink, DuckdbSinkConfig};
 use siphon_sink_elasticsearch::{ElasticsearchSink, ElasticsearchSinkConfig};
@@ -158,6 +162,20 @@ impl LogSpec {
                 Ok(LogSpec::File(c))
             }
             _ => unreachable!("split_kind checked the kind"),
+        }
+    }
+
+    /// Opens the pipeline's log in `dir` for its one writer (the daemon).
+    pub fn open(&self, dir: &Path) -> siphon_core::Result<Arc<dyn ChangeLog>> {
+        match self {
+            LogSpec::File(c) => siphon_log_file::open_log(dir, c),
+        }
+    }
+
+    /// Opens the log in `dir` read-only, beside its writer; `None` where none was made yet.
+    pub fn open_existing(&self, dir: &Path) -> siphon_core::Result<Option<Arc<dyn ChangeLog>>> {
+        match self {
+            LogSpec::File(c) => siphon_log_file::open_existing_log(dir, c),
         }
     }
 }

@@ -13,7 +13,11 @@ use tokio::sync::Notify;
 /// larger than `max` is split, and never between the two halves of a key change (a record
 /// flagged `WITH_NEXT` and the next), which may make such a batch one longer. A batch that
 /// could take more waits up to `linger` for the log to grow, unless `hurry` is notified (a
-/// read-your-writes wait is waiting for this sink). Every method is cancel-safe.
+/// read-your-writes wait is waiting for this sink). On a log that does not promise whole
+/// transactions ([`LogPromises::whole_transactions`]) every record counts as a
+/// transaction's end. Every method is cancel-safe.
+///
+/// [`LogPromises::whole_transactions`]: siphon_core::log::LogPromises::whole_transactions
 #[derive(Debug)]
 pub struct Batcher {
     reader: Box<dyn LogReader>,
@@ -21,6 +25,7 @@ pub struct Batcher {
     max: usize,
     linger: Duration,
     hurry: Arc<Notify>,
+    whole_transactions: bool,
 }
 
 impl Batcher {
@@ -29,6 +34,7 @@ impl Batcher {
         max: usize,
         linger: Duration,
         hurry: Arc<Notify>,
+        whole_transactions: bool,
     ) -> Self {
         Batcher {
             reader,
@@ -36,6 +42,7 @@ impl Batcher {
             max,
             linger,
             hurry,
+            whole_transactions,
         }
     }
 
@@ -73,7 +80,8 @@ impl Batcher {
             .iter()
             .take(self.max)
             .rposition(|r| {
-                r.flags.contains(RecordFlags::TXN_END) && !r.flags.contains(RecordFlags::WITH_NEXT)
+                (r.flags.contains(RecordFlags::TXN_END) || !self.whole_transactions)
+                    && !r.flags.contains(RecordFlags::WITH_NEXT)
             })
             .map_or(0, |i| i + 1)
     }
@@ -114,8 +122,9 @@ impl Batcher {
 
 #[cfg(test)]
 mod tests {
-    use siphon_core::log::file::FileLog;
     use siphon_core::log::{ChangeLog, NewRecord};
+    use siphon_core::testing::MemoryLog;
+    use siphon_log_file::FileLog;
 
     use super::*;
 
@@ -154,7 +163,13 @@ mod tests {
         ])
         .await
         .unwrap();
-        let mut b = Batcher::new(log.reader(0).unwrap(), 4, Duration::ZERO, Arc::default());
+        let mut b = Batcher::new(
+            log.reader(0).unwrap(),
+            4,
+            Duration::ZERO,
+            Arc::default(),
+            true,
+        );
         let offsets = |v: Vec<LogRecord>| v.iter().map(|r| r.offset).collect::<Vec<_>>();
         assert_eq!(offsets(b.next().await.unwrap()), [0, 1, 2]);
         assert_eq!(offsets(b.next().await.unwrap()), [3, 4]);
@@ -184,6 +199,7 @@ mod tests {
             4,
             Duration::from_secs(3600),
             hurry.clone(),
+            true,
         );
         let lingering = tokio::time::timeout(Duration::from_millis(100), b.next()).await;
         assert!(
@@ -215,14 +231,26 @@ mod tests {
         ])
         .await
         .unwrap();
-        let mut b = Batcher::new(log.reader(0).unwrap(), 4, Duration::ZERO, Arc::default());
+        let mut b = Batcher::new(
+            log.reader(0).unwrap(),
+            4,
+            Duration::ZERO,
+            Arc::default(),
+            true,
+        );
         assert_eq!(offsets(b.next().await.unwrap()), [0, 1, 2]);
         assert_eq!(offsets(b.next().await.unwrap()), [3, 4, 5, 6]);
         // With batches of one record, the pair goes together.
         log.append(vec![joined(), rec(false), rec(true)])
             .await
             .unwrap();
-        let mut b = Batcher::new(log.reader(7).unwrap(), 1, Duration::ZERO, Arc::default());
+        let mut b = Batcher::new(
+            log.reader(7).unwrap(),
+            1,
+            Duration::ZERO,
+            Arc::default(),
+            true,
+        );
         assert_eq!(offsets(b.next().await.unwrap()), [7, 8]);
         assert_eq!(offsets(b.next().await.unwrap()), [9]);
         // After compaction every record ends a transaction, the first half of a key change
@@ -237,8 +265,34 @@ mod tests {
         ])
         .await
         .unwrap();
-        let mut b = Batcher::new(log.reader(10).unwrap(), 2, Duration::ZERO, Arc::default());
+        let mut b = Batcher::new(
+            log.reader(10).unwrap(),
+            2,
+            Duration::ZERO,
+            Arc::default(),
+            true,
+        );
         assert_eq!(offsets(b.next().await.unwrap()), [10]);
         assert_eq!(offsets(b.next().await.unwrap()), [11, 12]);
+    }
+
+    /// A log that does not promise whole transactions: no record waits for a mark that may
+    /// never come.
+    #[tokio::test]
+    async fn without_transaction_marks_every_record_ends_a_batch() {
+        let log = MemoryLog::default();
+        log.append(vec![rec(false), rec(false), rec(false)])
+            .await
+            .unwrap();
+        let mut b = Batcher::new(
+            log.reader(0).unwrap(),
+            2,
+            Duration::ZERO,
+            Arc::default(),
+            false,
+        );
+        let offsets = |v: Vec<LogRecord>| v.iter().map(|r| r.offset).collect::<Vec<_>>();
+        assert_eq!(offsets(b.next().await.unwrap()), [0, 1]);
+        assert_eq!(offsets(b.next().await.unwrap()), [2]);
     }
 }

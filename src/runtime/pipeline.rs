@@ -4,8 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use siphon_core::log::file::FileLog;
-use siphon_core::log::{ChangeLog, Consumer};
+use siphon_core::log::Consumer;
 use siphon_core::offsets::{OffsetStore, SinkCursor};
 use siphon_core::source::{SourceContext, TableInfo};
 use tokio::sync::{mpsc, watch};
@@ -14,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::status::{ComponentStatus, PipelineStatus, SinkProgress, SinkStatus};
 use super::{PipelineHandle, SinkControl, sink_task, source_task};
-use crate::config::{Config, LogSpec, PipelineConfig};
+use crate::config::{Config, PipelineConfig};
 
 /// Which tasks a pipeline runs.
 #[derive(Debug)]
@@ -38,12 +37,7 @@ pub(super) fn start(
     mode: StartMode,
 ) -> anyhow::Result<Arc<PipelineHandle>> {
     let dir = config.pipeline_dir(name);
-    let (log, maintenance_interval): (Arc<dyn ChangeLog>, Duration) = match &p.log {
-        LogSpec::File(c) => (
-            Arc::new(FileLog::open(dir.join("log"), c.clone())?),
-            c.maintenance_interval.0,
-        ),
-    };
+    let log = p.log.open(&dir.join("log"))?;
     let offsets = OffsetStore::open(dir.join("offsets"))?;
     let mut status = PipelineStatus {
         name: name.to_owned(),
@@ -144,11 +138,9 @@ pub(super) fn start(
                 handle.clone(),
                 tables_tx,
             ));
-            tasks.spawn(maintain(
-                handle.clone(),
-                maintenance_interval,
-                cancel.clone(),
-            ));
+            if let Some(every) = log.maintenance_interval() {
+                tasks.spawn(maintain(handle.clone(), every, cancel.clone()));
+            }
             tables_rx
         }
         StartMode::SinkOnly { tables, .. } => watch::channel(Some(tables)).1,

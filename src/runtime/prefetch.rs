@@ -1,8 +1,9 @@
 //! Reads and decodes a sink's next batch while the sink applies the current one: decoding
 //! costs about as much as a fast store's write, so doing both at once keeps both busy.
 
-use siphon_core::log::{LogRecord, RecordFlags};
-use siphon_core::schema::SchemaRegistry;
+use std::sync::Arc;
+
+use siphon_core::log::{ChangeLog, LogRecord, RecordFlags};
 use siphon_core::sink::routing::Routing;
 use siphon_core::sink::{SinkBatch, SinkRecord};
 use siphon_core::{Error, Event};
@@ -54,12 +55,12 @@ impl Drop for Prefetch {
 
 impl Prefetch {
     /// Starts reading `batcher`'s batches for a sink with `routing`.
-    pub fn start(mut batcher: Batcher, routing: Routing, schemas: SchemaRegistry) -> Self {
+    pub fn start(mut batcher: Batcher, routing: Routing, log: Arc<dyn ChangeLog>) -> Self {
         let (tx, rx) = mpsc::channel(1);
         let task = tokio::spawn(async move {
             loop {
                 let fetched = match batcher.next().await {
-                    Ok(records) => match decode(&records, &routing, &schemas) {
+                    Ok(records) => match decode(&records, &routing, &*log) {
                         Some(fetched) => fetched,
                         None => continue,
                     },
@@ -83,8 +84,10 @@ impl Prefetch {
 }
 
 /// Decodes and routes one batch (`None` for no records). The stretch ends a transaction when
-/// its last log record does, whether or not this sink takes that record.
-fn decode(records: &[LogRecord], routing: &Routing, schemas: &SchemaRegistry) -> Option<Fetched> {
+/// its last log record does, whether or not this sink takes that record (on a log without
+/// whole transactions, every stretch does).
+fn decode(records: &[LogRecord], routing: &Routing, log: &dyn ChangeLog) -> Option<Fetched> {
+    let schemas = log.schemas();
     let (first, last) = (records.first()?, records.last()?);
     let mut decoded = DecodedBatch {
         first_offset: first.offset,
@@ -93,7 +96,8 @@ fn decode(records: &[LogRecord], routing: &Routing, schemas: &SchemaRegistry) ->
         batch: SinkBatch {
             records: Vec::with_capacity(records.len()),
             end: last.offset + 1,
-            ends_transaction: last.flags.contains(RecordFlags::TXN_END),
+            ends_transaction: last.flags.contains(RecordFlags::TXN_END)
+                || !log.promises().whole_transactions(),
         },
     };
     for r in records {

@@ -312,9 +312,10 @@ impl SinkTask {
                 self.delivery.batch_size,
                 self.delivery.linger.0,
                 self.hurry.clone(),
+                self.log.promises().whole_transactions(),
             ),
             self.routing.clone(),
-            self.log.schemas().clone(),
+            self.log.clone(),
         ))
     }
 

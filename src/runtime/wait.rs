@@ -57,6 +57,13 @@ pub enum WaitError {
     /// The time ran out; where things stood.
     #[error("timed out")]
     TimedOut(Box<WaitState>),
+    /// The pipeline's log cannot say where a point is applied: a wait maps the point to one
+    /// log offset, which needs one total order and dense offsets.
+    #[error(
+        "pipeline {0:?}'s change log has no single order of its records (a partitioned log), so \
+         a wait cannot map a source position to what a sink applied"
+    )]
+    NoTotalOrder(String),
 }
 
 impl Runtime {
@@ -78,6 +85,10 @@ impl Runtime {
                 pipeline: pipeline.into(),
                 sink: sink.into(),
             })?;
+        let promises = handle.log.promises();
+        if !(promises.total_order && promises.dense_offsets) {
+            return Err(WaitError::NoTotalOrder(pipeline.into()));
+        }
         let target = Target::of(&point)?;
         let state = |reached: &Reached, needed: Option<u64>, source_at: Option<Instant>| {
             let status = handle.status();

@@ -226,8 +226,8 @@ mod tests {
     async fn resumes_after_the_last_event_in_the_log() {
         use std::sync::Arc;
         let dir = tempfile::tempdir().unwrap();
-        let log = siphon_core::log::file::FileLog::open(dir.path().join("log"), Default::default())
-            .unwrap();
+        let log =
+            siphon_log_file::FileLog::open(dir.path().join("log"), Default::default()).unwrap();
         let offsets = siphon_core::offsets::OffsetStore::open(dir.path().join("offsets")).unwrap();
         let ctx = SourceContext {
             pipeline: "demo".into(),

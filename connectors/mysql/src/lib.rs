@@ -18,6 +18,7 @@ pub mod gtid;
 mod incremental;
 mod rows;
 mod snapshot;
+mod spool;
 mod stream;
 mod values;
 mod xa;

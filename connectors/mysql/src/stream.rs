@@ -12,6 +12,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
+use crate::spool::{SpoolReader, SpoolWriter};
 use futures_util::{FutureExt, StreamExt};
 use mysql_async::binlog::EventType;
 use mysql_async::binlog::events::{Event as BinlogEvent, EventData, RowsEventData, TableMapEvent};
@@ -23,7 +24,6 @@ use siphon_core::incremental::{Chunk, Progress};
 use siphon_core::json::format_uuid;
 use siphon_core::schema::TableSchema;
 use siphon_core::source::{SourceContext, SourcePoint};
-use siphon_core::spool::{SpoolReader, SpoolWriter};
 use siphon_core::{Error, Event, KeyChange, Result, TableName};
 
 use crate::catalog::my_error;
@@ -621,7 +621,7 @@ impl Stream<'_> {
                 spool.finish()?;
                 self.replay_spool(state, &xa::spool_path(self.ctx, &at))
                     .await?;
-                siphon_core::spool::remove(&xa::spool_path(self.ctx, &at))?;
+                crate::spool::remove(&xa::spool_path(self.ctx, &at))?;
             }
             self.push(state, rest).await?;
             return self.commit(state, timestamp).await;
@@ -718,7 +718,7 @@ impl Stream<'_> {
             self.save(state)?;
             self.commit(state, timestamp).await?;
         }
-        siphon_core::spool::remove(&path)
+        crate::spool::remove(&path)
     }
 
     /// The spooled rows at `path` into the open transaction, placed there.

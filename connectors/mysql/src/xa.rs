@@ -125,14 +125,14 @@ pub async fn settle(ctx: &SourceContext, prepared: &mut Vec<Prepared>) -> Result
             .iter()
             .filter(|p| p.committing.is_some() && p.committing == key)
         {
-            siphon_core::spool::remove(&spool_path(ctx, &p.at))?;
+            crate::spool::remove(&spool_path(ctx, &p.at))?;
         }
         prepared.retain(|p| p.committing.is_none() || p.committing != key);
     }
     let named: Vec<PathBuf> = prepared.iter().map(|p| spool_path(ctx, &p.at)).collect();
     for path in ctx.offsets.source_files("xa-")? {
         if !named.contains(&path) {
-            siphon_core::spool::remove(&path)?;
+            crate::spool::remove(&path)?;
         }
     }
     Ok(())

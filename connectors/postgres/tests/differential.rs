@@ -8,11 +8,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use siphon_core::log::file::FileLog;
 use siphon_core::log::{ChangeLog, LogReader};
 use siphon_core::offsets::OffsetStore;
 use siphon_core::source::{Source, SourceContext};
 use siphon_core::{ConnectionUrl, Event, Op, Row, SnapshotMarker, Value};
+use siphon_log_file::FileLog;
 use siphon_source_postgres::{PostgresConfig, PostgresSource, SnapshotMode};
 use siphon_test_support::{PgDatabase, postgres};
 use tokio_util::sync::CancellationToken;

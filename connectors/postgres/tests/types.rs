@@ -5,11 +5,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use siphon_core::event::SnapshotMarker;
-use siphon_core::log::file::FileLog;
 use siphon_core::log::{ChangeLog, LogReader};
 use siphon_core::offsets::OffsetStore;
 use siphon_core::source::{Source, SourceContext};
 use siphon_core::{Event, Value};
+use siphon_log_file::FileLog;
 use siphon_source_postgres::{PostgresConfig, PostgresSource, SnapshotMode, TlsMode};
 use siphon_test_support::postgres;
 use tokio_util::sync::CancellationToken;

@@ -1,13 +1,13 @@
 //! The change log: an ordered, durable, replayable sequence of records with dense u64 offsets.
 //!
 //! The log stores opaque records (a key, a value and flags); the pipeline puts encoded
-//! [`Event`](crate::Event)s in them. Backends: [`file`] (embedded, the default); a Kafka
-//! backend fits the same trait (one topic per table, the offset kept in the record headers).
+//! [`Event`](crate::Event)s in them. Backends live in crates of their own (`logs/file`, the
+//! embedded default).
 
-pub mod file;
 mod record;
 
 use std::ops::Range;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::sync::watch;
@@ -15,7 +15,7 @@ use tokio::sync::watch;
 pub use record::{LogRecord, NewRecord, RecordFlags};
 
 use crate::Result;
-use crate::schema::SchemaRegistry;
+use crate::schema::SchemaStore;
 
 /// The identity of a change log, made when the log is created. Every cursor a sink keeps
 /// carries it, so a store that followed another log (one that was lost, or made anew) is
@@ -96,15 +96,49 @@ pub struct LogStats {
     pub fsyncs: u64,
 }
 
+/// What a log promises beyond what every log does (see [`ChangeLog`]). A part that needs one
+/// asks for it ([`ChangeLog::promises`]) rather than assuming it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct LogPromises {
+    /// One total order: every reader sees every record in append order, across keys; an
+    /// offset below another was appended before it. (A partitioned log orders per key only.)
+    pub total_order: bool,
+    /// Offsets are dense: an append of n records gets the next n offsets, so the end of the
+    /// log is one number (compaction and retention may still leave gaps that readers skip).
+    pub dense_offsets: bool,
+    /// The [`RecordFlags::TXN_END`] mark a source puts on a transaction's last record comes
+    /// back to readers as it went in, so a reader knows where a source transaction ends.
+    pub transaction_marks: bool,
+}
+
+impl LogPromises {
+    /// Whether a reader can apply whole source transactions: it sees them in one order, whole
+    /// and marked at their ends.
+    pub fn whole_transactions(self) -> bool {
+        self.total_order && self.transaction_marks
+    }
+}
+
 /// An ordered, durable log of records.
 ///
-/// Guarantees:
-/// - offsets are dense and increasing: an append of n records gets the next n offsets
-///   (compaction may later remove some, leaving gaps that readers skip);
-/// - a reader sees a record only once it is durable under the configured fsync policy, so a
-///   record a sink has applied is never lost by a crash of the process;
-/// - a record is never deleted while a [`Consumer`] has not read it, except past the hard
-///   size cap, which [`MaintenanceReport::lost`] reports.
+/// What every log promises:
+/// - **per-key order**: the records of one key reach every reader in the order they were
+///   appended, and a later one has a higher offset (the version a sink guards with: an older
+///   offset never overwrites a newer one);
+/// - **the durability boundary**: [`ChangeLog::append`] returns once its records are as
+///   durable as the log's policy makes them, and a reader sees a record only then (records of
+///   [`ChangeLog::append_unsynced`] only with the next `append`), so nothing a sink applied or
+///   a source confirmed upstream is lost by a crash;
+/// - **identity**: [`ChangeLog::id`] is made with the log and never changes, so a store that
+///   followed another log is recognised;
+/// - **schema records**: [`ChangeLog::schemas`] holds every table schema version a record
+///   refers to, for as long as the record is held;
+/// - a record is never removed while a [`Consumer`] has not read it, except past a hard size
+///   cap, which [`MaintenanceReport::lost`] reports; and compaction keeps, per key, what a
+///   replay from the log's start needs to rebuild the current rows.
+///
+/// What a log may promise beyond that is in [`LogPromises`]: the file log promises all of it.
+/// The log compliance suite (`siphon_core::testing::log`) checks both.
 #[async_trait]
 pub trait ChangeLog: Send + Sync + std::fmt::Debug + 'static {
     /// Appends records in order; returns the offsets they got once the records are as durable
@@ -122,12 +156,13 @@ pub trait ChangeLog: Send + Sync + std::fmt::Debug + 'static {
     fn id(&self) -> &LogId;
 
     /// The log's table schemas, which its records refer to.
-    fn schemas(&self) -> &SchemaRegistry;
+    fn schemas(&self) -> &dyn SchemaStore;
 
     /// First offset the log holds.
     fn start_offset(&self) -> u64;
 
-    /// Offset after the last durable record: readers see everything below it.
+    /// Offset after the last durable record: readers see everything below it. A log opened
+    /// read-only beside its writer follows what the writer appends.
     fn durable_end(&self) -> u64;
 
     /// Watches [`ChangeLog::durable_end`]; readers wait on it instead of polling.
@@ -144,8 +179,15 @@ pub trait ChangeLog: Send + Sync + std::fmt::Debug + 'static {
     /// Applies retention and compaction, never removing what `consumers` still need.
     async fn maintain(&self, consumers: &[Consumer]) -> Result<MaintenanceReport>;
 
+    /// How often the runtime calls [`ChangeLog::maintain`]; `None` for a log that keeps
+    /// itself (a broker's own retention).
+    fn maintenance_interval(&self) -> Option<Duration>;
+
     /// Size and extent.
     fn stats(&self) -> LogStats;
+
+    /// What this log promises beyond every log's promises.
+    fn promises(&self) -> LogPromises;
 }
 
 /// Reads a log in order from a position.
@@ -154,7 +196,9 @@ pub trait LogReader: Send + std::fmt::Debug {
     /// Up to `max` records that are durable now, from the current position; empty at the end.
     fn read_available(&mut self, max: usize) -> Result<Vec<LogRecord>>;
 
-    /// Waits until a record past the position is durable. Cancel-safe.
+    /// Waits until a record past the position is durable (a reader of a log opened read-only
+    /// beside its writer looks for the writer's appends now and then). It may return early:
+    /// callers read again and wait again. Cancel-safe.
     async fn wait(&mut self) -> Result<()>;
 
     /// The offset the next record will have at least.

@@ -7,12 +7,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use siphon_core::event::Op;
-use siphon_core::log::file::FileLog;
 use siphon_core::log::{ChangeLog, LogReader};
 use siphon_core::offsets::OffsetStore;
 use siphon_core::source::{SnapshotMode, Source, SourceContext};
 use siphon_core::units::HumanDuration;
 use siphon_core::{Event, Row, Value};
+use siphon_log_file::FileLog;
 use siphon_source_mysql::{MysqlConfig, MysqlSource};
 use siphon_test_support::MysqlDatabase;
 use tokio_util::sync::CancellationToken;

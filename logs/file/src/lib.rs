@@ -1,12 +1,16 @@
-//! The embedded file log: segment files of length-prefixed, CRC32C-checked records.
+//! The embedded file log (`kind = "file"`, the default): segment files of length-prefixed,
+//! CRC32C-checked records.
 //!
 //! ```text
 //! <dir>/LOCK                          held by the one process that writes
-//! <dir>/00000000000000000000.log      records, each framed (see `record`)
+//! <dir>/00000000000000000000.log      records, each framed (see `frame`)
 //! <dir>/00000000000000000000.idx      sparse index, written when the segment is closed
 //! <dir>/00000000000000052113.log      the next segment starts at its first offset
 //!
 //! <dir>/ID                            the log's identity, made with the log
+//! <dir>/schemas                       the table schemas its records refer to
+//! <dir>/cleaned-to                    where compaction has cleaned the log to
+//! <dir>/durable-end                   the writer's durable end, for readers in other processes
 //! ```
 //!
 //! On open the last segment is scanned and cut at the first torn or damaged record, which can
@@ -14,8 +18,10 @@
 
 mod compact;
 mod config;
+mod frame;
 mod maintain;
 mod reader;
+mod schemas;
 mod segment;
 
 use std::fs::{self, File};
@@ -31,15 +37,18 @@ use tokio::sync::watch;
 
 pub use config::{FileLogConfig, FsyncPolicy};
 pub use reader::FileLogReader;
+pub use schemas::SchemaRegistry;
 
-use self::segment::{ScanEnd, Segment, SegmentCursor, SegmentWriter, index_path, log_path};
-use crate::log::record::{FRAME_FIXED, check_size, encode_frame, frame_header};
-use crate::log::{
-    ChangeLog, Consumer, LogId, LogReader, LogRecord, LogStats, MaintenanceReport, NewRecord,
+use siphon_core::log::{
+    ChangeLog, Consumer, LogId, LogPromises, LogReader, LogRecord, LogStats, MaintenanceReport,
+    NewRecord,
 };
-use crate::schema::SchemaRegistry;
-use crate::source::now_ms;
-use crate::{Error, Result, fsutil};
+use siphon_core::schema::SchemaStore;
+use siphon_core::source::now_ms;
+use siphon_core::{Error, Result, fsutil};
+
+use self::frame::{FRAME_FIXED, check_size, encode_frame, frame_header};
+use self::segment::{ScanEnd, Segment, SegmentCursor, SegmentWriter, index_path, log_path};
 
 /// The embedded file log. Cheap to clone; all clones share one log.
 #[derive(Clone, Debug)]
@@ -59,6 +68,8 @@ struct Inner {
     writer: Option<Mutex<Writer>>,
     /// Offset after the last durable record.
     durable: watch::Sender<u64>,
+    /// Where the writer tells other processes the durable end (`None` read-only).
+    durable_mark: Option<File>,
     /// Serializes retention and compaction.
     maintenance: Mutex<()>,
     /// Fsyncs of segment files since open.
@@ -134,6 +145,14 @@ impl FileLog {
             _lock: lock,
         };
         let schemas = SchemaRegistry::open(&dir)?;
+        let mark_path = dir.join(DURABLE_MARK_FILE);
+        let durable_mark = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&mark_path)
+            .map_err(Error::io("open", &mark_path))?;
+        write_mark(&durable_mark, end);
         let log = FileLog {
             inner: Arc::new(Inner {
                 dir,
@@ -143,6 +162,7 @@ impl FileLog {
                 segments: RwLock::new(segments),
                 writer: Some(Mutex::new(writer)),
                 durable: watch::Sender::new(end),
+                durable_mark: Some(durable_mark),
                 maintenance: Mutex::default(),
                 fsyncs: AtomicU64::new(fsyncs),
             }),
@@ -157,14 +177,15 @@ impl FileLog {
     }
 
     /// Opens the log of a running (or stopped) daemon for reading only: nothing is changed on
-    /// disk; [`FileLog::refresh`] picks up what the writer appended since.
+    /// disk; [`FileLog::refresh`] picks up what the writer appended since, as readers do when
+    /// they wait.
     pub fn open_read_only(dir: impl AsRef<Path>, config: FileLogConfig) -> Result<Self> {
         let dir = dir.as_ref().to_path_buf();
         if !dir.is_dir() {
             return Err(Error::Config(format!("no change log in {}", dir.display())));
         }
         let segments = load_segments(&dir, &config, false)?;
-        let end = segments.last().map_or(0, Segment::end);
+        let end = durable_end_of(&dir, &segments);
         let id = read_id(&dir)?.ok_or_else(|| {
             Error::Config(format!(
                 "the change log in {} has no identity yet (an older siphon made it); start the daemon once",
@@ -181,19 +202,25 @@ impl FileLog {
                 segments: RwLock::new(segments),
                 writer: None,
                 durable: watch::Sender::new(end),
+                durable_mark: None,
                 maintenance: Mutex::default(),
                 fsyncs: AtomicU64::new(0),
             }),
         })
     }
 
+    /// Whether it was opened read-only.
+    fn is_read_only(&self) -> bool {
+        self.inner.writer.is_none()
+    }
+
     /// Read-only logs: rescans for records the writing process appended since.
     pub fn refresh(&self) -> Result<()> {
-        if self.inner.writer.is_some() {
+        if !self.is_read_only() {
             return Ok(());
         }
         let segments = load_segments(&self.inner.dir, &self.inner.config, false)?;
-        let end = segments.last().map_or(0, Segment::end);
+        let end = durable_end_of(&self.inner.dir, &segments);
         *self.inner.segments.write().unwrap() = segments;
         self.inner
             .durable
@@ -322,8 +349,50 @@ impl FileLog {
     }
 }
 
+/// A pipeline's log in `dir`, for its one writer (the daemon).
+pub fn open_log(dir: &Path, config: &FileLogConfig) -> Result<Arc<dyn ChangeLog>> {
+    Ok(Arc::new(FileLog::open(dir, config.clone())?))
+}
+
+/// The log in `dir` read-only, beside its writer; `None` where no log was made yet.
+pub fn open_existing_log(dir: &Path, config: &FileLogConfig) -> Result<Option<Arc<dyn ChangeLog>>> {
+    if !dir.is_dir() {
+        return Ok(None);
+    }
+    Ok(Some(Arc::new(FileLog::open_read_only(
+        dir,
+        config.clone(),
+    )?)))
+}
+
 /// The file holding the log's identity.
 const ID_FILE: &str = "ID";
+
+/// The file where the writer keeps its durable end for readers in other processes: the
+/// segments may hold records past it that are written but not yet fsynced, which a reader
+/// must not see. Written, not fsynced: after a machine's crash the writer's recovery makes
+/// the tail durable and writes it again.
+const DURABLE_MARK_FILE: &str = "durable-end";
+
+/// Tells readers in other processes the durable end (a failure only leaves them behind).
+fn write_mark(mark: &File, end: u64) {
+    use std::os::unix::fs::FileExt;
+    if let Err(e) = mark.write_at(&end.to_le_bytes(), 0) {
+        tracing::warn!(error = %e, "writing the change log's durable end for readers");
+    }
+}
+
+/// What a reader in another process may read of `segments`: up to the writer's durable end,
+/// or all of them where no writer ever said (a log an older siphon wrote).
+fn durable_end_of(dir: &Path, segments: &[Segment]) -> u64 {
+    let end = segments.last().map_or(0, Segment::end);
+    match fs::read(dir.join(DURABLE_MARK_FILE)) {
+        Ok(bytes) if bytes.len() == 8 => {
+            end.min(u64::from_le_bytes(bytes.try_into().expect("8 bytes")))
+        }
+        _ => end,
+    }
+}
 
 /// The log's identity, if it has one yet. A damaged identity is an error: taking a new one
 /// would make every store rebuild itself.
@@ -450,11 +519,14 @@ impl Inner {
     }
 
     fn publish(&self, end: u64) {
-        self.durable.send_if_modified(|e| {
+        let advanced = self.durable.send_if_modified(|e| {
             let advanced = end > *e;
             *e = (*e).max(end);
             advanced
         });
+        if advanced && let Some(mark) = &self.durable_mark {
+            write_mark(mark, end);
+        }
     }
 
     fn sync_through(&self, w: &mut Writer, end: u64) -> Result<()> {
@@ -624,7 +696,7 @@ impl ChangeLog for FileLog {
         blocking(move || log.append_unsynced_blocking(&records)).await
     }
 
-    fn schemas(&self) -> &SchemaRegistry {
+    fn schemas(&self) -> &dyn SchemaStore {
         &self.inner.schemas
     }
 
@@ -657,6 +729,18 @@ impl ChangeLog for FileLog {
         let log = self.clone();
         let consumers = consumers.to_vec();
         blocking(move || log.maintain_blocking(&consumers)).await
+    }
+
+    fn maintenance_interval(&self) -> Option<Duration> {
+        Some(self.inner.config.maintenance_interval.0)
+    }
+
+    fn promises(&self) -> LogPromises {
+        LogPromises {
+            total_order: true,
+            dense_offsets: true,
+            transaction_marks: true,
+        }
     }
 
     fn stats(&self) -> LogStats {

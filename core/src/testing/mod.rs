@@ -1,13 +1,56 @@
-//! Test utilities for sinks and sources: event builders and the sink compliance suite that
-//! every sink runs.
+//! Test utilities for sinks, sources and logs: event builders, the sink compliance suite that
+//! every sink runs, the log compliance suite ([`log`]) that every log runs, and a schema
+//! store and a change log in memory.
+
+pub mod log;
+mod memory_log;
+
+pub use memory_log::MemoryLog;
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
 use crate::event::{Event, KeyChange, Op, Row, SnapshotMarker, SourceInfo, SourcePosition, Value};
 use crate::log::LogId;
+use crate::schema::{SchemaId, SchemaLookup, SchemaStore, TableSchema};
 use crate::sink::{Sink, SinkBatch, SinkRecord, StoreCursor};
 use crate::source::TableInfo;
 use std::future::Future;
+
+/// A schema store in memory, for tests of what registers and decodes schemas.
+#[derive(Debug, Default)]
+pub struct MemorySchemas {
+    versions: Mutex<Vec<Arc<TableSchema>>>,
+}
+
+impl SchemaLookup for MemorySchemas {
+    fn schema(&self, id: SchemaId) -> Option<Arc<TableSchema>> {
+        let index = (id.0 as usize).checked_sub(1)?;
+        self.versions.lock().unwrap().get(index).cloned()
+    }
+}
+
+impl SchemaStore for MemorySchemas {
+    fn register(&self, schema: &TableSchema) -> crate::Result<Arc<TableSchema>> {
+        if let Some(reason) = schema.invalid() {
+            return Err(crate::Error::Codec(reason));
+        }
+        let mut versions = self.versions.lock().unwrap();
+        if let Some(found) = versions.iter().find(|v| v.same_shape(schema)) {
+            return Ok(found.clone());
+        }
+        let registered = Arc::new(TableSchema {
+            id: SchemaId(versions.len() as u32 + 1),
+            ..schema.clone()
+        });
+        versions.push(registered.clone());
+        Ok(registered)
+    }
+
+    fn all(&self) -> Vec<Arc<TableSchema>> {
+        self.versions.lock().unwrap().clone()
+    }
+}
 
 /// The table the compliance suite writes: `public.compliance (id bigint primary key, name
 /// text, note text)`.

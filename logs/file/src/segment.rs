@@ -5,8 +5,9 @@ use std::fs::{self, File};
 use std::io::{BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use crate::log::record::{FrameError, LogRecord, read_frame};
-use crate::{Error, Result};
+use crate::frame::{FrameError, framed_len, read_frame};
+use siphon_core::log::LogRecord;
+use siphon_core::{Error, Result};
 
 const INDEX_MAGIC: &[u8; 8] = b"SIPHIDX1";
 
@@ -123,7 +124,7 @@ pub(crate) fn scan(path: &Path, seg: &mut Segment, from: u64, interval: u64) -> 
                         reason: format!("offset {} out of order", rec.offset),
                     });
                 }
-                let len = rec.framed_len() as u64;
+                let len = framed_len(&rec) as u64;
                 seg.note(rec.offset, rec.timestamp_ms, pos, len, interval);
                 pos += len;
             }
@@ -168,7 +169,7 @@ pub(crate) fn write_index(dir: &Path, seg: &Segment) -> Result<()> {
     let crc = crc32c::crc32c(&out);
     out.extend_from_slice(&crc.to_le_bytes());
     let path = index_path(dir, seg.base);
-    crate::fsutil::replace(&path, &out, false)
+    siphon_core::fsutil::replace(&path, &out, false)
 }
 
 /// Reads a closed segment's index file; `None` if it is missing, damaged, or does not match
@@ -254,7 +255,7 @@ impl SegmentCursor {
         let start = self.position;
         match read_frame(&mut self.reader, &mut self.buf) {
             Ok(rec) if rec.offset < limit => {
-                self.position += rec.framed_len() as u64;
+                self.position += framed_len(&rec) as u64;
                 Ok(Next::Record(rec))
             }
             // Not durable yet, or not completely written yet: read it again later.

@@ -22,11 +22,12 @@ use std::fs;
 use std::io::{BufWriter, Write};
 use std::path::Path;
 
+use super::FileLog;
 use super::segment::{self, Next, Segment, SegmentCursor, log_path};
-use super::{FileLog, now_ms};
-use crate::log::record::encode_frame;
-use crate::log::{LogRecord, MaintenanceReport, RecordFlags};
-use crate::{Error, Result, fsutil};
+use crate::frame::encode_frame;
+use siphon_core::log::{LogRecord, MaintenanceReport, RecordFlags};
+use siphon_core::source::now_ms;
+use siphon_core::{Error, Result, fsutil};
 
 /// Where compaction keeps `cleaned_to`, beside the segments.
 const STATE_FILE: &str = "cleaned-to";

@@ -9,9 +9,9 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use siphon_core::log::file::{FileLog, FileLogConfig};
 use siphon_core::log::{ChangeLog, Consumer, LogReader, NewRecord, RecordFlags};
 use siphon_core::units::ByteSize;
+use siphon_log_file::{FileLog, FileLogConfig};
 
 /// The system allocator, counting what is allocated now and the most since the last reset.
 struct Counting;

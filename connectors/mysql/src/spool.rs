@@ -9,7 +9,7 @@ use std::fs::{self, File};
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
-use crate::{Error, Result, fsutil};
+use siphon_core::{Error, Result, fsutil};
 
 /// A spool being written.
 #[derive(Debug)]

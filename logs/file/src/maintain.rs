@@ -4,8 +4,8 @@ use std::fs;
 
 use super::segment::{index_path, log_path};
 use super::{FileLog, compact, now_ms};
-use crate::log::{Consumer, MaintenanceReport};
-use crate::{Error, Result, fsutil};
+use siphon_core::log::{Consumer, MaintenanceReport};
+use siphon_core::{Error, Result, fsutil};
 
 pub(super) fn run(log: &FileLog, consumers: &[Consumer]) -> Result<MaintenanceReport> {
     let inner = &log.inner;

@@ -4,8 +4,8 @@ use std::time::Duration;
 use proptest::prelude::*;
 
 use super::*;
-use crate::log::RecordFlags;
-use crate::units::{ByteSize, HumanDuration};
+use siphon_core::log::RecordFlags;
+use siphon_core::units::{ByteSize, HumanDuration};
 
 fn small_config() -> FileLogConfig {
     FileLogConfig {
@@ -743,14 +743,14 @@ fn a_record_larger_than_a_reader_accepts_is_refused_at_append() {
     // Zeroed pages are not touched until written: this costs no memory.
     let huge = NewRecord {
         key: b"k".to_vec(),
-        value: vec![0; crate::log::record::MAX_BODY],
+        value: vec![0; crate::frame::MAX_BODY],
         flags: RecordFlags::default(),
     };
     let err = log
         .append_blocking(&[rec("a", "before"), huge])
         .unwrap_err();
     assert!(err.to_string().contains("too large"), "{err}");
-    assert_eq!(err.kind(), crate::ErrorKind::Permanent);
+    assert_eq!(err.kind(), siphon_core::ErrorKind::Permanent);
     // Nothing of the refused call was written; the log goes on.
     assert_eq!(log.append_blocking(&[rec("b", "after")]).unwrap(), 0..1);
     assert_eq!(read_all(&log, 0).len(), 1);

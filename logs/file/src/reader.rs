@@ -1,12 +1,17 @@
 //! Reading the file log from an offset, waking on appends.
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 use tokio::sync::watch;
 
 use super::FileLog;
 use super::segment::{Next, SegmentCursor};
-use crate::log::{LogReader, LogRecord};
-use crate::{Error, Result};
+use siphon_core::log::{LogReader, LogRecord};
+use siphon_core::{Error, Result};
+
+/// How often a reader of a read-only log looks for the writer's new records.
+const READ_ONLY_POLL: Duration = Duration::from_millis(250);
 
 /// Reads a [`FileLog`] in order. Sees only durable records.
 #[derive(Debug)]
@@ -77,6 +82,11 @@ impl LogReader for FileLogReader {
 
     async fn wait(&mut self) -> Result<()> {
         let next = self.next;
+        if self.log.is_read_only() {
+            // Another process appends: look for its records now and then.
+            tokio::time::sleep(READ_ONLY_POLL).await;
+            return self.log.refresh();
+        }
         self.durable
             .wait_for(|end| *end > next)
             .await

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::units::{ByteSize, HumanDuration};
+use siphon_core::units::{ByteSize, HumanDuration};
 
 /// When appended records are fsynced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

@@ -5,9 +5,9 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use siphon_core::log::file::{FileLog, FileLogConfig};
 use siphon_core::log::{LogReader, NewRecord};
 use siphon_core::units::ByteSize;
+use siphon_log_file::{FileLog, FileLogConfig};
 
 const DIR_VAR: &str = "SIPHON_CRASH_CHILD_DIR";
 

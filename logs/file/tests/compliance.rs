@@ -1,0 +1,44 @@
+//! The file log keeps every promise of the log compliance suite, and all it adds.
+
+use std::sync::Arc;
+
+use siphon_core::log::ChangeLog;
+use siphon_core::testing::log::{LogUnderTest, assert_log_compliance};
+use siphon_core::units::ByteSize;
+use siphon_log_file::FileLogConfig;
+
+/// A log in a directory of its own, with small segments and a small key map, so that the
+/// suite's appends roll segments and its maintenance compacts in several passes.
+struct FileUnderTest {
+    dir: tempfile::TempDir,
+}
+
+impl FileUnderTest {
+    fn config() -> FileLogConfig {
+        FileLogConfig {
+            segment_size: ByteSize(4096),
+            compaction_memory: ByteSize(2048),
+            compaction_dirty_ratio: 0.0,
+            ..FileLogConfig::default()
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl LogUnderTest for FileUnderTest {
+    async fn open(&self) -> siphon_core::Result<Arc<dyn ChangeLog>> {
+        siphon_log_file::open_log(self.dir.path(), &Self::config())
+    }
+
+    async fn open_read_only(&self) -> siphon_core::Result<Option<Arc<dyn ChangeLog>>> {
+        siphon_log_file::open_existing_log(self.dir.path(), &Self::config())
+    }
+}
+
+#[tokio::test]
+async fn the_file_log_keeps_every_promise() {
+    assert_log_compliance(async || FileUnderTest {
+        dir: tempfile::tempdir().unwrap(),
+    })
+    .await;
+}
