@@ -29,7 +29,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
-use siphon_core::incremental::SnapshotRequest;
+use siphon_core::source::SnapshotRequest;
 use siphon_core::{Secret, TableName};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -317,15 +317,15 @@ async fn wait(
 ) -> Response {
     let bad = |message: String| (StatusCode::BAD_REQUEST, message).into_response();
     let point = match (&params.lsn, &params.gtid) {
-        (Some(lsn), None) => match siphon_core::source::SourcePoint::parse_lsn(lsn) {
-            Some(lsn) => siphon_core::source::SourcePoint::Lsn(lsn),
+        (Some(lsn), None) => match siphon_core::position::SourcePoint::parse_lsn(lsn) {
+            Some(lsn) => siphon_core::position::SourcePoint::Lsn(lsn),
             None => {
                 return bad(format!(
                     "lsn={lsn:?} is not a WAL position such as 16/B374D848"
                 ));
             }
         },
-        (None, Some(gtid)) => siphon_core::source::SourcePoint::Gtids(gtid.clone()),
+        (None, Some(gtid)) => siphon_core::position::SourcePoint::Gtids(gtid.clone()),
         _ => return bad("give one of lsn= (PostgreSQL) or gtid= (MariaDB)".into()),
     };
     let timeout = match params.timeout.as_deref() {

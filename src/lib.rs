@@ -4,5 +4,7 @@
 pub mod admin;
 pub mod cli;
 pub mod config;
+pub mod daemon;
+pub mod kinds;
 pub mod logging;
 pub mod runtime;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::name::TableName;
+use crate::name::{Name, TableName};
 use crate::schema::{SchemaId, SchemaLookup, TableSchema};
 
 /// What happened to the row.
@@ -106,9 +106,6 @@ pub enum Value {
     Unchanged,
 }
 
-/// A shared name (column, table, database): cloned per event without allocating.
-pub type Name = std::sync::Arc<str>;
-
 /// A row: column name to value, in the table's column order.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct Row(pub Vec<(Name, Value)>);
@@ -191,7 +188,7 @@ impl SourcePosition {
     pub fn commit_point(&self) -> String {
         match self {
             SourcePosition::Postgres { commit_lsn, .. } => {
-                crate::source::SourcePoint::Lsn(*commit_lsn).to_string()
+                crate::position::SourcePoint::Lsn(*commit_lsn).to_string()
             }
             SourcePosition::Mysql {
                 gtid: Some(gtid), ..
@@ -200,6 +197,19 @@ impl SourcePosition {
             SourcePosition::Sequence(seq) => seq.to_string(),
         }
     }
+}
+
+/// A UUID in its canonical text form (`8-4-4-4-12` hex digits).
+pub fn format_uuid(u: &[u8; 16]) -> String {
+    let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
 }
 
 /// Whether an event comes from a snapshot, and whether it is the snapshot's last.

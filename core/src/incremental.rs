@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::Event;
 use crate::event::{KeyChange, Op};
 use crate::name::TableName;
-use crate::source::SourceMetrics;
+use crate::source::{SnapshotRequest, SourceMetrics};
 
 /// Rows read per chunk.
 pub const CHUNK_ROWS: usize = 4096;
@@ -134,19 +134,6 @@ impl Progress {
         );
         metrics.snapshot_requests_reported();
     }
-}
-
-/// What the admin API or CLI asks of an incremental snapshot.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SnapshotRequest {
-    /// Read these tables (after those already asked for).
-    Tables(Vec<TableName>),
-    /// Forget the tables left.
-    Stop,
-    /// Read no chunk until resumed.
-    Pause,
-    /// Go on after a pause.
-    Resume,
 }
 
 /// A chunk read between its watermarks, waiting for the stream to pass the high one.

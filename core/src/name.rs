@@ -10,7 +10,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::event::Name;
+/// A shared name (column, table, database): cloned per event without allocating.
+pub type Name = std::sync::Arc<str>;
 
 /// A table: its namespace (schema or database) and its name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

@@ -13,8 +13,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::Result;
-use crate::event::Name;
-use crate::name::TableName;
+use crate::name::{Name, TableName};
 
 /// The version of a table schema in one log's registry: dense, from 1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

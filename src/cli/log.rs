@@ -4,8 +4,9 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use siphon_core::Event;
-use siphon_core::debezium::Modes;
-use siphon_core::json::{JsonFormat, envelope, row_json};
+use siphon_format::debezium::Modes;
+use siphon_format::envelope::{JsonFormat, envelope};
+use siphon_format::json::row_json;
 use std::sync::Arc;
 
 use siphon_core::log::{ChangeLog, LogRecord, RecordFlags};
@@ -88,7 +89,7 @@ pub(super) async fn tail(
                     serde_json::to_string(&line(record, log.schemas(), &modes, schemas))?
                 }
                 TailFormat::Records => match Event::decode(&record.value, log.schemas()) {
-                    Ok(event) => siphon_core::debezium::records(&event, &modes, schemas)
+                    Ok(event) => siphon_format::envelope::records(&event, &modes, schemas)
                         .iter()
                         .map(serde_json::to_string)
                         .collect::<Result<Vec<_>, _>>()?

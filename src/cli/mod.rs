@@ -147,7 +147,7 @@ pub fn main() -> ExitCode {
         format!(
             "{} ({})",
             env!("CARGO_PKG_VERSION"),
-            crate::config::build_features()
+            crate::kinds::Kinds::builtin().describe()
         )
         .into_boxed_str(),
     );

@@ -10,7 +10,7 @@ use crate::config::Config;
 pub(super) async fn run(config: Config) -> anyhow::Result<ExitCode> {
     let cancel = CancellationToken::new();
     tokio::spawn(watch_signals(cancel.clone()));
-    crate::runtime::run(config, cancel).await?;
+    crate::daemon::run(config, cancel).await?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -43,7 +43,7 @@ impl fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 /// Deserializes `value` (found at `key`) into `T`, naming the exact key on error.
-pub(super) fn deserialize<T: serde::de::DeserializeOwned>(
+pub(crate) fn deserialize<T: serde::de::DeserializeOwned>(
     key: &str,
     value: config::Value,
 ) -> Result<T, ConfigError> {

@@ -4,7 +4,7 @@
 //! Errors name the key with its full path (`pipelines.shop.sinks.cache.batch_size`), the bad
 //! value, and what is allowed.
 
-mod error;
+pub(crate) mod error;
 mod registry;
 
 use std::collections::BTreeMap;
@@ -17,8 +17,10 @@ use siphon_core::Secret;
 use siphon_core::sink::routing::Routing;
 use siphon_core::units::HumanDuration;
 
+use crate::kinds::Kinds;
+
 pub use error::ConfigError;
-pub use registry::{LogSpec, SinkSpec, SourceSpec, build_features};
+pub use registry::{LogSpec, SinkSpec, SourceSpec};
 
 /// Prefix of environment overrides: `SIPHON__DATA_DIR`, `SIPHON__PIPELINES__X__…`.
 pub const ENV_PREFIX: &str = "SIPHON";
@@ -234,8 +236,14 @@ struct RawPipeline {
 }
 
 impl Config {
-    /// Reads `path`, applies `SIPHON__…` environment overrides, and checks everything.
+    /// Reads `path`, applies `SIPHON__…` environment overrides, and checks everything against
+    /// this build's kinds.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        Self::load_with(path, &Kinds::builtin())
+    }
+
+    /// [`Config::load`] with the kinds `kinds` (a test's own, say).
+    pub fn load_with(path: &Path, kinds: &Kinds) -> Result<Self, ConfigError> {
         if !path.is_file() {
             return Err(ConfigError::file(path, "no such file"));
         }
@@ -248,11 +256,16 @@ impl Config {
             )
             .build()
             .map_err(|e| ConfigError::file(path, &e.to_string()))?;
-        Self::from_config(source)
+        Self::from_config(source, kinds)
     }
 
     /// Parses TOML text (with environment overrides), for tests and `check`.
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        Self::from_toml_with(text, &Kinds::builtin())
+    }
+
+    /// [`Config::from_toml`] with the kinds `kinds`.
+    pub fn from_toml_with(text: &str, kinds: &Kinds) -> Result<Self, ConfigError> {
         let source = config::Config::builder()
             .add_source(config::File::from_str(text, config::FileFormat::Toml))
             .add_source(
@@ -262,10 +275,10 @@ impl Config {
             )
             .build()
             .map_err(|e| ConfigError::new("", e.to_string()))?;
-        Self::from_config(source)
+        Self::from_config(source, kinds)
     }
 
-    fn from_config(source: config::Config) -> Result<Self, ConfigError> {
+    fn from_config(source: config::Config, kinds: &Kinds) -> Result<Self, ConfigError> {
         let raw: RawConfig = error::deserialize("", source.cache)?;
         if raw.pipelines.is_empty() {
             return Err(ConfigError::new(
@@ -278,8 +291,8 @@ impl Config {
         for (name, p) in raw.pipelines {
             check_name(&format!("pipelines.{name}"), &name)?;
             let prefix = format!("pipelines.{name}");
-            let source = SourceSpec::parse(&format!("{prefix}.source"), p.source)?;
-            let log = LogSpec::parse(&format!("{prefix}.log"), p.log)?;
+            let source = SourceSpec::parse(kinds, &format!("{prefix}.source"), p.source)?;
+            let log = LogSpec::parse(kinds, &format!("{prefix}.log"), p.log)?;
             if p.sinks.is_empty() {
                 return Err(ConfigError::new(
                     format!("{prefix}.sinks"),
@@ -294,7 +307,7 @@ impl Config {
                 sinks.insert(
                     sink_name,
                     SinkConfig {
-                        spec: SinkSpec::parse(&key, rest)?,
+                        spec: SinkSpec::parse(kinds, &key, rest)?,
                         delivery,
                     },
                 );

@@ -18,7 +18,7 @@ fn minimal_config_gets_defaults() {
     assert_eq!(c.data_dir, PathBuf::from("./siphon-data"));
     assert_eq!(c.admin.listen.to_string(), "127.0.0.1:8083");
     let p = &c.pipelines["shop"];
-    assert!(matches!(p.log, LogSpec::File(_)));
+    assert_eq!(p.log.kind(), "file");
     assert_eq!(p.sinks["out"].delivery, DeliveryConfig::default());
 }
 

@@ -17,8 +17,8 @@ mod wait;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use siphon_core::incremental::SnapshotRequest;
 use siphon_core::log::ChangeLog;
+use siphon_core::source::SnapshotRequest;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -174,33 +174,29 @@ impl Runtime {
     }
 }
 
-/// Runs every pipeline until `cancel` fires, then shuts down gracefully: sources stop, sinks
-/// finish the batch in flight and save their cursors, within `shutdown_timeout`.
-pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()> {
-    let mut tasks = JoinSet::new();
+/// Starts every pipeline of `config` onto `tasks`; they run until `cancel` fires.
+pub fn start(
+    config: &Config,
+    cancel: &CancellationToken,
+    tasks: &mut JoinSet<()>,
+) -> anyhow::Result<Arc<Runtime>> {
     let mut pipelines = BTreeMap::new();
     for (name, p) in &config.pipelines {
-        let handle = pipeline::start(
-            &config,
-            name,
-            p,
-            &cancel,
-            &mut tasks,
-            pipeline::StartMode::Daemon,
-        )
-        .map_err(|e| anyhow::anyhow!("pipeline {name}: {e}"))?;
+        let handle = pipeline::start(config, name, p, cancel, tasks, pipeline::StartMode::Daemon)
+            .map_err(|e| anyhow::anyhow!("pipeline {name}: {e}"))?;
         pipelines.insert(name.clone(), handle);
     }
-    let runtime = Arc::new(Runtime { pipelines });
-    if config.admin.enabled {
-        let server = crate::admin::bind(&config.admin, runtime.clone()).await?;
-        let cancel = cancel.clone();
-        tasks.spawn(async move { server.serve(cancel).await });
-    }
-    tracing::info!(pipelines = config.pipelines.len(), "siphon is running");
-    cancel.cancelled().await;
-    tracing::info!(timeout = ?config.shutdown_timeout, "shutting down: stopping sources, finishing sink batches");
-    let drained = tokio::time::timeout(config.shutdown_timeout, async {
+    Ok(Arc::new(Runtime { pipelines }))
+}
+
+/// Waits for `tasks` to end after their cancellation: sources stop, sinks finish the batch in
+/// flight and save their cursors, within `timeout`; past it the rest are aborted.
+pub async fn shut_down(mut tasks: JoinSet<()>, timeout: std::time::Duration) {
+    tracing::info!(
+        ?timeout,
+        "shutting down: stopping sources, finishing sink batches"
+    );
+    let drained = tokio::time::timeout(timeout, async {
         while let Some(result) = tasks.join_next().await {
             if let Err(e) = result {
                 tracing::error!(error = %e, "a task failed during shutdown");
@@ -218,7 +214,6 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
             tasks.abort_all();
         }
     }
-    Ok(())
 }
 
 /// Replays one sink while the daemon is down: runs that sink alone from `from` (clearing its

@@ -430,7 +430,7 @@ impl SinkTask {
             "offset": record.offset,
             "table": record.event.source.table_name(),
             "reason": reason,
-            "event": siphon_core::json::envelope(&record.event),
+            "event": siphon_format::envelope::envelope(&record.event),
         });
         let mut file = std::fs::OpenOptions::new()
             .create(true)

@@ -54,7 +54,10 @@ fn cursor(dir: &std::path::Path) -> u64 {
 async fn cancelling_the_token_stops_everything_with_cursors_saved() {
     let dir = tempfile::tempdir().unwrap();
     let cancel = CancellationToken::new();
-    let run = tokio::spawn(super::run(config(dir.path(), 100_000), cancel.clone()));
+    let run = tokio::spawn(crate::daemon::run(
+        config(dir.path(), 100_000),
+        cancel.clone(),
+    ));
     wait_for_lines(dir.path(), 50).await;
     cancel.cancel();
     tokio::time::timeout(Duration::from_secs(10), run)
@@ -72,7 +75,10 @@ async fn cancelling_the_token_stops_everything_with_cursors_saved() {
     // Run again: it resumes at the cursor and writes each event once.
     let cancel = CancellationToken::new();
     let target = written + 30;
-    let run = tokio::spawn(super::run(config(dir.path(), 100_000), cancel.clone()));
+    let run = tokio::spawn(crate::daemon::run(
+        config(dir.path(), 100_000),
+        cancel.clone(),
+    ));
     wait_for_lines(dir.path(), target).await;
     cancel.cancel();
     run.await.unwrap().unwrap();

@@ -14,7 +14,7 @@
 use std::time::Duration;
 
 use serde::Serialize;
-use siphon_core::source::{Reached, SourcePoint};
+use siphon_core::position::{Reached, SourcePoint};
 use siphon_source_mysql::gtid::GtidState;
 use tokio::time::Instant;
 

@@ -199,12 +199,12 @@ pub fn fold(events: &[Json]) -> BTreeMap<(String, i64), Json> {
 pub fn expected_rows(setup: &Setup, n: u64) -> BTreeMap<(String, i64), Json> {
     let g = setup.generator();
     let events: Vec<Json> = (0..n)
-        .map(|i| siphon_core::json::envelope(&g.event(i)))
+        .map(|i| siphon_format::envelope::envelope(&g.event(i)))
         .collect();
     fold(&events)
 }
 
-/// [`expected_rows`] in the stores' encoding of values (`siphon_core::json::value_json`):
+/// [`expected_rows`] in the stores' encoding of values (`siphon_format::json::value_json`):
 /// what a search index or a cache holds.
 pub fn expected_store_rows(setup: &Setup, n: u64) -> BTreeMap<(String, i64), Json> {
     let g = setup.generator();
@@ -215,10 +215,10 @@ pub fn expected_store_rows(setup: &Setup, n: u64) -> BTreeMap<(String, i64), Jso
 /// An event's envelope with its rows in the stores' encoding of values, for [`fold`] into
 /// what a store holds.
 pub fn store_envelope(event: &siphon_core::Event) -> Json {
-    let mut json = siphon_core::json::envelope(event);
+    let mut json = siphon_format::envelope::envelope(event);
     for (field, row) in [("before", &event.before), ("after", &event.after)] {
         if let Some(row) = row {
-            json[field] = siphon_core::json::row_json(row);
+            json[field] = siphon_format::json::row_json(row);
         }
     }
     json

@@ -14,7 +14,26 @@ use siphon_core::source::{Source, SourceContext, TableInfo};
 use siphon_core::{Error, Result};
 
 pub use config::GeneratorConfig;
+use siphon_core::kind::{Kind, SourceKind};
 use siphon_core::source::now_ms;
+
+/// `kind = "generator"`.
+#[derive(Debug)]
+pub struct GeneratorKind;
+
+impl Kind for GeneratorKind {
+    const NAME: &'static str = "generator";
+    type Config = GeneratorConfig;
+    fn validate(config: &GeneratorConfig) -> std::result::Result<(), String> {
+        config.validate()
+    }
+}
+
+impl SourceKind for GeneratorKind {
+    fn build(config: &GeneratorConfig, pipeline: &str) -> Box<dyn Source> {
+        Box::new(GeneratorSource::new(pipeline, config.clone()))
+    }
+}
 
 /// The generator source.
 #[derive(Debug)]

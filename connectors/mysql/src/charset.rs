@@ -10,7 +10,7 @@ use encoding_rs::Encoding;
 use mysql_async::prelude::Queryable;
 use siphon_core::Result;
 
-use crate::catalog::my_error;
+use crate::errors::my_error;
 
 /// How a text column's characters are encoded: a WHATWG decoder, and where MariaDB maps
 /// some bytes otherwise (checked against MariaDB 10.11 for every byte of the single-byte sets

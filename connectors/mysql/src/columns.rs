@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use mysql_async::binlog::events::{OptionalMetadataField, TableMapEvent};
 use mysql_async::consts::ColumnType;
-use siphon_core::event::Name;
+use siphon_core::name::Name;
 use siphon_core::schema::{Column, ColumnKind, SchemaId, TableSchema};
 use siphon_core::{Error, Result, TableName};
 

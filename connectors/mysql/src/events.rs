@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use siphon_core::event::Name;
 use siphon_core::event::{Op, Row, SnapshotMarker, SourceInfo, SourcePosition, TransactionInfo};
+use siphon_core::name::Name;
 use siphon_core::schema::TableSchema;
 use siphon_core::{Event, Value};
 

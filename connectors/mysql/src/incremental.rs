@@ -14,8 +14,9 @@ use siphon_core::source::SourceContext;
 use siphon_core::{Error, Event, Result, SourcePosition, TableName};
 
 use crate::MysqlConfig;
-use crate::catalog::{self, my_error, quote};
+use crate::catalog::{self, quote};
 use crate::columns::{DataType, Shape};
+use crate::errors::my_error;
 use crate::events::{EventFactory, Place};
 use crate::snapshot::row_of;
 

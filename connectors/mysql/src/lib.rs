@@ -13,9 +13,11 @@ mod charset;
 mod columns;
 mod config;
 mod ddl;
+mod errors;
 mod events;
 pub mod gtid;
 mod incremental;
+mod resume;
 mod rows;
 mod snapshot;
 mod spool;
@@ -37,7 +39,8 @@ use siphon_core::{Error, Result, TableName};
 pub use config::{MysqlConfig, TlsMode};
 use events::EventFactory;
 use gtid::{Gtid, GtidState};
-use stream::{Held, Resume};
+use resume::{Held, Resume};
+use siphon_core::kind::{Kind, SourceKind};
 
 /// What the source keeps in the pipeline's checkpoint.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -88,6 +91,24 @@ pub(crate) struct GtidCheckpoint {
     open: Option<serde::de::IgnoredAny>,
 }
 
+/// `kind = "mysql"`.
+#[derive(Debug)]
+pub struct MysqlKind;
+
+impl Kind for MysqlKind {
+    const NAME: &'static str = "mysql";
+    type Config = MysqlConfig;
+    fn validate(config: &MysqlConfig) -> std::result::Result<(), String> {
+        config.validate()
+    }
+}
+
+impl SourceKind for MysqlKind {
+    fn build(config: &MysqlConfig, pipeline: &str) -> Box<dyn Source> {
+        Box::new(MysqlSource::new(pipeline, config.clone()))
+    }
+}
+
 /// The MySQL/MariaDB source of one pipeline.
 #[derive(Debug)]
 pub struct MysqlSource {
@@ -122,7 +143,7 @@ impl MysqlSource {
     async fn connect(&self) -> Result<mysql_async::Conn> {
         mysql_async::Conn::new(self.opts()?)
             .await
-            .map_err(|e| catalog::my_error("connecting to MySQL", &e))
+            .map_err(|e| errors::my_error("connecting to MySQL", &e))
     }
 
     /// The captured tables' shapes, from the catalog, their schemas registered.

@@ -12,8 +12,9 @@ use siphon_core::event::{Op, Row, SnapshotMarker};
 use siphon_core::source::SourceContext;
 use siphon_core::{Error, Event, Result, TableName};
 
-use crate::catalog::{my_error, quote};
+use crate::catalog::quote;
 use crate::columns::Shape;
+use crate::errors::my_error;
 use crate::events::{EventFactory, Place};
 use crate::values::value;
 

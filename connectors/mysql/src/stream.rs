@@ -19,20 +19,22 @@ use mysql_async::binlog::events::{Event as BinlogEvent, EventData, RowsEventData
 use mysql_async::binlog::row::BinlogRow;
 use mysql_async::prelude::Queryable;
 use mysql_async::{BinlogStream, BinlogStreamRequest};
+use siphon_core::event::format_uuid;
 use siphon_core::event::{Op, Row, SnapshotMarker};
 use siphon_core::incremental::{Chunk, Progress};
-use siphon_core::json::format_uuid;
+use siphon_core::position::SourcePoint;
 use siphon_core::schema::TableSchema;
-use siphon_core::source::{SourceContext, SourcePoint};
+use siphon_core::source::SourceContext;
 use siphon_core::{Error, Event, KeyChange, Result, TableName};
 
-use crate::catalog::my_error;
 use crate::charset::Collations;
 use crate::columns::{DataType, Shape, from_table_map};
 use crate::ddl::{self, Statement, TableChange, Xid};
+use crate::errors::my_error;
 use crate::events::{self, EventFactory, Place, key_of};
 use crate::gtid::{Gtid, GtidState};
 use crate::incremental::{self, TableReader, Watermarks};
+use crate::resume::{Held, Resume};
 use crate::rows::RowDecoder;
 use crate::values::value;
 use crate::xa;
@@ -53,48 +55,6 @@ const MARIADB_COMPRESSED_ROWS: std::ops::RangeInclusive<u8> = 166..=171;
 /// An event the server made up for the replica (a Rotate or format description at the
 /// stream's start): its position is not a place in the binlog.
 const LOG_EVENT_ARTIFICIAL_F: u16 = 0x20;
-
-/// Where the stream begins, and what of the first transaction the log already holds.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Resume {
-    /// Binlog file.
-    pub file: String,
-    /// Position in it: the start of a transaction.
-    pub pos: u64,
-    /// MariaDB: the GTID state to connect with (`@slave_connect_state`); the server then
-    /// sends every transaction after it, wherever it is. `None`: by file and position.
-    pub gtids: Option<GtidState>,
-    /// The transaction the log holds rows of, up to an index: skipped up to it.
-    pub held: Option<Held>,
-}
-
-/// A transaction of which the log holds the rows up to an index.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Held {
-    /// Its GTID, when the server gives one (then it names the transaction).
-    pub gtid: Option<String>,
-    /// Its binlog file and start (they name it without a GTID).
-    pub file: String,
-    /// Position of its first event.
-    pub pos: u64,
-    /// Index of the last row held.
-    pub row: u64,
-}
-
-impl Held {
-    /// Whether `place` is a row of this transaction that the log holds.
-    fn holds(&self, place: &Place, index: u64) -> bool {
-        self.is(place) && index <= self.row
-    }
-
-    /// Whether `place` is in this transaction.
-    fn is(&self, place: &Place) -> bool {
-        match (&self.gtid, &place.gtid) {
-            (Some(held), Some(gtid)) => held == gtid,
-            _ => self.file == place.file && self.pos == place.pos,
-        }
-    }
-}
 
 /// A transaction being read.
 struct Transaction {

@@ -18,7 +18,7 @@ use siphon_core::{Event, Result, SourcePosition};
 use crate::ddl::Xid;
 use crate::events::Place;
 use crate::gtid::Gtid;
-use crate::stream::Resume;
+use crate::resume::Resume;
 
 /// A prepared XA transaction whose outcome is not in the log yet, in the checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

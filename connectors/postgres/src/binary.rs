@@ -4,8 +4,10 @@
 
 use siphon_core::Value;
 
-use crate::events::PG_EPOCH_MICROS;
 use crate::values::PgType;
+
+/// Microseconds from the Unix epoch to PostgreSQL's (2000-01-01).
+pub const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
 
 /// Days from 1970-01-01 to PostgreSQL's epoch, 2000-01-01.
 const PG_EPOCH_DAYS: i32 = 10_957;

@@ -5,19 +5,18 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use siphon_core::event::{
-    Event, Name, Op, Row, SnapshotMarker, SourceInfo, SourcePosition, TransactionInfo, Value,
+    Event, Op, Row, SnapshotMarker, SourceInfo, SourcePosition, TransactionInfo, Value,
 };
+use siphon_core::name::Name;
 
 use siphon_core::Result;
 use siphon_core::schema::{SchemaId, TableSchema};
 use siphon_core::source::SourceContext;
 
+use crate::binary::PG_EPOCH_MICROS;
 use crate::catalog::{self, ColumnRef, TypeCache};
 use crate::values::{PgType, decode_cow};
 use siphon_core::source::now_ms;
-
-/// Microseconds from the Unix epoch to PostgreSQL's (2000-01-01).
-pub const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
 
 /// The columns of a table as events carry them.
 #[derive(Debug, Clone, PartialEq)]

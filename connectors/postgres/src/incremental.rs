@@ -236,7 +236,7 @@ impl TableReader {
             index: 0,
             xid: None,
             commit_time_micros: siphon_core::source::now_ms() * 1000
-                - crate::events::PG_EPOCH_MICROS,
+                - crate::binary::PG_EPOCH_MICROS,
             snapshot: SnapshotMarker::Incremental,
             table_order: 0,
         };

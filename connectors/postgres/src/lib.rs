@@ -30,6 +30,7 @@ use tokio_postgres::config::Host;
 pub use config::{PostgresConfig, SnapshotMode, TlsMode};
 use events::{EventFactory, Shape};
 use siphon_core::incremental::Progress;
+use siphon_core::kind::{Kind, SourceKind};
 
 /// Session settings that make the server's text output what [`values`] reads.
 const SESSION_SETTINGS: &str = "-c DateStyle=ISO -c IntervalStyle=postgres -c TimeZone=UTC -c extra_float_digits=1 -c bytea_output=hex";
@@ -52,6 +53,25 @@ struct Checkpoint {
 
 fn is_idle(progress: &Progress) -> bool {
     *progress == Progress::default()
+}
+
+/// `kind = "postgres"`.
+#[derive(Debug)]
+pub struct PostgresKind;
+
+impl Kind for PostgresKind {
+    const NAME: &'static str = "postgres";
+    type Config = PostgresConfig;
+
+    fn validate(config: &PostgresConfig) -> std::result::Result<(), String> {
+        config.validate()
+    }
+}
+
+impl SourceKind for PostgresKind {
+    fn build(config: &PostgresConfig, pipeline: &str) -> Box<dyn Source> {
+        Box::new(PostgresSource::new(pipeline, config.clone()))
+    }
 }
 
 /// The PostgreSQL source of one pipeline.

@@ -15,8 +15,9 @@ use siphon_core::{Error, Event, Result, Row, Value};
 use tokio::sync::mpsc;
 
 use crate::binary;
+use crate::binary::PG_EPOCH_MICROS;
 use crate::catalog::{Table, pg_error, quote_ident, quote_literal};
-use crate::events::{EventFactory, PG_EPOCH_MICROS, Place, Shape};
+use crate::events::{EventFactory, Place, Shape};
 
 /// Rows per message from a reader to the appender.
 const BATCH: usize = 1000;

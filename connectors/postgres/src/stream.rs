@@ -7,12 +7,14 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use pgwire_replication::{ReplicationClient, ReplicationEvent};
 use siphon_core::event::{Op, SnapshotMarker};
-use siphon_core::source::{SourceContext, SourcePoint};
+use siphon_core::position::SourcePoint;
+use siphon_core::source::SourceContext;
 use siphon_core::{Error, Event, KeyChange, Result, Row, TablePattern, Value};
 use tokio_postgres::Client;
 
+use crate::binary::PG_EPOCH_MICROS;
 use crate::catalog::{self, ColumnRef, TypeCache, pg_error};
-use crate::events::{EventFactory, PG_EPOCH_MICROS, Place, Shape};
+use crate::events::{EventFactory, Place, Shape};
 use crate::incremental::{self, RecentCommits, TableReader};
 use crate::pgoutput::{self, Message, Relation, TupleValue};
 use siphon_core::incremental::{Chunk, Closed, Progress};

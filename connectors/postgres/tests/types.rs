@@ -281,9 +281,9 @@ async fn check_every_type(binary: bool) {
     }
     // Every value also survives the JSON encoding's round trip.
     for (c, v) in got[1].after.as_ref().unwrap().iter() {
-        let back = siphon_core::json::decode_value(
-            &siphon_core::json::value_json(v),
-            &siphon_core::json::value_schema(v),
+        let back = siphon_format::json::decode_value(
+            &siphon_format::json::value_json(v),
+            &siphon_format::json::value_schema(v),
         )
         .unwrap();
         assert!(same(&back, v), "{c}: {v:?} came back as {back:?}");

@@ -14,7 +14,6 @@ use std::collections::HashMap;
 
 use super::SinkRecord;
 use crate::event::{Event, KeyChange, Op, Row, SourceInfo, Value};
-use crate::json::value_json;
 
 /// The net effect of a batch on one key, or a truncate.
 #[derive(Debug, Clone, PartialEq)]
@@ -293,44 +292,6 @@ pub fn from_stored<'r>(
     groups
 }
 
-/// A key as one string, for key names and document ids: the value of a one-column key as
-/// text (`42`, `b0c1…`, `alice`); the values of a composite key joined by `:`, with `\` and
-/// `:` escaped by `\`.
-pub fn key_text(key: &Row) -> String {
-    match key.0.as_slice() {
-        [(_, value)] => value_text(value).into_owned(),
-        columns => {
-            let mut out = String::new();
-            for (i, (_, value)) in columns.iter().enumerate() {
-                if i > 0 {
-                    out.push(':');
-                }
-                for c in value_text(value).chars() {
-                    if c == ':' || c == '\\' {
-                        out.push('\\');
-                    }
-                    out.push(c);
-                }
-            }
-            out
-        }
-    }
-}
-
-/// A value as plain text: its JSON encoding ([`value_json`]), without the quotes when that
-/// is a string. `None` for SQL NULL.
-pub fn value_text(value: &Value) -> Cow<'_, str> {
-    match value {
-        Value::Text(s) | Value::Decimal(s) | Value::Json(s) | Value::Enum(s) => Cow::Borrowed(s),
-        Value::Other { text, .. } => Cow::Borrowed(text),
-        Value::Int(i) => Cow::Owned(i.to_string()),
-        other => match value_json(other) {
-            serde_json::Value::String(s) => Cow::Owned(s),
-            json => Cow::Owned(json.to_string()),
-        },
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -522,15 +483,5 @@ mod tests {
         let last = changes.last().unwrap();
         assert_eq!(last.offset(), 4);
         assert_eq!(last.unchanged_from(), Some(&key(1)));
-    }
-
-    #[test]
-    fn composite_keys_escape_their_separator() {
-        let key = Row(vec![
-            ("a".into(), Value::Text("x:y".into())),
-            ("b".into(), Value::Int(7)),
-        ]);
-        assert_eq!(key_text(&key), r"x\:y:7");
-        assert_eq!(key_text(&Row(vec![("id".into(), Value::Int(42))])), "42");
     }
 }

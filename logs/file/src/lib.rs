@@ -39,6 +39,7 @@ pub use config::{FileLogConfig, FsyncPolicy};
 pub use reader::FileLogReader;
 pub use schemas::SchemaRegistry;
 
+use siphon_core::kind::{Kind, LogKind};
 use siphon_core::log::{
     ChangeLog, Consumer, LogId, LogPromises, LogReader, LogRecord, LogStats, MaintenanceReport,
     NewRecord,
@@ -349,20 +350,33 @@ impl FileLog {
     }
 }
 
-/// A pipeline's log in `dir`, for its one writer (the daemon).
-pub fn open_log(dir: &Path, config: &FileLogConfig) -> Result<Arc<dyn ChangeLog>> {
-    Ok(Arc::new(FileLog::open(dir, config.clone())?))
+/// `kind = "file"`, the default log.
+#[derive(Debug)]
+pub struct FileLogKind;
+
+impl Kind for FileLogKind {
+    const NAME: &'static str = "file";
+    type Config = FileLogConfig;
+
+    fn validate(config: &FileLogConfig) -> std::result::Result<(), String> {
+        config.validate()
+    }
 }
 
-/// The log in `dir` read-only, beside its writer; `None` where no log was made yet.
-pub fn open_existing_log(dir: &Path, config: &FileLogConfig) -> Result<Option<Arc<dyn ChangeLog>>> {
-    if !dir.is_dir() {
-        return Ok(None);
+impl LogKind for FileLogKind {
+    fn open(config: &FileLogConfig, dir: &Path) -> Result<Arc<dyn ChangeLog>> {
+        Ok(Arc::new(FileLog::open(dir, config.clone())?))
     }
-    Ok(Some(Arc::new(FileLog::open_read_only(
-        dir,
-        config.clone(),
-    )?)))
+
+    fn open_existing(config: &FileLogConfig, dir: &Path) -> Result<Option<Arc<dyn ChangeLog>>> {
+        if !dir.is_dir() {
+            return Ok(None);
+        }
+        Ok(Some(Arc::new(FileLog::open_read_only(
+            dir,
+            config.clone(),
+        )?)))
+    }
 }
 
 /// The file holding the log's identity.

@@ -2,10 +2,11 @@
 
 use std::sync::Arc;
 
+use siphon_core::kind::LogKind;
 use siphon_core::log::ChangeLog;
 use siphon_core::testing::log::{LogUnderTest, assert_log_compliance};
 use siphon_core::units::ByteSize;
-use siphon_log_file::FileLogConfig;
+use siphon_log_file::{FileLogConfig, FileLogKind};
 
 /// A log in a directory of its own, with small segments and a small key map, so that the
 /// suite's appends roll segments and its maintenance compacts in several passes.
@@ -27,11 +28,11 @@ impl FileUnderTest {
 #[async_trait::async_trait]
 impl LogUnderTest for FileUnderTest {
     async fn open(&self) -> siphon_core::Result<Arc<dyn ChangeLog>> {
-        siphon_log_file::open_log(self.dir.path(), &Self::config())
+        FileLogKind::open(&Self::config(), self.dir.path())
     }
 
     async fn open_read_only(&self) -> siphon_core::Result<Option<Arc<dyn ChangeLog>>> {
-        siphon_log_file::open_existing_log(self.dir.path(), &Self::config())
+        FileLogKind::open_existing(&Self::config(), self.dir.path())
     }
 }
 

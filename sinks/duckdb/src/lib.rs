@@ -21,3 +21,33 @@ mod types;
 
 pub use config::{DuckdbSinkConfig, TableMode};
 pub use sink::DuckdbSink;
+
+use siphon_core::Result;
+use siphon_core::kind::{Kind, SinkKind};
+use siphon_core::sink::Sink;
+
+/// `kind = "duckdb"`.
+#[derive(Debug)]
+pub struct DuckdbKind;
+
+impl Kind for DuckdbKind {
+    const NAME: &'static str = "duckdb";
+    type Config = DuckdbSinkConfig;
+    fn validate(config: &DuckdbSinkConfig) -> std::result::Result<(), String> {
+        config.validate()
+    }
+
+    fn build_note() -> Option<&'static str> {
+        Some(if cfg!(feature = "bundled") {
+            "bundled"
+        } else {
+            "prebuilt libduckdb.so"
+        })
+    }
+}
+
+impl SinkKind for DuckdbKind {
+    fn build(config: &DuckdbSinkConfig, pipeline: &str, sink: &str) -> Result<Box<dyn Sink>> {
+        Ok(Box::new(DuckdbSink::new(config.clone(), pipeline, sink)?))
+    }
+}

@@ -4,9 +4,9 @@
 
 use duckdb::types::Value as Duck;
 use siphon_core::Value;
-use siphon_core::json::value_json;
 use siphon_core::schema::{Column, ColumnKind};
-use siphon_core::sink::changes::value_text;
+use siphon_format::json::value_json;
+use siphon_format::json::value_text;
 
 /// DuckDB's DECIMAL holds this many digits at most.
 const MAX_DECIMAL_PRECISION: u32 = 38;

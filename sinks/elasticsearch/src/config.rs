@@ -96,7 +96,7 @@ impl ElasticsearchSinkConfig {
     /// Checks what serde cannot; the message names the key.
     pub fn validate(&self) -> Result<(), String> {
         NameTemplate::parse(&self.index, INDEX_PLACEHOLDERS).map_err(|e| format!("index: {e}"))?;
-        crate::sink::check_index_name(&self.cursor_index).map_err(|why| {
+        check_index_name(&self.cursor_index).map_err(|why| {
             format!(
                 "cursor_index: {:?} is not an index name ({why})",
                 self.cursor_index
@@ -123,4 +123,21 @@ impl ElasticsearchSinkConfig {
         }
         Ok(())
     }
+}
+
+/// Whether Elasticsearch takes `name` as the name of one index.
+pub(crate) fn check_index_name(name: &str) -> std::result::Result<(), String> {
+    if name.is_empty() || name == "." || name == ".." {
+        return Err("empty, \".\" or \"..\"".into());
+    }
+    if name.len() > 255 {
+        return Err("longer than 255 bytes".into());
+    }
+    if let Some(c) = name.chars().find(|c| "\\/*?\"<>| ,#:".contains(*c)) {
+        return Err(format!("it holds {c:?}"));
+    }
+    if name.starts_with(['-', '_', '+']) {
+        return Err("it starts with '-', '_' or '+'".into());
+    }
+    Ok(())
 }

@@ -12,3 +12,33 @@ mod sink;
 
 pub use config::ElasticsearchSinkConfig;
 pub use sink::ElasticsearchSink;
+
+use siphon_core::Result;
+use siphon_core::kind::{Kind, SinkKind};
+use siphon_core::sink::Sink;
+
+/// `kind = "elasticsearch"`.
+#[derive(Debug)]
+pub struct ElasticsearchKind;
+
+impl Kind for ElasticsearchKind {
+    const NAME: &'static str = "elasticsearch";
+    type Config = ElasticsearchSinkConfig;
+    fn validate(config: &ElasticsearchSinkConfig) -> std::result::Result<(), String> {
+        config.validate()
+    }
+}
+
+impl SinkKind for ElasticsearchKind {
+    fn build(
+        config: &ElasticsearchSinkConfig,
+        pipeline: &str,
+        sink: &str,
+    ) -> Result<Box<dyn Sink>> {
+        Ok(Box::new(ElasticsearchSink::new(
+            config.clone(),
+            pipeline,
+            sink,
+        )?))
+    }
+}

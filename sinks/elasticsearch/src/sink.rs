@@ -7,13 +7,14 @@ use async_trait::async_trait;
 use base64::Engine as _;
 use serde_json::{Value as Json, json};
 use siphon_core::event::{Event, Row};
-use siphon_core::json::value_json;
 use siphon_core::log::LogId;
-use siphon_core::sink::changes::{Change, key_text, net_changes};
+use siphon_core::sink::changes::{Change, net_changes};
 use siphon_core::sink::routing::NameTemplate;
 use siphon_core::sink::{Sink, SinkBatch, StoreCursor};
 use siphon_core::source::TableInfo;
 use siphon_core::{ConnectionUrl, Error, Result, Value};
+use siphon_format::json::key_text;
+use siphon_format::json::value_json;
 
 use crate::config::{ElasticsearchSinkConfig, INDEX_PLACEHOLDERS};
 
@@ -117,7 +118,7 @@ impl ElasticsearchSink {
             .index
             .render(&[("schema", schema), ("table", table)])
             .to_lowercase();
-        check_index_name(&index).map_err(|why| {
+        crate::config::check_index_name(&index).map_err(|why| {
             Error::permanent(format!(
                 "elasticsearch: the index name {index:?} of table {schema}.{table} is not one \
                  Elasticsearch takes ({why}); map the table to another name with `index`"
@@ -482,23 +483,6 @@ fn refusal(result: &Json, delete: bool) -> Result<Option<String>> {
         ))),
         _ => Ok(Some(result["error"].to_string())),
     }
-}
-
-/// Whether Elasticsearch takes `name` as the name of one index.
-pub(crate) fn check_index_name(name: &str) -> std::result::Result<(), String> {
-    if name.is_empty() || name == "." || name == ".." {
-        return Err("empty, \".\" or \"..\"".into());
-    }
-    if name.len() > 255 {
-        return Err("longer than 255 bytes".into());
-    }
-    if let Some(c) = name.chars().find(|c| "\\/*?\"<>| ,#:".contains(*c)) {
-        return Err(format!("it holds {c:?}"));
-    }
-    if name.starts_with(['-', '_', '+']) {
-        return Err("it starts with '-', '_' or '+'".into());
-    }
-    Ok(())
 }
 
 /// The row as a document; an unchanged column takes its stored value.

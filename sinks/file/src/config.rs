@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
-use siphon_core::debezium::Modes;
 use siphon_core::units::ByteSize;
+use siphon_format::debezium::Modes;
 
 /// `kind = "stdout"`: one JSON document per line on standard output.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

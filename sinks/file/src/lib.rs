@@ -13,3 +13,37 @@ mod sink;
 
 pub use config::{FileSinkConfig, StdoutSinkConfig};
 pub use sink::JsonLinesSink;
+
+use siphon_core::Result;
+use siphon_core::kind::{Kind, SinkKind};
+use siphon_core::sink::Sink;
+
+/// `kind = "file"`.
+#[derive(Debug)]
+pub struct FileKind;
+
+impl Kind for FileKind {
+    const NAME: &'static str = "file";
+    type Config = FileSinkConfig;
+}
+
+impl SinkKind for FileKind {
+    fn build(config: &FileSinkConfig, _: &str, _: &str) -> Result<Box<dyn Sink>> {
+        Ok(Box::new(JsonLinesSink::files(config.clone())?))
+    }
+}
+
+/// `kind = "stdout"`.
+#[derive(Debug)]
+pub struct StdoutKind;
+
+impl Kind for StdoutKind {
+    const NAME: &'static str = "stdout";
+    type Config = StdoutSinkConfig;
+}
+
+impl SinkKind for StdoutKind {
+    fn build(config: &StdoutSinkConfig, _: &str, _: &str) -> Result<Box<dyn Sink>> {
+        Ok(Box::new(JsonLinesSink::stdout(config)))
+    }
+}

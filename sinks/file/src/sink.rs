@@ -3,11 +3,11 @@
 use std::io::Write;
 
 use async_trait::async_trait;
-use siphon_core::json::JsonFormat;
 use siphon_core::log::LogId;
 use siphon_core::sink::{Sink, SinkBatch, StoreCursor};
 use siphon_core::source::TableInfo;
 use siphon_core::{Error, Result};
+use siphon_format::envelope::JsonFormat;
 
 use crate::files::RotatingFiles;
 use crate::{FileSinkConfig, StdoutSinkConfig};

@@ -3,9 +3,9 @@
 use std::borrow::Cow;
 
 use siphon_core::Value;
-use siphon_core::json::value_json;
 use siphon_core::schema::{Column, ColumnKind};
-use siphon_core::sink::changes::value_text;
+use siphon_format::json::value_json;
+use siphon_format::json::value_text;
 
 /// The column type a new column gets from its first non-null value. Arrays become `jsonb`
 /// (their elements' types vary); enums and types siphon keeps as text become `text`.

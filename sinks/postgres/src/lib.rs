@@ -18,3 +18,25 @@ mod sink;
 
 pub use config::{PostgresSinkConfig, TableMode};
 pub use sink::PostgresSink;
+
+use siphon_core::Result;
+use siphon_core::kind::{Kind, SinkKind};
+use siphon_core::sink::Sink;
+
+/// `kind = "postgres"`.
+#[derive(Debug)]
+pub struct PostgresSinkKind;
+
+impl Kind for PostgresSinkKind {
+    const NAME: &'static str = "postgres";
+    type Config = PostgresSinkConfig;
+    fn validate(config: &PostgresSinkConfig) -> std::result::Result<(), String> {
+        config.validate()
+    }
+}
+
+impl SinkKind for PostgresSinkKind {
+    fn build(config: &PostgresSinkConfig, pipeline: &str, sink: &str) -> Result<Box<dyn Sink>> {
+        Ok(Box::new(PostgresSink::new(config.clone(), pipeline, sink)?))
+    }
+}

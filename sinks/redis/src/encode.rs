@@ -4,10 +4,11 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 
 use siphon_core::event::{Row, Value};
-use siphon_core::json::value_json;
-use siphon_core::sink::changes::{Change, key_text, value_text};
+use siphon_core::sink::changes::Change;
 use siphon_core::sink::routing::NameTemplate;
 use siphon_core::{Event, SourceInfo};
+use siphon_format::json::value_json;
+use siphon_format::json::{key_text, value_text};
 
 use crate::config::{RedisFormat, RedisMode};
 

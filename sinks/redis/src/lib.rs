@@ -15,3 +15,25 @@ mod sink;
 
 pub use config::{RedisFormat, RedisMode, RedisSinkConfig};
 pub use sink::RedisSink;
+
+use siphon_core::Result;
+use siphon_core::kind::{Kind, SinkKind};
+use siphon_core::sink::Sink;
+
+/// `kind = "redis"`.
+#[derive(Debug)]
+pub struct RedisKind;
+
+impl Kind for RedisKind {
+    const NAME: &'static str = "redis";
+    type Config = RedisSinkConfig;
+    fn validate(config: &RedisSinkConfig) -> std::result::Result<(), String> {
+        config.validate()
+    }
+}
+
+impl SinkKind for RedisKind {
+    fn build(config: &RedisSinkConfig, pipeline: &str, sink: &str) -> Result<Box<dyn Sink>> {
+        Ok(Box::new(RedisSink::new(config.clone(), pipeline, sink)?))
+    }
+}

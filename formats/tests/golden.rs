@@ -4,8 +4,8 @@
 //! those events is pinned in `golden/siphon_*.json` (rewrite them with `SIPHON_BLESS=1`).
 
 use serde_json::Value as Json;
-use siphon_core::json::JsonFormat;
 use siphon_core::{Event, Op, Row, SnapshotMarker, SourceInfo, SourcePosition, Value};
+use siphon_format::envelope::JsonFormat;
 
 fn customers_event(op: Op, tx_id: u64, lsn: u64, before: Option<Row>, after: Option<Row>) -> Event {
     Event {

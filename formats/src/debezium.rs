@@ -16,11 +16,11 @@ use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD as BASE64, URL_SAFE};
 use serde_json::{Map, Value as Json, json};
 
-use crate::event::{Event, Row, SourcePosition, Value};
 use crate::json::{
     Fraction, UNAVAILABLE, float_json, format_date, format_interval, format_time, format_timestamp,
 };
-use crate::schema::{Column, ColumnKind, TableSchema};
+use siphon_core::event::{Event, Row, SourcePosition, Value};
+use siphon_core::schema::{Column, ColumnKind, TableSchema};
 
 /// Debezium's handling modes, as its connector properties of the same names set them. The
 /// default is siphon's (and Debezium's string/isostring settings); a team running Debezium
@@ -156,31 +156,6 @@ pub fn row(row: &Row, schema: Option<&TableSchema>, modes: &Modes) -> Json {
             })
             .collect::<Map<_, _>>(),
     )
-}
-
-/// The records Debezium's PostgreSQL connector emits for an event with its defaults
-/// (`tombstones.on.delete = true`, `skipped.operations = t`): `{"topic", "key", "value"}`,
-/// a delete followed by its tombstone (a `null` value, for Kafka's log compaction), nothing
-/// for a truncate.
-pub fn records(event: &Event, modes: &Modes, schemas: bool) -> Vec<Json> {
-    let (topic, mut key) = (topic(event), self::key(event, modes));
-    let format = crate::json::JsonFormat {
-        schemas,
-        transactions: false,
-        modes: *modes,
-    };
-    if schemas && let Some(schema) = event.schema.as_deref() {
-        key = json!({"schema": key_schema(event, schema, modes), "payload": key});
-    }
-    let value = || format.encode(event);
-    match event.op {
-        crate::event::Op::Truncate => Vec::new(),
-        crate::event::Op::Delete => vec![
-            json!({"topic": topic, "key": key, "value": value()}),
-            json!({"topic": topic, "key": key, "value": null}),
-        ],
-        _ => vec![json!({"topic": topic, "key": key, "value": value()})],
-    }
 }
 
 /// Debezium's topic of an event: `<server name>.<schema>.<table>` (`<db>.<table>` where the

@@ -9,71 +9,15 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use chrono::{DateTime, NaiveDate};
 use serde_json::{Map, Value as Json, json};
 
-use crate::event::{Event, Row, SnapshotMarker, SourcePosition, Value};
+use std::borrow::Cow;
+
+use siphon_core::event::{Row, Value, format_uuid};
 
 /// Debezium's placeholder for a value that was not sent (an unchanged TOAST column).
 pub const UNAVAILABLE: &str = "__debezium_unavailable_value";
 
 /// Largest integer a JSON reader using doubles holds exactly (2^53).
 const MAX_SAFE_INT: i64 = 1 << 53;
-
-/// Whether to wrap each event as `{"schema":…,"payload":…}` or write the payload alone.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct JsonFormat {
-    /// Include Kafka Connect's `schema` next to the payload.
-    pub schemas: bool,
-    /// Fill the `transaction` block (Debezium's `provide.transaction.metadata`).
-    pub transactions: bool,
-    /// Debezium's handling modes for the values.
-    pub modes: crate::debezium::Modes,
-}
-
-impl JsonFormat {
-    /// The event as one JSON document in this format.
-    pub fn encode(self, event: &Event) -> Json {
-        let payload = envelope_in(event, self.transactions, &self.modes);
-        if !self.schemas {
-            return payload;
-        }
-        // From the table's schema record where the event has one, else from its values.
-        let schema = match event.schema.as_deref() {
-            Some(table) => crate::debezium::envelope_schema(event, table, &self.modes),
-            None => envelope_schema(event),
-        };
-        json!({ "schema": schema, "payload": payload })
-    }
-}
-
-/// The Debezium change event envelope (the `payload`), its values as Debezium writes them
-/// ([`crate::debezium`]), without transaction metadata (`transaction` is `null`, as in
-/// Debezium by default).
-pub fn envelope(event: &Event) -> Json {
-    envelope_in(event, false, &crate::debezium::Modes::default())
-}
-
-/// [`envelope`], with the `transaction` block filled when `transactions` is set, its values
-/// in `modes`.
-pub fn envelope_in(event: &Event, transactions: bool, modes: &crate::debezium::Modes) -> Json {
-    let schema = event.schema.as_deref();
-    let row = |r: &Option<Row>| {
-        r.as_ref()
-            .map_or(Json::Null, |r| crate::debezium::row(r, schema, modes))
-    };
-    json!({
-        "before": row(&event.before),
-        "after": row(&event.after),
-        "source": source_json(event),
-        "transaction": event.transaction.as_ref().filter(|_| transactions).map_or(Json::Null, |t| json!({
-            "id": t.id,
-            "total_order": t.total_order,
-            "data_collection_order": t.data_collection_order,
-        })),
-        "op": event.op.code(),
-        "ts_ms": event.ts_ms,
-        "ts_us": event.ts_ms * 1000,
-        "ts_ns": i128::from(event.ts_ms) * 1_000_000,
-    })
-}
 
 /// A row as a JSON object.
 pub fn row_json(row: &Row) -> Json {
@@ -82,74 +26,6 @@ pub fn row_json(row: &Row) -> Json {
             .map(|(c, v)| (c.to_owned(), value_json(v)))
             .collect(),
     )
-}
-
-fn source_json(event: &Event) -> Json {
-    let s = &event.source;
-    let mut m = Map::new();
-    m.insert(
-        "version".into(),
-        json!(concat!("siphon-", env!("CARGO_PKG_VERSION"))),
-    );
-    m.insert("connector".into(), json!(s.connector));
-    m.insert("name".into(), json!(s.name));
-    m.insert("ts_ms".into(), json!(s.ts_ms));
-    let snapshot = match s.snapshot {
-        SnapshotMarker::False => "false",
-        SnapshotMarker::True => "true",
-        SnapshotMarker::Last => "last",
-        SnapshotMarker::First => "first",
-        SnapshotMarker::FirstInTable => "first_in_data_collection",
-        SnapshotMarker::LastInTable => "last_in_data_collection",
-        SnapshotMarker::Incremental => "incremental",
-    };
-    m.insert("snapshot".into(), json!(snapshot));
-    m.insert("db".into(), json!(s.db));
-    m.insert("ts_us".into(), json!(s.ts_ms * 1000));
-    m.insert("ts_ns".into(), json!(i128::from(s.ts_ms) * 1_000_000));
-    match &s.position {
-        SourcePosition::Postgres {
-            commit_lsn, lsn, ..
-        } => {
-            m.insert(
-                "sequence".into(),
-                json!(format!("[\"{commit_lsn}\",\"{lsn}\"]")),
-            );
-            m.insert("schema".into(), json!(s.schema));
-            m.insert("table".into(), json!(s.table));
-            m.insert("txId".into(), json!(s.tx_id));
-            m.insert("lsn".into(), json!(lsn));
-            m.insert("xmin".into(), Json::Null);
-            m.insert("origin".into(), Json::Null);
-            m.insert("origin_lsn".into(), Json::Null);
-        }
-        SourcePosition::Mysql {
-            file,
-            pos,
-            row,
-            gtid,
-            server_id,
-        } => {
-            m.insert("sequence".into(), Json::Null);
-            m.insert("table".into(), json!(s.table));
-            m.insert("server_id".into(), json!(server_id));
-            m.insert("gtid".into(), json!(gtid));
-            m.insert("file".into(), json!(file));
-            m.insert("pos".into(), json!(pos));
-            m.insert("row".into(), json!(row));
-            // The thread id is in a BEGIN query event, which MariaDB's GTID event replaces;
-            // the statement needs binlog_annotate_row_events (Debezium's include.query).
-            m.insert("thread".into(), Json::Null);
-            m.insert("query".into(), Json::Null);
-        }
-        SourcePosition::Sequence(seq) => {
-            m.insert("schema".into(), json!(s.schema));
-            m.insert("table".into(), json!(s.table));
-            m.insert("txId".into(), json!(s.tx_id));
-            m.insert("seq".into(), json!(seq));
-        }
-    }
-    Json::Object(m)
 }
 
 fn int_json(v: i128) -> Json {
@@ -207,19 +83,6 @@ pub fn value_json(value: &Value) -> Json {
         Value::Array(items) => Json::Array(items.iter().map(value_json).collect()),
         Value::Unchanged => json!(UNAVAILABLE),
     }
-}
-
-/// A UUID in its canonical text form (`8-4-4-4-12` hex digits).
-pub fn format_uuid(u: &[u8; 16]) -> String {
-    let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
 }
 
 const EPOCH: NaiveDate = NaiveDate::from_ymd_opt(1970, 1, 1).unwrap();
@@ -355,63 +218,6 @@ pub fn value_schema(value: &Value) -> Json {
         m.insert("name".into(), json!(name));
     }
     Json::Object(m)
-}
-
-fn row_schema(row: Option<&Row>, name: &str, field: &str) -> Json {
-    let fields: Vec<Json> = row
-        .map(|r| {
-            r.iter()
-                .map(|(c, v)| {
-                    let mut s = value_schema(v);
-                    s["field"] = json!(c);
-                    s
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    json!({"type": "struct", "fields": fields, "optional": true, "name": name, "field": field})
-}
-
-fn envelope_schema(event: &Event) -> Json {
-    let prefix = crate::debezium::topic(event);
-    let value_name = format!("{prefix}.Value");
-    // before and after share the table's columns; take them from whichever row is present.
-    let shape = event.after.as_ref().or(event.before.as_ref());
-    let source_fields: Vec<Json> = source_json(event)
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .map(|(k, v)| {
-                    let ty = match v {
-                        Json::Number(_) => "int64",
-                        Json::Bool(_) => "boolean",
-                        _ => "string",
-                    };
-                    json!({"type": ty, "optional": true, "field": k})
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    json!({
-        "type": "struct",
-        "optional": false,
-        "name": format!("{prefix}.Envelope"),
-        "fields": [
-            row_schema(shape, &value_name, "before"),
-            row_schema(shape, &value_name, "after"),
-            {"type": "struct", "fields": source_fields, "optional": false,
-             "name": "io.siphon.connector.Source", "field": "source"},
-            {"type": "struct", "optional": true, "name": "event.block", "field": "transaction",
-             "fields": [
-                {"type": "string", "optional": false, "field": "id"},
-                {"type": "int64", "optional": false, "field": "total_order"},
-                {"type": "int64", "optional": false, "field": "data_collection_order"}]},
-            {"type": "string", "optional": false, "field": "op"},
-            {"type": "int64", "optional": true, "field": "ts_ms"},
-            {"type": "int64", "optional": true, "field": "ts_us"},
-            {"type": "int64", "optional": true, "field": "ts_ns"},
-        ],
-    })
 }
 
 /// Reads back one value that [`value_json`] wrote, given the schema [`value_schema`] gave it.
@@ -611,6 +417,44 @@ fn parse_interval(s: &str) -> Option<(i32, i32, i64)> {
     Some((months, i32::try_from(date_parts[2]).ok()?, micros))
 }
 
+/// A key as one string, for key names and document ids: the value of a one-column key as
+/// text (`42`, `b0c1…`, `alice`); the values of a composite key joined by `:`, with `\` and
+/// `:` escaped by `\`.
+pub fn key_text(key: &Row) -> String {
+    match key.0.as_slice() {
+        [(_, value)] => value_text(value).into_owned(),
+        columns => {
+            let mut out = String::new();
+            for (i, (_, value)) in columns.iter().enumerate() {
+                if i > 0 {
+                    out.push(':');
+                }
+                for c in value_text(value).chars() {
+                    if c == ':' || c == '\\' {
+                        out.push('\\');
+                    }
+                    out.push(c);
+                }
+            }
+            out
+        }
+    }
+}
+
+/// A value as plain text: its JSON encoding ([`value_json`]), without the quotes when that
+/// is a string. `None` for SQL NULL.
+pub fn value_text(value: &Value) -> Cow<'_, str> {
+    match value {
+        Value::Text(s) | Value::Decimal(s) | Value::Json(s) | Value::Enum(s) => Cow::Borrowed(s),
+        Value::Other { text, .. } => Cow::Borrowed(text),
+        Value::Int(i) => Cow::Owned(i.to_string()),
+        other => match value_json(other) {
+            serde_json::Value::String(s) => Cow::Owned(s),
+            json => Cow::Owned(json.to_string()),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -749,5 +593,15 @@ mod tests {
         for (value, expected) in cases {
             assert_eq!(value_json(&value), expected, "{value:?}");
         }
+    }
+
+    #[test]
+    fn composite_keys_escape_their_separator() {
+        let key = Row(vec![
+            ("a".into(), Value::Text("x:y".into())),
+            ("b".into(), Value::Int(7)),
+        ]);
+        assert_eq!(key_text(&key), r"x\:y:7");
+        assert_eq!(key_text(&Row(vec![("id".into(), Value::Int(42))])), "42");
     }
 }

@@ -1,0 +1,8 @@
+//! siphon-format: how events are written out for the world to read — Debezium's change event
+//! envelope and records ([`envelope`]), its values, topics and Kafka Connect schemas in each
+//! handling mode ([`debezium`]), and the JSON and text forms in which the stores keep values
+//! and keys ([`json`]). Each module uses only those listed after it.
+
+pub mod debezium;
+pub mod envelope;
+pub mod json;
