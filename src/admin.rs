@@ -297,38 +297,38 @@ fn request_snapshot(
     }
 }
 
-#[derive(Debug, Deserialize)]
-struct WaitParams {
-    /// PostgreSQL: `pg_current_wal_lsn()` after the commit.
-    lsn: Option<String>,
-    /// MariaDB: `@@gtid_binlog_pos` after the commit.
-    gtid: Option<String>,
-    /// How long to wait ("2s", "500ms"); 5s by default, 60s at most.
-    timeout: Option<String>,
-}
-
 /// Longest wait a request may ask for.
 const MAX_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// `?<point>&timeout=…`: the point as the pipeline's source names it (PostgreSQL `lsn=` with
+/// `pg_current_wal_lsn()` after the commit, MariaDB `gtid=` with `@@gtid_binlog_pos`), and how
+/// long to wait ("2s", "500ms"; 5s by default, 60s at most).
 async fn wait(
     State(state): State<AppState>,
     Path((pipeline, sink)): Path<(String, String)>,
-    Query(params): Query<WaitParams>,
+    Query(mut params): Query<std::collections::BTreeMap<String, String>>,
 ) -> Response {
     let bad = |message: String| (StatusCode::BAD_REQUEST, message).into_response();
-    let point = match (&params.lsn, &params.gtid) {
-        (Some(lsn), None) => match siphon_core::position::SourcePoint::parse_lsn(lsn) {
-            Some(lsn) => siphon_core::position::SourcePoint::Lsn(lsn),
-            None => {
-                return bad(format!(
-                    "lsn={lsn:?} is not a WAL position such as 16/B374D848"
-                ));
+    let timeout = params.remove("timeout");
+    let point = match params.pop_first() {
+        Some((param, text)) if params.is_empty() => {
+            match state.runtime.point(&pipeline, &param, &text) {
+                Ok(point) => point,
+                Err(e @ WaitError::NoPipeline(_)) => {
+                    return (StatusCode::NOT_FOUND, e.to_string()).into_response();
+                }
+                Err(e) => return bad(e.to_string()),
             }
-        },
-        (None, Some(gtid)) => siphon_core::position::SourcePoint::Gtids(gtid.clone()),
-        _ => return bad("give one of lsn= (PostgreSQL) or gtid= (MariaDB)".into()),
+        }
+        _ => {
+            return bad(
+                "give the one point to wait for, as the pipeline's source names it: lsn= \
+                 (PostgreSQL) or gtid= (MariaDB)"
+                    .into(),
+            );
+        }
     };
-    let timeout = match params.timeout.as_deref() {
+    let timeout = match timeout.as_deref() {
         None => std::time::Duration::from_secs(5),
         Some(text) => match text.parse::<siphon_core::units::HumanDuration>() {
             Ok(d) if d.0 <= MAX_WAIT => d.0,
@@ -344,7 +344,7 @@ async fn wait(
         Err(WaitError::TimedOut(at)) => {
             (StatusCode::REQUEST_TIMEOUT, axum::Json(at)).into_response()
         }
-        Err(e @ WaitError::NotFound { .. }) => {
+        Err(e @ (WaitError::NotFound { .. } | WaitError::NoPipeline(_))) => {
             (StatusCode::NOT_FOUND, e.to_string()).into_response()
         }
         Err(e @ WaitError::BadPoint(_)) => bad(e.to_string()),

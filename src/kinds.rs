@@ -8,8 +8,9 @@ use std::marker::PhantomData;
 use std::path::Path;
 use std::sync::Arc;
 
-use siphon_core::kind::{Kind, LogKind, SinkKind, SourceKind};
+use siphon_core::kind::{Kind, LogKind, SinkKind, SourceKind, decode_position};
 use siphon_core::log::ChangeLog;
+use siphon_core::position::{PositionDecoder, SourcePoint, SourcePosition};
 use siphon_core::sink::Sink;
 use siphon_core::source::Source;
 
@@ -92,15 +93,25 @@ pub trait Entry<C: ?Sized>: Send + Sync + Debug {
 
     /// Reads and checks the kind's settings (the table without `kind`); errors name `key`.
     fn parse(&self, key: &str, settings: config::Value) -> Result<Box<C>, ConfigError>;
+
+    /// For a source kind: the position of an event of `connector`, if it is the kind's.
+    fn decode_position(&self, connector: &str, bytes: &[u8]) -> Option<SourcePosition> {
+        let _ = (connector, bytes);
+        None
+    }
 }
 
-/// A configured source: its kind's settings, checked.
-pub trait ConfiguredSource: Send + Sync + Debug {
+/// A configured source: its kind's settings, checked. It reads its connector's positions.
+pub trait ConfiguredSource: PositionDecoder + Debug {
     /// The kind's name.
     fn kind(&self) -> &'static str;
 
     /// The source of pipeline `pipeline`.
     fn build(&self, pipeline: &str) -> Box<dyn Source>;
+
+    /// A point of its database's change stream named by the read-your-writes API's `param`
+    /// (see [`SourceKind::parse_point`]).
+    fn parse_point(&self, param: &str, text: &str) -> Option<Result<SourcePoint, String>>;
 }
 
 /// A configured change log.
@@ -181,6 +192,10 @@ impl<K: SourceKind> Entry<dyn ConfiguredSource> for Registered<K> {
     ) -> Result<Box<dyn ConfiguredSource>, ConfigError> {
         Ok(Box::new(self.configured(key, settings)?))
     }
+
+    fn decode_position(&self, connector: &str, bytes: &[u8]) -> Option<SourcePosition> {
+        decode_position::<K>(connector, bytes)
+    }
 }
 
 impl<K: LogKind> Entry<dyn ConfiguredLog> for Registered<K> {
@@ -226,6 +241,25 @@ impl<K: SourceKind> ConfiguredSource for Configured<K> {
 
     fn build(&self, pipeline: &str) -> Box<dyn Source> {
         K::build(&self.0, pipeline)
+    }
+
+    fn parse_point(&self, param: &str, text: &str) -> Option<Result<SourcePoint, String>> {
+        K::parse_point(param, text)
+    }
+}
+
+impl<K: SourceKind> PositionDecoder for Configured<K> {
+    fn decode(&self, connector: &str, bytes: &[u8]) -> Option<SourcePosition> {
+        decode_position::<K>(connector, bytes)
+    }
+}
+
+/// Every source kind of the list reads its own connector's positions.
+impl PositionDecoder for Kinds {
+    fn decode(&self, connector: &str, bytes: &[u8]) -> Option<SourcePosition> {
+        self.sources
+            .iter()
+            .find_map(|entry| entry.decode_position(connector, bytes))
     }
 }
 

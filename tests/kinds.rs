@@ -12,9 +12,12 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use siphon::config::Config;
 use siphon::kinds::{self, Kinds};
-use siphon_core::event::{Event, Op, Row, SnapshotMarker, SourceInfo, SourcePosition, Value};
+use siphon_core::event::{Event, Op, Row, SnapshotMarker, SourceInfo, Value};
 use siphon_core::kind::{Kind, LogKind, SinkKind, SourceKind};
 use siphon_core::log::{ChangeLog, LogId};
+use siphon_core::position::{
+    DebeziumSource, Point, Position, SourcePoint, SourcePosition, point_as,
+};
 use siphon_core::sink::{Sink, SinkBatch, StoreCursor};
 use siphon_core::source::{Source, SourceContext, TableInfo, now_ms};
 use siphon_core::testing::MemoryLog;
@@ -22,8 +25,47 @@ use siphon_core::{Result, TableName};
 use tokio_util::sync::CancellationToken;
 
 /// `kind = "counter"`: events 0..count, each a row `{id, n}` of `test.counted`, one a
-/// transaction.
+/// transaction. Its positions and points are its own: an event's number, and `count=N` in
+/// the read-your-writes API (event N is in the log).
 struct Counter;
+
+/// A counter event's position: its number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Count(u64);
+
+impl Position for Count {
+    fn encode(&self) -> Vec<u8> {
+        self.0.to_le_bytes().to_vec()
+    }
+
+    fn commit_point(&self) -> String {
+        format!("#{}", self.0)
+    }
+
+    fn debezium_source(&self, _: &SourceInfo) -> DebeziumSource {
+        DebeziumSource {
+            fields: vec![("count", self.0.into())],
+            schema_name: "test.counter.Source",
+            schema_fields: vec![("int64", false, "count")],
+        }
+    }
+
+    fn to_json(&self) -> serde_json::Value {
+        self.0.into()
+    }
+}
+
+impl std::fmt::Display for Count {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "#{}", self.0)
+    }
+}
+
+impl Point for Count {
+    fn covers(&self, asked: &dyn Point) -> bool {
+        point_as::<Count>(asked).is_some_and(|asked| self >= asked)
+    }
+}
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -45,10 +87,25 @@ impl Kind for Counter {
 }
 
 impl SourceKind for Counter {
+    const CONNECTOR: &'static str = "counter";
+
     fn build(config: &CounterConfig, pipeline: &str) -> Box<dyn Source> {
         Box::new(CounterSource {
             count: config.count,
             pipeline: pipeline.to_owned(),
+        })
+    }
+
+    fn decode_position(bytes: &[u8]) -> Option<SourcePosition> {
+        let n = u64::from_le_bytes(bytes.try_into().ok()?);
+        Some(SourcePosition::new(Count(n)))
+    }
+
+    fn parse_point(param: &str, text: &str) -> Option<std::result::Result<SourcePoint, String>> {
+        (param == "count").then(|| {
+            text.parse()
+                .map(|n| Arc::new(Count(n)) as SourcePoint)
+                .map_err(|_| format!("count={text:?} is not a number"))
         })
     }
 }
@@ -73,10 +130,10 @@ impl Source for CounterSource {
     }
 
     async fn run(&mut self, ctx: &SourceContext) -> Result<()> {
-        let next = match ctx.last_event().await? {
-            Some(event) => match event.source.position {
-                SourcePosition::Sequence(n) => n + 1,
-                other => panic!("not a counter's position: {other:?}"),
+        let next = match ctx.last_event(&Counter).await? {
+            Some(event) => match event.source.position.get::<Count>() {
+                Some(Count(n)) => n + 1,
+                None => panic!("not a counter's position: {:?}", event.source.position),
             },
             None => 0,
         };
@@ -96,7 +153,7 @@ impl Source for CounterSource {
                     db: "test".into(),
                     schema: Some("test".into()),
                     table: "counted".into(),
-                    position: SourcePosition::Sequence(n),
+                    position: SourcePosition::new(Count(n)),
                     tx_id: Some(n),
                     ts_ms: now_ms(),
                     snapshot: SnapshotMarker::False,
@@ -106,7 +163,8 @@ impl Source for CounterSource {
                 key_change: None,
                 schema: None,
             };
-            ctx.append(&[event], true).await?;
+            let range = ctx.append(&[event], true).await?;
+            ctx.metrics.reached(Arc::new(Count(n)), range.end);
         }
         ctx.cancel.cancelled().await;
         Ok(())
@@ -219,12 +277,13 @@ fn kinds() -> Kinds {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_source_a_log_and_a_sink_of_test_kinds_run_through_the_daemon() {
     let dir = tempfile::tempdir().unwrap();
+    let port = siphon_test_support::free_port();
     let config = Config::from_toml_with(
         &format!(
             r#"
 data_dir = "{}"
 [admin]
-enabled = false
+listen = "127.0.0.1:{port}"
 [pipelines.counted.source]
 kind = "counter"
 count = 500
@@ -260,6 +319,29 @@ name = "seen"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // The wait endpoint takes the counter's own points, and shows its own positions.
+    let wait = |query: &str| {
+        let url = format!("http://127.0.0.1:{port}/api/pipelines/counted/sinks/seen/wait?{query}");
+        async move {
+            let resp = reqwest::get(url).await.unwrap();
+            (resp.status().as_u16(), resp.text().await.unwrap())
+        }
+    };
+    let (status, body) = wait("count=499&timeout=10s").await;
+    assert_eq!(status, 200, "{body}");
+    let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(answer["point"], "#499", "{body}");
+    assert_eq!(answer["applied_position"], "#499", "{body}");
+    let (status, body) = wait("count=many").await;
+    assert!(
+        status == 400 && body.contains("not a number"),
+        "{status} {body}"
+    );
+    let (status, body) = wait("lsn=0/16B3748").await;
+    assert!(
+        status == 400 && body.contains("names no point by lsn="),
+        "{status} {body}"
+    );
     cancel.cancel();
     daemon.await.unwrap().unwrap();
     let seen = COLLECTED.lock().unwrap()["seen"].clone();

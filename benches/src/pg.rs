@@ -288,7 +288,11 @@ fn log_bytes(dir: &tempfile::TempDir) -> anyhow::Result<(f64, f64)> {
             break;
         }
         for r in batch {
-            let event = Event::decode(&r.value, log.schemas())?;
+            let event = Event::decode(
+                &r.value,
+                log.schemas(),
+                &siphon_source_postgres::PostgresKind,
+            )?;
             let named = Event {
                 schema: None,
                 ..event

@@ -7,7 +7,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use futures_util::SinkExt;
-use siphon_core::event::{Event, Op, Row, SnapshotMarker, SourceInfo, SourcePosition, Value};
+use siphon_core::SourcePosition;
+use siphon_core::event::{Event, Op, Row, SnapshotMarker, SourceInfo, Value};
 use siphon_core::log::ChangeLog;
 use siphon_core::log::{NewRecord, RecordFlags};
 use siphon_core::schema::{Column, ColumnKind, SchemaId, SchemaStore, TableSchema};
@@ -16,6 +17,7 @@ use siphon_core::source::TableInfo;
 use siphon_log_file::{FileLog, FileLogConfig, SchemaRegistry};
 use siphon_sink_postgres::{PostgresSink, PostgresSinkConfig};
 use siphon_sink_redis::{RedisSink, RedisSinkConfig};
+use siphon_source_postgres::{PgPosition, PostgresKind};
 
 const CITIES: [&str; 5] = ["Berlin", "Paris", "Tokyo", "Lima", "Oslo"];
 
@@ -113,7 +115,11 @@ fn events(rows: u64) -> anyhow::Result<WarmLog> {
                     db: "bench".into(),
                     schema: Some("public".into()),
                     table: "orders".into(),
-                    position: SourcePosition::Sequence(i),
+                    position: SourcePosition::new(PgPosition {
+                        commit_lsn: i,
+                        lsn: i,
+                        index: 0,
+                    }),
                     tx_id: Some(i),
                     ts_ms: 1_700_000_000_000,
                     snapshot: SnapshotMarker::False,
@@ -151,7 +157,7 @@ async fn apply(sink: &mut dyn Sink, log: &WarmLog, batch: usize) -> anyhow::Resu
             .map(|(i, bytes)| {
                 Ok(SinkRecord {
                     offset: (n * batch + i) as u64,
-                    event: Event::decode(bytes, &log.schemas)?,
+                    event: Event::decode(bytes, &log.schemas, &PostgresKind)?,
                 })
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
@@ -277,7 +283,7 @@ async fn through_runtime(
         .iter()
         .map(|bytes| {
             Ok(NewRecord {
-                key: Event::decode(bytes, &log.schemas)?.log_key(),
+                key: Event::decode(bytes, &log.schemas, &PostgresKind)?.log_key(),
                 value: bytes.clone(),
                 flags: RecordFlags::TXN_END,
             })

@@ -1,11 +1,14 @@
 //! The change event: one row change with Debezium's envelope semantics and exact values.
 
+mod legacy;
+
 use std::borrow::Cow;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use crate::name::{Name, TableName};
+use crate::position::{PositionDecoder, SourcePosition};
 use crate::schema::{SchemaId, SchemaLookup, TableSchema};
 
 /// What happened to the row.
@@ -151,54 +154,6 @@ impl<S: Into<Name>> FromIterator<(S, Value)> for Row {
     }
 }
 
-/// Where in the source's change stream an event comes from. Ordered within one source.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum SourcePosition {
-    /// PostgreSQL: the transaction's commit LSN, the event's own LSN, and its index within the
-    /// transaction (snapshot rows carry the slot's consistent point and a running index).
-    Postgres {
-        /// Commit LSN of the transaction.
-        commit_lsn: u64,
-        /// LSN of this change.
-        lsn: u64,
-        /// Index of the event within its transaction.
-        index: u64,
-    },
-    /// MySQL/MariaDB: binlog file and position of the transaction, the row within it, and the
-    /// GTID when the server uses them.
-    Mysql {
-        /// Binlog file name.
-        file: String,
-        /// Position of the event in the binlog file.
-        pos: u64,
-        /// Row index within the rows event.
-        row: u32,
-        /// GTID of the transaction, if any.
-        gtid: Option<String>,
-        /// The server's id.
-        server_id: u32,
-    },
-    /// A source that counts its events (the generator, tests).
-    Sequence(u64),
-}
-
-impl SourcePosition {
-    /// Where the event's transaction committed, as its database names places: PostgreSQL's
-    /// commit LSN (`16/B374D848`), MySQL's GTID (or `file:pos` without GTIDs).
-    pub fn commit_point(&self) -> String {
-        match self {
-            SourcePosition::Postgres { commit_lsn, .. } => {
-                crate::position::SourcePoint::Lsn(*commit_lsn).to_string()
-            }
-            SourcePosition::Mysql {
-                gtid: Some(gtid), ..
-            } => gtid.clone(),
-            SourcePosition::Mysql { file, pos, .. } => format!("{file}:{pos}"),
-            SourcePosition::Sequence(seq) => seq.to_string(),
-        }
-    }
-}
-
 /// A UUID in its canonical text form (`8-4-4-4-12` hex digits).
 pub fn format_uuid(u: &[u8; 16]) -> String {
     let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
@@ -327,37 +282,9 @@ pub struct Event {
 }
 
 /// Format version of an encoded event with column names (no schema).
-const EVENT_FORMAT: u8 = 2;
+const EVENT_FORMAT: u8 = 4;
 /// Format version of an encoded event with values only, referring to its schema.
-const COMPACT_FORMAT: u8 = 3;
-
-/// An event as format 1 wrote it (before `key_change`), still read.
-#[derive(Deserialize)]
-struct EventV1 {
-    op: Op,
-    before: Option<Row>,
-    after: Option<Row>,
-    key: Option<Row>,
-    source: SourceInfo,
-    ts_ms: i64,
-    transaction: Option<TransactionInfo>,
-}
-
-impl From<EventV1> for Event {
-    fn from(v: EventV1) -> Self {
-        Event {
-            op: v.op,
-            before: v.before,
-            after: v.after,
-            key: v.key,
-            source: v.source,
-            ts_ms: v.ts_ms,
-            transaction: v.transaction,
-            key_change: None,
-            schema: None,
-        }
-    }
-}
+const COMPACT_FORMAT: u8 = 5;
 
 impl Event {
     /// Encodes for the change log (compact binary, exact): values only when the event has a
@@ -379,29 +306,47 @@ impl Event {
         Ok(out)
     }
 
-    /// Decodes what [`Event::encode`] wrote, finding its schema in `schemas`.
-    pub fn decode(bytes: &[u8], schemas: &dyn SchemaLookup) -> crate::Result<Self> {
+    /// Decodes what [`Event::encode`] wrote (or an earlier build's formats), finding its
+    /// schema in `schemas` and its position's connector in `positions` (a position whose
+    /// connector `positions` does not know stays [`Undecoded`](crate::position::Undecoded)).
+    pub fn decode(
+        bytes: &[u8],
+        schemas: &dyn SchemaLookup,
+        positions: &dyn PositionDecoder,
+    ) -> crate::Result<Self> {
         let codec = |e: postcard::Error| crate::Error::Codec(e.to_string());
-        match bytes.split_first() {
+        let mut event = match bytes.split_first() {
             Some((&COMPACT_FORMAT, rest)) => {
-                let compact: Compact<'_, Value> = postcard::from_bytes(rest).map_err(codec)?;
-                let schema = schemas.schema(compact.schema).ok_or_else(|| {
-                    crate::Error::Codec(format!(
-                        "the event refers to table schema {} which the log's registry does not hold",
-                        compact.schema.0
-                    ))
-                })?;
-                compact.into_event(schema)
+                let compact: Compact<'_, Value, SourcePosition> =
+                    postcard::from_bytes(rest).map_err(codec)?;
+                let schema = schema_of(schemas, compact.schema)?;
+                compact.into_event(schema)?
             }
-            Some((&EVENT_FORMAT, rest)) => postcard::from_bytes(rest).map_err(codec),
-            Some((1, rest)) => postcard::from_bytes::<EventV1>(rest)
+            Some((&EVENT_FORMAT, rest)) => postcard::from_bytes(rest).map_err(codec)?,
+            Some((&legacy::COMPACT_FORMAT, rest)) => {
+                let compact: Compact<'_, Value, legacy::Position> =
+                    postcard::from_bytes(rest).map_err(codec)?;
+                let schema = schema_of(schemas, compact.schema)?;
+                compact.into_event(schema)?
+            }
+            Some((&legacy::EVENT_FORMAT, rest)) => postcard::from_bytes::<legacy::EventV2>(rest)
                 .map(Event::from)
-                .map_err(codec),
-            Some((v, _)) => Err(crate::Error::Codec(format!(
-                "event format {v} is not known to this siphon (it knows {COMPACT_FORMAT})"
-            ))),
-            None => Err(crate::Error::Codec("empty event".into())),
-        }
+                .map_err(codec)?,
+            Some((&legacy::FIRST_FORMAT, rest)) => postcard::from_bytes::<legacy::EventV1>(rest)
+                .map(Event::from)
+                .map_err(codec)?,
+            Some((v, _)) => {
+                return Err(crate::Error::Codec(format!(
+                    "event format {v} is not known to this siphon (it knows {COMPACT_FORMAT})"
+                )));
+            }
+            None => return Err(crate::Error::Codec("empty event".into())),
+        };
+        event
+            .source
+            .position
+            .decode_with(&event.source.connector, positions);
+        Ok(event)
     }
 
     /// The key the change log compacts and sinks address rows by: `schema.table` and the
@@ -429,6 +374,16 @@ impl Event {
             Op::Delete | Op::Truncate => None,
         }
     }
+}
+
+/// The schema version a compact event refers to.
+fn schema_of(schemas: &dyn SchemaLookup, id: SchemaId) -> crate::Result<Arc<TableSchema>> {
+    schemas.schema(id).ok_or_else(|| {
+        crate::Error::Codec(format!(
+            "the event refers to table schema {} which the log's registry does not hold",
+            id.0
+        ))
+    })
 }
 
 /// A row as a compact event stores it: its values, in one of three shapes.
@@ -533,15 +488,16 @@ enum CompactKeyChange<V> {
 }
 
 /// An event as the compact format stores it: what its schema does not say. `V` is `&Value`
-/// when encoding, `Value` when decoding (the same bytes).
+/// when encoding, `Value` when decoding (the same bytes); `P` the position as stored (an
+/// earlier format's is [`legacy::Position`]).
 #[derive(Serialize, Deserialize)]
-struct Compact<'a, V> {
+struct Compact<'a, V, P: Clone> {
     schema: SchemaId,
     op: Op,
     before: Option<CompactRow<V>>,
     after: Option<CompactRow<V>>,
     key: Option<CompactRow<V>>,
-    position: Cow<'a, SourcePosition>,
+    position: Cow<'a, P>,
     tx_id: Option<u64>,
     source_ts_ms: i64,
     snapshot: SnapshotMarker,
@@ -550,7 +506,7 @@ struct Compact<'a, V> {
     key_change: Option<CompactKeyChange<V>>,
 }
 
-impl<'a> Compact<'a, &'a Value> {
+impl<'a> Compact<'a, &'a Value, SourcePosition> {
     fn of(event: &'a Event, schema: &TableSchema) -> crate::Result<Self> {
         let row = |r: &'a Option<Row>| r.as_ref().map(|r| CompactRow::of(r, schema)).transpose();
         Ok(Compact {
@@ -576,7 +532,7 @@ impl<'a> Compact<'a, &'a Value> {
     }
 }
 
-impl Compact<'_, Value> {
+impl<P: Clone + Into<SourcePosition>> Compact<'_, Value, P> {
     fn into_event(self, schema: Arc<TableSchema>) -> crate::Result<Event> {
         let row = |r: Option<CompactRow<Value>>| r.map(|r| r.into_row(&schema)).transpose();
         Ok(Event {
@@ -590,7 +546,7 @@ impl Compact<'_, Value> {
                 db: schema.database.clone(),
                 schema: schema.schema.clone(),
                 table: schema.table.clone(),
-                position: self.position.into_owned(),
+                position: self.position.into_owned().into(),
                 tx_id: self.tx_id,
                 ts_ms: self.source_ts_ms,
                 snapshot: self.snapshot,
@@ -610,6 +566,7 @@ impl Compact<'_, Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::position::NoDecoder;
     use crate::schema::{Column, ColumnKind, NoSchemas, SchemaStore};
     use crate::testing::MemorySchemas;
 
@@ -652,11 +609,7 @@ mod tests {
                 db: "db".into(),
                 schema: Some("public".into()),
                 table: "items".into(),
-                position: SourcePosition::Postgres {
-                    commit_lsn: 7,
-                    lsn: 5,
-                    index: 1,
-                },
+                position: SourcePosition::new(crate::testing::TestPosition(5)),
                 tx_id: Some(3),
                 ts_ms: 11,
                 snapshot: SnapshotMarker::False,
@@ -695,7 +648,7 @@ mod tests {
         for e in [update, delete] {
             let bytes = e.encode().unwrap();
             assert_eq!(bytes[0], COMPACT_FORMAT);
-            assert_eq!(Event::decode(&bytes, &registry).unwrap(), e);
+            assert_eq!(Event::decode(&bytes, &registry, &NoDecoder).unwrap(), e);
             let named = Event {
                 schema: None,
                 ..e.clone()
@@ -708,7 +661,9 @@ mod tests {
                 bytes.len(),
                 named.len()
             );
-            let err = Event::decode(&bytes, &NoSchemas).unwrap_err().to_string();
+            let err = Event::decode(&bytes, &NoSchemas, &NoDecoder)
+                .unwrap_err()
+                .to_string();
             assert!(err.contains("table schema 1"), "{err}");
         }
     }
@@ -730,7 +685,9 @@ mod tests {
             .unwrap();
         // The schema id is the first byte after the format (a varint below 128).
         bytes[1] = u8::try_from(narrow.id.0).unwrap();
-        let err = Event::decode(&bytes, &registry).unwrap_err().to_string();
+        let err = Event::decode(&bytes, &registry, &NoDecoder)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("a row of 3 values"), "{err}");
         let stranger = row(&[("zzz", Value::Int(1))]);
         let err = event(&wide, Op::Create, [None, Some(stranger), None])

@@ -12,6 +12,7 @@ use serde::de::DeserializeOwned;
 
 use crate::Result;
 use crate::log::ChangeLog;
+use crate::position::{PositionDecoder, SourcePoint, SourcePosition};
 use crate::sink::Sink;
 use crate::source::Source;
 
@@ -38,10 +39,37 @@ pub trait Kind: Send + Sync + 'static {
     }
 }
 
-/// A kind of source.
+/// A kind of source. Its positions and points are its own ([`crate::position`]): the kind
+/// reads them back for everyone else.
 pub trait SourceKind: Kind {
+    /// The connector's name in its events (`source.connector`: `postgresql`, `mysql`).
+    const CONNECTOR: &'static str;
+
     /// The source of pipeline `pipeline` (its server name in events).
     fn build(config: &Self::Config, pipeline: &str) -> Box<dyn Source>;
+
+    /// Reads back a position its events carry (what [`crate::position::Position::encode`] wrote); `None` for
+    /// bytes that do not decode.
+    fn decode_position(bytes: &[u8]) -> Option<SourcePosition>;
+
+    /// A point of its database's change stream as the read-your-writes API names it (a query
+    /// parameter such as `lsn=16/B374D848`): `None` where `param` is not one of its
+    /// parameters, an error saying what is expected where `text` is not a point.
+    fn parse_point(param: &str, text: &str) -> Option<std::result::Result<SourcePoint, String>>;
+}
+
+/// A source kind reads the positions of its own connector's events.
+impl<K: SourceKind> PositionDecoder for K {
+    fn decode(&self, connector: &str, bytes: &[u8]) -> Option<SourcePosition> {
+        decode_position::<K>(connector, bytes)
+    }
+}
+
+/// The position of an event of `connector` stored as `bytes`, if `K` is that connector's kind.
+pub fn decode_position<K: SourceKind>(connector: &str, bytes: &[u8]) -> Option<SourcePosition> {
+    (connector == K::CONNECTOR)
+        .then(|| K::decode_position(bytes))
+        .flatten()
 }
 
 /// A kind of change log.

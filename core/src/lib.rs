@@ -35,9 +35,8 @@ pub mod tls;
 pub mod units;
 
 pub use error::{Error, ErrorKind, Result};
-pub use event::{
-    Event, KeyChange, Op, Row, SnapshotMarker, SourceInfo, SourcePosition, TransactionInfo, Value,
-};
+pub use event::{Event, KeyChange, Op, Row, SnapshotMarker, SourceInfo, TransactionInfo, Value};
 pub use fsutil::write_atomic;
 pub use name::{TableName, TablePattern};
+pub use position::SourcePosition;
 pub use secret::{ConnectionUrl, Secret};

@@ -19,7 +19,7 @@ use serde_json::{Map, Value as Json, json};
 use crate::json::{
     Fraction, UNAVAILABLE, float_json, format_date, format_interval, format_time, format_timestamp,
 };
-use siphon_core::event::{Event, Row, SourcePosition, Value};
+use siphon_core::event::{Event, Row, Value};
 use siphon_core::schema::{Column, ColumnKind, TableSchema};
 
 /// Debezium's handling modes, as its connector properties of the same names set them. The
@@ -335,33 +335,14 @@ fn source_schema(event: &Event, snapshot: Json) -> Json {
         field("int64", true, "ts_us"),
         field("int64", true, "ts_ns"),
     ];
-    let name = match event.source.position {
-        SourcePosition::Mysql { .. } => {
-            fields.extend([
-                field("string", true, "table"),
-                field("int64", false, "server_id"),
-                field("string", true, "gtid"),
-                field("string", false, "file"),
-                field("int64", false, "pos"),
-                field("int32", false, "row"),
-                field("int64", true, "thread"),
-                field("string", true, "query"),
-            ]);
-            "io.debezium.connector.mysql.Source"
-        }
-        _ => {
-            fields.extend([
-                field("string", false, "schema"),
-                field("string", false, "table"),
-                field("int64", true, "txId"),
-                field("int64", true, "lsn"),
-                field("int64", true, "xmin"),
-                field("string", true, "origin"),
-                field("int64", true, "origin_lsn"),
-            ]);
-            "io.debezium.connector.postgresql.Source"
-        }
-    };
+    let connector = event.source.position.debezium_source(&event.source);
+    fields.extend(
+        connector
+            .schema_fields
+            .iter()
+            .map(|(ty, optional, name)| field(ty, *optional, name)),
+    );
+    let name = connector.schema_name;
     json!({
         "type": "struct",
         "fields": fields,

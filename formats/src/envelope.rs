@@ -3,7 +3,7 @@
 //! Connect's `schema`, and the `{"topic", "key", "value"}` records with their tombstones.
 
 use serde_json::{Map, Value as Json, json};
-use siphon_core::event::{Event, Row, SnapshotMarker, SourcePosition};
+use siphon_core::event::{Event, Row, SnapshotMarker};
 
 use crate::debezium::{self, Modes, key_schema, topic};
 use crate::json::value_schema;
@@ -89,47 +89,9 @@ fn source_json(event: &Event) -> Json {
     m.insert("db".into(), json!(s.db));
     m.insert("ts_us".into(), json!(s.ts_ms * 1000));
     m.insert("ts_ns".into(), json!(i128::from(s.ts_ms) * 1_000_000));
-    match &s.position {
-        SourcePosition::Postgres {
-            commit_lsn, lsn, ..
-        } => {
-            m.insert(
-                "sequence".into(),
-                json!(format!("[\"{commit_lsn}\",\"{lsn}\"]")),
-            );
-            m.insert("schema".into(), json!(s.schema));
-            m.insert("table".into(), json!(s.table));
-            m.insert("txId".into(), json!(s.tx_id));
-            m.insert("lsn".into(), json!(lsn));
-            m.insert("xmin".into(), Json::Null);
-            m.insert("origin".into(), Json::Null);
-            m.insert("origin_lsn".into(), Json::Null);
-        }
-        SourcePosition::Mysql {
-            file,
-            pos,
-            row,
-            gtid,
-            server_id,
-        } => {
-            m.insert("sequence".into(), Json::Null);
-            m.insert("table".into(), json!(s.table));
-            m.insert("server_id".into(), json!(server_id));
-            m.insert("gtid".into(), json!(gtid));
-            m.insert("file".into(), json!(file));
-            m.insert("pos".into(), json!(pos));
-            m.insert("row".into(), json!(row));
-            // The thread id is in a BEGIN query event, which MariaDB's GTID event replaces;
-            // the statement needs binlog_annotate_row_events (Debezium's include.query).
-            m.insert("thread".into(), Json::Null);
-            m.insert("query".into(), Json::Null);
-        }
-        SourcePosition::Sequence(seq) => {
-            m.insert("schema".into(), json!(s.schema));
-            m.insert("table".into(), json!(s.table));
-            m.insert("txId".into(), json!(s.tx_id));
-            m.insert("seq".into(), json!(seq));
-        }
+    // The connector's own fields, as its Debezium connector writes them.
+    for (field, value) in s.position.debezium_source(s).fields {
+        m.insert(field.into(), value);
     }
     Json::Object(m)
 }

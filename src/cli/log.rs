@@ -10,7 +10,6 @@ use siphon_format::json::row_json;
 use std::sync::Arc;
 
 use siphon_core::log::{ChangeLog, LogRecord, RecordFlags};
-use siphon_core::schema::SchemaLookup;
 
 use super::TailFormat;
 use crate::config::Config;
@@ -26,36 +25,14 @@ fn open(config: &Config, pipeline: &str) -> anyhow::Result<Arc<dyn ChangeLog>> {
     })
 }
 
-/// The event's Debezium envelope (or, for a record that does not decode, its offset and
-/// the error).
-fn line(
-    record: &LogRecord,
-    lookup: &dyn SchemaLookup,
-    modes: &Modes,
-    schemas: bool,
-) -> serde_json::Value {
-    match Event::decode(&record.value, lookup) {
-        Ok(event) => JsonFormat {
-            schemas,
-            transactions: false,
-            modes: *modes,
-        }
-        .encode(&event),
-        Err(e) => serde_json::json!({"offset": record.offset, "error": e.to_string()}),
-    }
-}
-
-fn pretty(record: &LogRecord, schemas: &dyn SchemaLookup) -> serde_json::Value {
-    let event = match Event::decode(&record.value, schemas) {
-        Ok(event) => event,
-        Err(e) => return serde_json::json!({"offset": record.offset, "error": e.to_string()}),
-    };
+/// A record as `--format pretty` prints it: offset, flags, key and the event's envelope.
+fn pretty(record: &LogRecord, event: &Event) -> serde_json::Value {
     serde_json::json!({
         "offset": record.offset,
         "appended_ms": record.timestamp_ms,
         "ends_transaction": record.flags.contains(RecordFlags::TXN_END),
         "key": event.key.as_ref().map(row_json),
-        "event": envelope(&event),
+        "event": envelope(event),
     })
 }
 
@@ -74,6 +51,7 @@ pub(super) async fn tail(
             .map_err(|e| anyhow::anyhow!("--debezium {e}"))?;
     }
     let log = open(config, pipeline)?;
+    let positions = config.pipeline(pipeline)?.source.positions();
     let start = log.start_offset();
     let from = from
         .unwrap_or_else(|| log.durable_end().saturating_sub(10))
@@ -83,19 +61,28 @@ pub(super) async fn tail(
     loop {
         let batch = reader.read_available(1000)?;
         for record in &batch {
-            let text = match format {
-                TailFormat::Pretty => serde_json::to_string_pretty(&pretty(record, log.schemas()))?,
-                TailFormat::Jsonl => {
-                    serde_json::to_string(&line(record, log.schemas(), &modes, schemas))?
+            let text = match Event::decode(&record.value, log.schemas(), &*positions) {
+                // A record that does not decode: its offset and the error.
+                Err(e) => {
+                    serde_json::json!({"offset": record.offset, "error": e.to_string()}).to_string()
                 }
-                TailFormat::Records => match Event::decode(&record.value, log.schemas()) {
-                    Ok(event) => siphon_format::envelope::records(&event, &modes, schemas)
-                        .iter()
-                        .map(serde_json::to_string)
-                        .collect::<Result<Vec<_>, _>>()?
-                        .join("\n"),
-                    Err(e) => serde_json::json!({"offset": record.offset, "error": e.to_string()})
-                        .to_string(),
+                Ok(event) => match format {
+                    TailFormat::Pretty => serde_json::to_string_pretty(&pretty(record, &event))?,
+                    TailFormat::Jsonl => serde_json::to_string(
+                        &JsonFormat {
+                            schemas,
+                            transactions: false,
+                            modes,
+                        }
+                        .encode(&event),
+                    )?,
+                    TailFormat::Records => {
+                        siphon_format::envelope::records(&event, &modes, schemas)
+                            .iter()
+                            .map(serde_json::to_string)
+                            .collect::<Result<Vec<_>, _>>()?
+                            .join("\n")
+                    }
                 },
             };
             if text.is_empty() {

@@ -5,6 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use siphon_core::log::ChangeLog;
+use siphon_core::position::{PositionDecoder, SourcePoint};
 use siphon_core::sink::Sink;
 use siphon_core::source::Source;
 
@@ -87,6 +88,17 @@ impl SourceSpec {
     /// A source for pipeline `pipeline`.
     pub fn build(&self, pipeline: &str) -> Box<dyn Source> {
         self.0.build(pipeline)
+    }
+
+    /// What reads the positions its events carry.
+    pub fn positions(&self) -> Arc<dyn PositionDecoder> {
+        self.0.clone()
+    }
+
+    /// A point of its database's change stream named by the read-your-writes API's `param`
+    /// (`lsn`, `gtid`): `None` where the kind has no such parameter.
+    pub fn parse_point(&self, param: &str, text: &str) -> Option<Result<SourcePoint, String>> {
+        self.0.parse_point(param, text)
     }
 }
 

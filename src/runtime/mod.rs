@@ -52,6 +52,8 @@ pub enum SinkCommand {
 #[derive(Debug)]
 pub struct PipelineHandle {
     name: String,
+    /// The configured source: it reads its events' positions and its points.
+    source: crate::config::SourceSpec,
     log: Arc<dyn ChangeLog>,
     source_metrics: siphon_core::source::SourceMetrics,
     status: Mutex<PipelineStatus>,

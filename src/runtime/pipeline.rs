@@ -115,6 +115,7 @@ pub(super) fn start(
     }
     let handle = Arc::new(PipelineHandle {
         name: name.to_owned(),
+        source: p.source.clone(),
         source_metrics: Default::default(),
         end_at_start: log.durable_end(),
         started_ms: super::now_ms(),

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use siphon_core::log::{ChangeLog, LogRecord, RecordFlags};
+use siphon_core::position::PositionDecoder;
 use siphon_core::sink::routing::Routing;
 use siphon_core::sink::{SinkBatch, SinkRecord};
 use siphon_core::{Error, Event};
@@ -55,12 +56,17 @@ impl Drop for Prefetch {
 
 impl Prefetch {
     /// Starts reading `batcher`'s batches for a sink with `routing`.
-    pub fn start(mut batcher: Batcher, routing: Routing, log: Arc<dyn ChangeLog>) -> Self {
+    pub fn start(
+        mut batcher: Batcher,
+        routing: Routing,
+        log: Arc<dyn ChangeLog>,
+        positions: Arc<dyn PositionDecoder>,
+    ) -> Self {
         let (tx, rx) = mpsc::channel(1);
         let task = tokio::spawn(async move {
             loop {
                 let fetched = match batcher.next().await {
-                    Ok(records) => match decode(&records, &routing, &*log) {
+                    Ok(records) => match decode(&records, &routing, &*log, &*positions) {
                         Some(fetched) => fetched,
                         None => continue,
                     },
@@ -86,7 +92,12 @@ impl Prefetch {
 /// Decodes and routes one batch (`None` for no records). The stretch ends a transaction when
 /// its last log record does, whether or not this sink takes that record (on a log without
 /// whole transactions, every stretch does).
-fn decode(records: &[LogRecord], routing: &Routing, log: &dyn ChangeLog) -> Option<Fetched> {
+fn decode(
+    records: &[LogRecord],
+    routing: &Routing,
+    log: &dyn ChangeLog,
+    positions: &dyn PositionDecoder,
+) -> Option<Fetched> {
     let schemas = log.schemas();
     let (first, last) = (records.first()?, records.last()?);
     let mut decoded = DecodedBatch {
@@ -101,7 +112,7 @@ fn decode(records: &[LogRecord], routing: &Routing, log: &dyn ChangeLog) -> Opti
         },
     };
     for r in records {
-        let decoded_event = Event::decode(&r.value, schemas);
+        let decoded_event = Event::decode(&r.value, schemas, positions);
         if r.offset == last.offset
             && let Ok(event) = &decoded_event
         {

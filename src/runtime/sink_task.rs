@@ -316,6 +316,7 @@ impl SinkTask {
             ),
             self.routing.clone(),
             self.log.clone(),
+            self.handle.source.positions(),
         ))
     }
 

@@ -15,7 +15,6 @@ use std::time::Duration;
 
 use serde::Serialize;
 use siphon_core::position::{Reached, SourcePoint};
-use siphon_source_mysql::gtid::GtidState;
 use tokio::time::Instant;
 
 use super::Runtime;
@@ -48,6 +47,9 @@ pub struct WaitState {
 /// Why a wait did not end with the point applied.
 #[derive(Debug, thiserror::Error)]
 pub enum WaitError {
+    /// No such pipeline.
+    #[error("no pipeline {0:?}")]
+    NoPipeline(String),
     /// No such pipeline or sink.
     #[error("no sink {sink:?} in pipeline {pipeline:?}")]
     NotFound { pipeline: String, sink: String },
@@ -67,6 +69,23 @@ pub enum WaitError {
 }
 
 impl Runtime {
+    /// The point `text` names as the read-your-writes parameter `param` of `pipeline`'s
+    /// source (`lsn`, `gtid`).
+    pub fn point(&self, pipeline: &str, param: &str, text: &str) -> Result<SourcePoint, WaitError> {
+        let handle = self
+            .pipelines
+            .get(pipeline)
+            .ok_or_else(|| WaitError::NoPipeline(pipeline.into()))?;
+        match handle.source.parse_point(param, text) {
+            Some(Ok(point)) => Ok(point),
+            Some(Err(why)) => Err(WaitError::BadPoint(why)),
+            None => Err(WaitError::BadPoint(format!(
+                "pipeline {pipeline}'s source ({}) names no point by {param}=",
+                handle.source.kind()
+            ))),
+        }
+    }
+
     /// Waits up to `timeout` until sink `sink` of `pipeline` has committed every change that
     /// its source's database committed at or before `point`.
     pub async fn wait(
@@ -89,7 +108,7 @@ impl Runtime {
         if !(promises.total_order && promises.dense_offsets) {
             return Err(WaitError::NoTotalOrder(pipeline.into()));
         }
-        let target = Target::of(&point)?;
+
         let state = |reached: &Reached, needed: Option<u64>, source_at: Option<Instant>| {
             let status = handle.status();
             let sink_status = status.sinks.get(sink);
@@ -112,7 +131,7 @@ impl Runtime {
         let mut nudged = false;
         let needed = loop {
             let now = reached.borrow_and_update().clone();
-            if now.point.as_ref().is_some_and(|p| target.covered_by(p)) {
+            if now.point.as_ref().is_some_and(|p| p.covers(&*point)) {
                 break now.log_end;
             }
             let until = if nudged {
@@ -154,38 +173,6 @@ impl Runtime {
                     ))));
                 }
             }
-        }
-    }
-}
-
-/// A point, ready to compare with the source's reports.
-enum Target {
-    Lsn(u64),
-    Gtids(GtidState),
-}
-
-impl Target {
-    fn of(point: &SourcePoint) -> Result<Target, WaitError> {
-        match point {
-            SourcePoint::Lsn(lsn) => Ok(Target::Lsn(*lsn)),
-            SourcePoint::Gtids(text) => {
-                GtidState::parse(text).map(Target::Gtids).ok_or_else(|| {
-                    WaitError::BadPoint(format!(
-                        "gtid={text:?} is not a GTID state: domain-server-sequence, comma-separated"
-                    ))
-                })
-            }
-        }
-    }
-
-    /// Whether a source that reached `reached` has read everything up to this point.
-    fn covered_by(&self, reached: &SourcePoint) -> bool {
-        match (self, reached) {
-            (Target::Lsn(want), SourcePoint::Lsn(have)) => have >= want,
-            (Target::Gtids(want), SourcePoint::Gtids(have)) => {
-                GtidState::parse(have).is_some_and(|have| have.covers(want))
-            }
-            _ => false,
         }
     }
 }

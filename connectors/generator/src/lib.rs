@@ -7,15 +7,14 @@
 mod config;
 
 use async_trait::async_trait;
-use siphon_core::event::{
-    Event, Op, Row, SnapshotMarker, SourceInfo, SourcePosition, TransactionInfo, Value,
-};
-use siphon_core::source::{Source, SourceContext, TableInfo};
+use serde_json::{Value as Json, json};
+use siphon_core::event::{Event, Op, Row, SnapshotMarker, SourceInfo, TransactionInfo, Value};
+use siphon_core::kind::{Kind, SourceKind};
+use siphon_core::position::{DebeziumSource, Position, SourcePoint, SourcePosition};
+use siphon_core::source::{Source, SourceContext, TableInfo, now_ms};
 use siphon_core::{Error, Result};
 
 pub use config::GeneratorConfig;
-use siphon_core::kind::{Kind, SourceKind};
-use siphon_core::source::now_ms;
 
 /// `kind = "generator"`.
 #[derive(Debug)]
@@ -30,8 +29,56 @@ impl Kind for GeneratorKind {
 }
 
 impl SourceKind for GeneratorKind {
+    const CONNECTOR: &'static str = "generator";
+
     fn build(config: &GeneratorConfig, pipeline: &str) -> Box<dyn Source> {
         Box::new(GeneratorSource::new(pipeline, config.clone()))
+    }
+
+    fn decode_position(bytes: &[u8]) -> Option<SourcePosition> {
+        postcard::from_bytes(bytes)
+            .ok()
+            .map(|n| SourcePosition::new(Sequence(n)))
+    }
+
+    fn parse_point(_: &str, _: &str) -> Option<std::result::Result<SourcePoint, String>> {
+        None // nothing to wait for: the generator has no database
+    }
+}
+
+/// A generator event's position: its number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Sequence(pub u64);
+
+impl Position for Sequence {
+    fn encode(&self) -> Vec<u8> {
+        postcard::to_allocvec(&self.0).expect("encoding into a Vec cannot fail")
+    }
+
+    fn commit_point(&self) -> String {
+        self.0.to_string()
+    }
+
+    fn debezium_source(&self, source: &SourceInfo) -> DebeziumSource {
+        DebeziumSource {
+            fields: vec![
+                ("schema", json!(source.schema)),
+                ("table", json!(source.table)),
+                ("txId", json!(source.tx_id)),
+                ("seq", json!(self.0)),
+            ],
+            schema_name: "siphon.generator.Source",
+            schema_fields: vec![
+                ("string", false, "schema"),
+                ("string", false, "table"),
+                ("int64", true, "txId"),
+                ("int64", true, "seq"),
+            ],
+        }
+    }
+
+    fn to_json(&self) -> Json {
+        json!({ "Sequence": self.0 })
     }
 }
 
@@ -95,7 +142,7 @@ impl GeneratorSource {
                 db: "generator".into(),
                 schema: Some(schema.into()),
                 table: table.into(),
-                position: SourcePosition::Sequence(n),
+                position: SourcePosition::new(Sequence(n)),
                 tx_id: Some(tx),
                 ts_ms: 1_700_000_000_000 + n as i64,
                 snapshot: SnapshotMarker::False,
@@ -146,22 +193,17 @@ impl Source for GeneratorSource {
 
     async fn run(&mut self, ctx: &SourceContext) -> Result<()> {
         // Resume after the last event the log holds.
-        let mut next = match ctx.last_event().await? {
-            Some(Event {
-                source:
-                    SourceInfo {
-                        position: SourcePosition::Sequence(n),
-                        ..
-                    },
-                ..
-            }) => n + 1,
-            Some(other) => {
-                return Err(Error::permanent(format!(
-                    "pipeline {}: the log holds events of another source ({}); use a new data_dir",
-                    ctx.pipeline, other.source.connector
-                )));
-            }
+        let mut next = match ctx.last_event(&GeneratorKind).await? {
             None => 0,
+            Some(last) => match last.source.position.get::<Sequence>() {
+                Some(Sequence(n)) => n + 1,
+                None => {
+                    return Err(Error::permanent(format!(
+                        "pipeline {}: the log holds events of another source ({}); use a new data_dir",
+                        ctx.pipeline, last.source.connector
+                    )));
+                }
+            },
         };
         tracing::info!(pipeline = %ctx.pipeline, from = next, "generator source starting");
         ctx.metrics.connected();
@@ -283,14 +325,13 @@ mod tests {
         let seqs: Vec<u64> = recs
             .iter()
             .map(|r| {
-                match Event::decode(&r.value, &siphon_core::schema::NoSchemas)
+                Event::decode(&r.value, &siphon_core::schema::NoSchemas, &GeneratorKind)
                     .unwrap()
                     .source
                     .position
-                {
-                    SourcePosition::Sequence(n) => n,
-                    _ => unreachable!(),
-                }
+                    .get::<Sequence>()
+                    .expect("a generator's position")
+                    .0
             })
             .collect();
         assert_eq!(seqs, (0..10).collect::<Vec<_>>());

@@ -2,12 +2,14 @@
 
 use std::sync::Arc;
 
-use siphon_core::event::{Op, Row, SnapshotMarker, SourceInfo, SourcePosition, TransactionInfo};
+use siphon_core::SourcePosition;
+use siphon_core::event::{Op, Row, SnapshotMarker, SourceInfo, TransactionInfo};
 use siphon_core::name::Name;
 use siphon_core::schema::TableSchema;
 use siphon_core::{Event, Value};
 
 use crate::columns::Shape;
+use crate::position::MysqlPosition;
 use siphon_core::source::now_ms;
 
 /// Where an event comes from: the transaction's start in the binlog (file and position), the
@@ -28,6 +30,19 @@ pub struct Place {
     pub ts_ms: i64,
     /// Snapshot marker.
     pub snapshot: SnapshotMarker,
+}
+
+impl Place {
+    /// The position of row `row` of the transaction here.
+    pub fn position(&self, row: u64) -> MysqlPosition {
+        MysqlPosition {
+            file: self.file.clone(),
+            pos: self.pos,
+            row: u32::try_from(row).unwrap_or(u32::MAX),
+            gtid: self.gtid.clone(),
+            server_id: self.server_id,
+        }
+    }
 }
 
 /// Makes the events of one pipeline.
@@ -71,13 +86,7 @@ impl EventFactory {
                 db: schema.database.clone(),
                 schema: None,
                 table: schema.table.clone(),
-                position: SourcePosition::Mysql {
-                    file: at.file.clone(),
-                    pos: at.pos,
-                    row: u32::try_from(at.row).unwrap_or(u32::MAX),
-                    gtid: at.gtid.clone(),
-                    server_id: at.server_id,
-                },
+                position: SourcePosition::new(at.position(at.row)),
                 tx_id: None,
                 ts_ms: at.ts_ms,
                 snapshot: at.snapshot,
@@ -114,13 +123,7 @@ pub fn key_of(shape: &Shape, row: &Row) -> Row {
 /// transaction at `at`, which commits it: its position (the caller sets the row) and its
 /// transaction.
 pub fn move_to(event: &mut Event, at: &Place) {
-    event.source.position = SourcePosition::Mysql {
-        file: at.file.clone(),
-        pos: at.pos,
-        row: 0,
-        gtid: at.gtid.clone(),
-        server_id: at.server_id,
-    };
+    event.source.position = SourcePosition::new(at.position(0));
     event.source.snapshot = at.snapshot;
     event.transaction = at.gtid.as_ref().map(|gtid| TransactionInfo {
         id: gtid.clone(),

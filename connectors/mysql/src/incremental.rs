@@ -113,13 +113,7 @@ pub fn watermark_in(row: &mysql_async::binlog::row::BinlogRow, pipeline: &str) -
 /// Places a closed chunk's rows at the high watermark's transaction, in order.
 pub fn place(rows: &mut [Event], at: &Place) {
     for (i, e) in rows.iter_mut().enumerate() {
-        e.source.position = SourcePosition::Mysql {
-            file: at.file.clone(),
-            pos: at.pos,
-            row: u32::try_from(i).unwrap_or(u32::MAX),
-            gtid: at.gtid.clone(),
-            server_id: at.server_id,
-        };
+        e.source.position = SourcePosition::new(at.position(i as u64));
     }
 }
 

@@ -17,6 +17,7 @@ mod errors;
 mod events;
 pub mod gtid;
 mod incremental;
+mod position;
 mod resume;
 mod rows;
 mod snapshot;
@@ -26,19 +27,22 @@ mod values;
 mod xa;
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use siphon_core::Event;
-use siphon_core::event::{SnapshotMarker, SourcePosition};
+use siphon_core::event::SnapshotMarker;
 use siphon_core::incremental::Progress;
 use siphon_core::log::{LogId, RecordFlags};
+use siphon_core::position::{SourcePoint, SourcePosition};
 use siphon_core::source::{SnapshotMode, Source, SourceContext, TableInfo};
 use siphon_core::{Error, Result, TableName};
 
 pub use config::{MysqlConfig, TlsMode};
 use events::EventFactory;
 use gtid::{Gtid, GtidState};
+pub use position::MysqlPosition;
 use resume::{Held, Resume};
 use siphon_core::kind::{Kind, SourceKind};
 
@@ -104,8 +108,23 @@ impl Kind for MysqlKind {
 }
 
 impl SourceKind for MysqlKind {
+    const CONNECTOR: &'static str = "mysql";
+
     fn build(config: &MysqlConfig, pipeline: &str) -> Box<dyn Source> {
         Box::new(MysqlSource::new(pipeline, config.clone()))
+    }
+
+    fn decode_position(bytes: &[u8]) -> Option<SourcePosition> {
+        MysqlPosition::decode(bytes).map(SourcePosition::new)
+    }
+
+    fn parse_point(param: &str, text: &str) -> Option<std::result::Result<SourcePoint, String>> {
+        (param == "gtid").then(|| match GtidState::parse(text) {
+            Some(state) => Ok(Arc::new(state) as SourcePoint),
+            None => Err(format!(
+                "gtid={text:?} is not a GTID state: domain-server-sequence, comma-separated"
+            )),
+        })
     }
 }
 
@@ -360,7 +379,7 @@ async fn resume_from_log(ctx: &SourceContext, checkpoint: &Checkpoint) -> Result
     let Some(record) = ctx.log.last_record().await? else {
         return Ok(None);
     };
-    let event = Event::decode(&record.value, ctx.log.schemas())?;
+    let event = Event::decode(&record.value, ctx.log.schemas(), &MysqlKind)?;
     // An incremental snapshot's rows sit at their high watermark's transaction, in the
     // stream's order.
     if !matches!(
@@ -369,13 +388,13 @@ async fn resume_from_log(ctx: &SourceContext, checkpoint: &Checkpoint) -> Result
     ) {
         return Ok(None);
     }
-    let SourcePosition::Mysql {
+    let Some(MysqlPosition {
         file,
         pos,
         row,
         gtid,
         ..
-    } = event.source.position
+    }) = event.source.position.get::<MysqlPosition>().cloned()
     else {
         return Ok(None);
     };
@@ -426,12 +445,14 @@ fn gtids_at(
             break;
         }
         for record in records {
-            let event = Event::decode(&record.value, ctx.log.schemas())?;
+            let event = Event::decode(&record.value, ctx.log.schemas(), &MysqlKind)?;
             if let (
                 SnapshotMarker::False | SnapshotMarker::Incremental,
-                SourcePosition::Mysql { gtid: Some(g), .. },
-            ) = (event.source.snapshot, &event.source.position)
-                && let Some(g) = Gtid::parse(g)
+                Some(MysqlPosition { gtid: Some(g), .. }),
+            ) = (
+                event.source.snapshot,
+                event.source.position.get::<MysqlPosition>(),
+            ) && let Some(g) = Gtid::parse(g)
             {
                 if g == last && before_last.is_none() {
                     before_last = Some(state.clone());

@@ -22,7 +22,6 @@ use mysql_async::{BinlogStream, BinlogStreamRequest};
 use siphon_core::event::format_uuid;
 use siphon_core::event::{Op, Row, SnapshotMarker};
 use siphon_core::incremental::{Chunk, Progress};
-use siphon_core::position::SourcePoint;
 use siphon_core::schema::TableSchema;
 use siphon_core::source::SourceContext;
 use siphon_core::{Error, Event, KeyChange, Result, TableName};
@@ -34,6 +33,7 @@ use crate::errors::my_error;
 use crate::events::{self, EventFactory, Place, key_of};
 use crate::gtid::{Gtid, GtidState};
 use crate::incremental::{self, TableReader, Watermarks};
+use crate::position::MysqlPosition;
 use crate::resume::{Held, Resume};
 use crate::rows::RowDecoder;
 use crate::values::value;
@@ -693,7 +693,7 @@ impl Stream<'_> {
             let events = blobs
                 .iter()
                 .map(|b| {
-                    let mut event = Event::decode(b, self.ctx.log.schemas())?;
+                    let mut event = Event::decode(b, self.ctx.log.schemas(), &crate::MysqlKind)?;
                     events::move_to(&mut event, &place);
                     Ok(event)
                 })
@@ -889,10 +889,9 @@ impl Stream<'_> {
     /// can end.
     fn report_reached(&self, state: &State) {
         if let Some(gtids) = state.gtids.as_ref().filter(|g| !g.is_empty()) {
-            self.ctx.metrics.reached(
-                SourcePoint::Gtids(gtids.to_string()),
-                self.ctx.log.durable_end(),
-            );
+            self.ctx
+                .metrics
+                .reached(Arc::new(gtids.clone()), self.ctx.log.durable_end());
         }
     }
 
@@ -1283,8 +1282,12 @@ fn row(shape: &Shape, image: BinlogRow) -> Result<Row> {
 
 /// Sets an event's index within its transaction (position `row`, transaction order).
 fn set_row(event: &mut Event, index: u64) {
-    if let siphon_core::SourcePosition::Mysql { row, .. } = &mut event.source.position {
-        *row = u32::try_from(index).unwrap_or(u32::MAX);
+    if let Some(at) = event.source.position.get::<MysqlPosition>() {
+        let moved = MysqlPosition {
+            row: u32::try_from(index).unwrap_or(u32::MAX),
+            ..at.clone()
+        };
+        event.source.position = siphon_core::SourcePosition::new(moved);
     }
     if let Some(t) = &mut event.transaction {
         t.total_order = index + 1;

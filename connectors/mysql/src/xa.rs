@@ -13,11 +13,12 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 use siphon_core::source::SourceContext;
-use siphon_core::{Event, Result, SourcePosition};
+use siphon_core::{Event, Result};
 
 use crate::ddl::Xid;
 use crate::events::Place;
 use crate::gtid::Gtid;
+use crate::position::MysqlPosition;
 use crate::resume::Resume;
 
 /// A prepared XA transaction whose outcome is not in the log yet, in the checkpoint.
@@ -57,19 +58,16 @@ impl Prepared {
 /// What names a transaction's place across restarts: its GTID, else its binlog file and
 /// start.
 pub fn place_key(place: &Place) -> String {
-    place
-        .gtid
-        .clone()
-        .unwrap_or_else(|| format!("{}:{}", place.file, place.pos))
+    place.position(0).transaction_key()
 }
 
 /// The place key of an event's transaction.
 fn event_key(event: &Event) -> Option<String> {
-    match &event.source.position {
-        SourcePosition::Mysql { gtid: Some(g), .. } => Some(g.clone()),
-        SourcePosition::Mysql { file, pos, .. } => Some(format!("{file}:{pos}")),
-        _ => None,
-    }
+    event
+        .source
+        .position
+        .get::<MysqlPosition>()
+        .map(MysqlPosition::transaction_key)
 }
 
 /// Where the rows of the transaction prepared at `at` are spooled.
@@ -119,7 +117,7 @@ pub async fn settle(ctx: &SourceContext, prepared: &mut Vec<Prepared>) -> Result
             .flags
             .contains(siphon_core::log::RecordFlags::TXN_END)
     {
-        let last = Event::decode(&record.value, ctx.log.schemas())?;
+        let last = Event::decode(&record.value, ctx.log.schemas(), &crate::MysqlKind)?;
         let key = event_key(&last);
         for p in prepared
             .iter()

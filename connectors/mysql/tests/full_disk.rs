@@ -8,9 +8,10 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use mysql_async::prelude::Queryable;
+use siphon_core::Value;
 use siphon_core::event::SnapshotMarker;
 use siphon_core::log::ChangeLog;
-use siphon_core::{SourcePosition, Value};
+use siphon_source_mysql::MysqlPosition;
 use siphon_test_support::{SmallDisk, mysql};
 
 mod harness;
@@ -97,7 +98,7 @@ async fn a_full_disk_mid_transaction_loses_nothing_and_tears_nothing() {
         .iter()
         .filter(|e| e.source.snapshot == SnapshotMarker::False)
         .filter(|e| {
-            matches!(&e.source.position, SourcePosition::Mysql { .. })
+            e.source.position.get::<MysqlPosition>().is_some()
                 && e.after.as_ref().and_then(|r| r.get("id")) != Some(&Value::Int(0))
         })
         .map(|e| match e.after.as_ref().and_then(|r| r.get("id")) {

@@ -13,6 +13,7 @@ use mysql_async::prelude::Queryable;
 use siphon_core::Value;
 use siphon_core::event::SnapshotMarker;
 use siphon_core::log::ChangeLog;
+use siphon_source_mysql::MysqlPosition;
 use siphon_test_support::mysql;
 
 mod harness;
@@ -83,9 +84,10 @@ async fn a_restart_finds_its_place_by_gtid_after_the_binlog_file_is_purged() {
         .await
         .unwrap();
     h.wait_for_ids("streamed", &(1..=20).collect()).await;
-    let file_before = match h.events().last().map(|e| e.source.position.clone()) {
-        Some(siphon_core::SourcePosition::Mysql { file, .. }) => file,
-        other => panic!("no streamed position: {other:?}"),
+    let last = h.events().last().map(|e| e.source.position.clone());
+    let file_before = match last.as_ref().and_then(|p| p.get::<MysqlPosition>()) {
+        Some(MysqlPosition { file, .. }) => file.clone(),
+        None => panic!("no streamed position: {last:?}"),
     };
     cancel.cancel();
     run.await.unwrap().unwrap();
@@ -137,10 +139,11 @@ async fn a_restart_finds_its_place_by_gtid_after_the_binlog_file_is_purged() {
         .into_iter()
         .filter(|e| e.source.snapshot == SnapshotMarker::False)
         .map(|e| {
-            let siphon_core::SourcePosition::Mysql { gtid, row, .. } = e.source.position else {
+            let Some(MysqlPosition { gtid, row, .. }) = e.source.position.get::<MysqlPosition>()
+            else {
                 panic!("not a MySQL position");
             };
-            (gtid.expect("a GTID on MariaDB"), row)
+            (gtid.clone().expect("a GTID on MariaDB"), *row)
         })
         .collect();
     assert_eq!(streamed.len(), 10 + 10 + 5, "each change once");

@@ -12,7 +12,8 @@ use mysql_async::prelude::Queryable;
 use siphon_core::event::{Op, SnapshotMarker};
 use siphon_core::log::ChangeLog;
 use siphon_core::source::Source;
-use siphon_core::{Event, Row, SourcePosition, Value};
+use siphon_core::{Event, Row, Value};
+use siphon_source_mysql::MysqlPosition;
 use siphon_source_mysql::MysqlSource;
 use siphon_test_support::mysql;
 
@@ -159,7 +160,8 @@ async fn the_binlog_folds_into_what_a_fresh_snapshot_reads() {
         .iter()
         .filter(|e| e.source.snapshot == SnapshotMarker::False)
     {
-        let SourcePosition::Mysql { file, pos, row, .. } = &e.source.position else {
+        let Some(MysqlPosition { file, pos, row, .. }) = e.source.position.get::<MysqlPosition>()
+        else {
             panic!("not a binlog position: {:?}", e.source.position);
         };
         assert!(

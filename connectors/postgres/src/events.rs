@@ -4,9 +4,8 @@ use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
-use siphon_core::event::{
-    Event, Op, Row, SnapshotMarker, SourceInfo, SourcePosition, TransactionInfo, Value,
-};
+use siphon_core::SourcePosition;
+use siphon_core::event::{Event, Op, Row, SnapshotMarker, SourceInfo, TransactionInfo, Value};
 use siphon_core::name::Name;
 
 use siphon_core::Result;
@@ -15,6 +14,7 @@ use siphon_core::source::SourceContext;
 
 use crate::binary::PG_EPOCH_MICROS;
 use crate::catalog::{self, ColumnRef, TypeCache};
+use crate::position::PgPosition;
 use crate::values::{PgType, decode_cow};
 use siphon_core::source::now_ms;
 
@@ -201,11 +201,11 @@ impl EventFactory {
                 db: self.db.clone(),
                 schema: Some(shape.schema.clone()),
                 table: shape.table.clone(),
-                position: SourcePosition::Postgres {
+                position: SourcePosition::new(PgPosition {
                     commit_lsn: at.commit_lsn,
                     lsn: at.lsn,
                     index: at.index,
-                },
+                }),
                 tx_id: at.xid.map(u64::from),
                 ts_ms: (at.commit_time_micros + PG_EPOCH_MICROS) / 1000,
                 snapshot: at.snapshot,

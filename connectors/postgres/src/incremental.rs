@@ -11,6 +11,7 @@ use tokio_postgres::Client;
 
 use crate::catalog::{self, TypeCache, pg_error, quote_ident};
 use crate::events::{EventFactory, Place, Shape};
+use crate::position::PgPosition;
 
 /// The prefix of siphon's watermark messages in the WAL.
 pub const WATERMARK: &str = "siphon_watermark";
@@ -18,11 +19,11 @@ pub const WATERMARK: &str = "siphon_watermark";
 /// Places a closed chunk's rows at the high watermark's position, in order.
 pub fn place(rows: &mut [Event], lsn: u64) {
     for (i, e) in rows.iter_mut().enumerate() {
-        e.source.position = SourcePosition::Postgres {
+        e.source.position = SourcePosition::new(PgPosition {
             commit_lsn: lsn,
             lsn,
             index: i as u64,
-        };
+        });
     }
 }
 

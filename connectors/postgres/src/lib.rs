@@ -14,6 +14,7 @@ mod config;
 mod events;
 mod incremental;
 mod pgoutput;
+mod position;
 mod snapshot;
 mod stream;
 mod values;
@@ -21,14 +22,16 @@ mod values;
 use async_trait::async_trait;
 use pgwire_replication::{PgWireError, ReplicationClient, ReplicationConfig, TlsConfig};
 use serde::{Deserialize, Serialize};
-use siphon_core::event::{SnapshotMarker, SourcePosition};
+use siphon_core::event::SnapshotMarker;
 use siphon_core::log::LogId;
+use siphon_core::position::{SourcePoint, SourcePosition};
 use siphon_core::source::{Source, SourceContext, TableInfo};
 use siphon_core::{Error, Result};
 use tokio_postgres::config::Host;
 
 pub use config::{PostgresConfig, SnapshotMode, TlsMode};
 use events::{EventFactory, Shape};
+pub use position::{Lsn, PgPosition};
 use siphon_core::incremental::Progress;
 use siphon_core::kind::{Kind, SourceKind};
 
@@ -69,8 +72,23 @@ impl Kind for PostgresKind {
 }
 
 impl SourceKind for PostgresKind {
+    const CONNECTOR: &'static str = "postgresql";
+
     fn build(config: &PostgresConfig, pipeline: &str) -> Box<dyn Source> {
         Box::new(PostgresSource::new(pipeline, config.clone()))
+    }
+
+    fn decode_position(bytes: &[u8]) -> Option<SourcePosition> {
+        PgPosition::decode(bytes).map(SourcePosition::new)
+    }
+
+    fn parse_point(param: &str, text: &str) -> Option<std::result::Result<SourcePoint, String>> {
+        (param == "lsn").then(|| match Lsn::parse(text) {
+            Some(lsn) => Ok(std::sync::Arc::new(lsn) as SourcePoint),
+            None => Err(format!(
+                "lsn={text:?} is not a WAL position such as 16/B374D848"
+            )),
+        })
     }
 }
 
@@ -476,19 +494,17 @@ impl Source for PostgresSource {
         }
         // Resume after the last streamed event the log holds.
         // An incremental snapshot's rows sit at their high watermark, in the stream's order.
-        let resume_after = match ctx.last_event().await? {
+        let resume_after = match ctx.last_event(&PostgresKind).await? {
             Some(e)
                 if matches!(
                     e.source.snapshot,
                     SnapshotMarker::False | SnapshotMarker::Incremental
                 ) =>
             {
-                match e.source.position {
-                    SourcePosition::Postgres {
-                        commit_lsn, index, ..
-                    } => Some((commit_lsn, index)),
-                    _ => None,
-                }
+                e.source
+                    .position
+                    .get::<PgPosition>()
+                    .map(|p| (p.commit_lsn, p.index))
             }
             _ => None,
         };

@@ -7,7 +7,6 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use pgwire_replication::{ReplicationClient, ReplicationEvent};
 use siphon_core::event::{Op, SnapshotMarker};
-use siphon_core::position::SourcePoint;
 use siphon_core::source::SourceContext;
 use siphon_core::{Error, Event, KeyChange, Result, Row, TablePattern, Value};
 use tokio_postgres::Client;
@@ -17,6 +16,7 @@ use crate::catalog::{self, ColumnRef, TypeCache, pg_error};
 use crate::events::{EventFactory, Place, Shape};
 use crate::incremental::{self, RecentCommits, TableReader};
 use crate::pgoutput::{self, Message, Relation, TupleValue};
+use crate::position::Lsn;
 use siphon_core::incremental::{Chunk, Closed, Progress};
 
 /// Events appended per call while a transaction is open (it streams through, never held
@@ -337,9 +337,10 @@ impl Stream<'_> {
         if let Some(lsn) = pending.confirm.take() {
             self.repl.update_applied_lsn(lsn);
             // Everything before `lsn` is durable: a read-your-writes wait up to it can end.
-            self.ctx
-                .metrics
-                .reached(SourcePoint::Lsn(lsn.as_u64()), self.ctx.log.durable_end());
+            self.ctx.metrics.reached(
+                std::sync::Arc::new(Lsn(lsn.as_u64())),
+                self.ctx.log.durable_end(),
+            );
         }
         if let Some(commit_ms) = pending
             .commit_ms

@@ -297,11 +297,14 @@ impl Capture {
             if batch.is_empty() {
                 return out;
             }
-            out.extend(
-                batch
-                    .iter()
-                    .map(|r| Event::decode(&r.value, self.log.schemas()).unwrap()),
-            );
+            out.extend(batch.iter().map(|r| {
+                Event::decode(
+                    &r.value,
+                    self.log.schemas(),
+                    &siphon_source_postgres::PostgresKind,
+                )
+                .unwrap()
+            }));
         }
     }
 

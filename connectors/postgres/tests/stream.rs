@@ -121,7 +121,12 @@ impl Harness {
                 (
                     r.offset,
                     r.flags,
-                    Event::decode(&r.value, self.log.schemas()).unwrap(),
+                    Event::decode(
+                        &r.value,
+                        self.log.schemas(),
+                        &siphon_source_postgres::PostgresKind,
+                    )
+                    .unwrap(),
                 )
             }));
         }
@@ -349,11 +354,13 @@ async fn restart_resumes_without_loss_or_duplicates() {
     let positions: Vec<(u64, u64)> = events
         .iter()
         .filter(|(_, _, e)| e.source.snapshot == SnapshotMarker::False)
-        .map(|(_, _, e)| match e.source.position {
-            siphon_core::SourcePosition::Postgres {
-                commit_lsn, index, ..
-            } => (commit_lsn, index),
-            _ => unreachable!(),
+        .map(|(_, _, e)| {
+            let p = e
+                .source
+                .position
+                .get::<siphon_source_postgres::PgPosition>();
+            let p = p.expect("a PostgreSQL position");
+            (p.commit_lsn, p.index)
         })
         .collect();
     assert!(

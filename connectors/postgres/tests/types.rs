@@ -221,7 +221,14 @@ async fn check_every_type(binary: bool) {
             .read_available(100)
             .unwrap()
             .iter()
-            .map(|r| Event::decode(&r.value, log.schemas()).unwrap())
+            .map(|r| {
+                Event::decode(
+                    &r.value,
+                    log.schemas(),
+                    &siphon_source_postgres::PostgresKind,
+                )
+                .unwrap()
+            })
             .collect()
     };
     let deadline = Instant::now() + Duration::from_secs(60);

@@ -16,6 +16,7 @@ use crate::event::{Event, KeyChange, Op, Value};
 use crate::log::{ChangeLog, NewRecord, RecordFlags};
 use crate::name::TableName;
 use crate::offsets::OffsetStore;
+use crate::position::PositionDecoder;
 use crate::schema::TableSchema;
 
 /// A table a source captures, as sinks must know it before the first event.
@@ -151,10 +152,10 @@ impl SourceContext {
     }
 
     /// The last event appended to the log (see [`ChangeLog::last_record`]): where the source
-    /// resumes.
-    pub async fn last_event(&self) -> Result<Option<Event>> {
+    /// resumes, its position read by `positions` (the source's kind).
+    pub async fn last_event(&self, positions: &dyn PositionDecoder) -> Result<Option<Event>> {
         match self.log.last_record().await? {
-            Some(rec) => Event::decode(&rec.value, self.log.schemas()).map(Some),
+            Some(rec) => Event::decode(&rec.value, self.log.schemas(), positions).map(Some),
             None => Ok(None),
         }
     }

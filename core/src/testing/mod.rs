@@ -10,8 +10,9 @@ pub use memory_log::MemoryLog;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use crate::event::{Event, KeyChange, Op, Row, SnapshotMarker, SourceInfo, SourcePosition, Value};
+use crate::event::{Event, KeyChange, Op, Row, SnapshotMarker, SourceInfo, Value};
 use crate::log::LogId;
+use crate::position::{DebeziumSource, Position, SourcePosition};
 use crate::schema::{SchemaId, SchemaLookup, SchemaStore, TableSchema};
 use crate::sink::{Sink, SinkBatch, SinkRecord, StoreCursor};
 use crate::source::TableInfo;
@@ -49,6 +50,35 @@ impl SchemaStore for MemorySchemas {
 
     fn all(&self) -> Vec<Arc<TableSchema>> {
         self.versions.lock().unwrap().clone()
+    }
+}
+
+/// The position of a test event: a number (connector `test`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TestPosition(pub u64);
+
+impl Position for TestPosition {
+    fn encode(&self) -> Vec<u8> {
+        self.0.to_le_bytes().to_vec()
+    }
+
+    fn commit_point(&self) -> String {
+        self.0.to_string()
+    }
+
+    fn debezium_source(&self, source: &SourceInfo) -> DebeziumSource {
+        DebeziumSource {
+            fields: vec![
+                ("table", serde_json::json!(source.table)),
+                ("seq", serde_json::json!(self.0)),
+            ],
+            schema_name: "siphon.test.Source",
+            schema_fields: vec![("string", true, "table"), ("int64", true, "seq")],
+        }
+    }
+
+    fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({ "seq": self.0 })
     }
 }
 
@@ -99,7 +129,7 @@ pub fn event(table: &str, op: Op, id: i64, before: Option<Row>, after: Option<Ro
             db: "test".into(),
             schema: Some("public".into()),
             table: table.into(),
-            position: SourcePosition::Sequence(id as u64),
+            position: SourcePosition::new(TestPosition(id as u64)),
             tx_id: Some(1),
             ts_ms: 1_700_000_000_000,
             snapshot: SnapshotMarker::False,

@@ -631,8 +631,7 @@ impl DuckdbSink {
                             (
                                 "_siphon_position".into(),
                                 siphon_core::Value::Text(
-                                    serde_json::to_string(&r.event.source.position)
-                                        .unwrap_or_default(),
+                                    r.event.source.position.to_json().to_string(),
                                 ),
                             ),
                             (

@@ -651,7 +651,7 @@ impl PostgresSink {
         let ops: Vec<&str> = records.iter().map(|r| r.event.op.code()).collect();
         let positions: Vec<String> = records
             .iter()
-            .map(|r| serde_json::to_string(&r.event.source.position).unwrap_or_default())
+            .map(|r| r.event.source.position.to_json().to_string())
             .collect();
         let commit_ms: Vec<i64> = records.iter().map(|r| r.event.source.ts_ms).collect();
         let n = names.len();

@@ -119,11 +119,14 @@ impl Harness {
             if batch.is_empty() {
                 return out;
             }
-            out.extend(
-                batch
-                    .into_iter()
-                    .map(|r| Event::decode(&r.value, self.log.schemas()).unwrap()),
-            );
+            out.extend(batch.into_iter().map(|r| {
+                Event::decode(
+                    &r.value,
+                    self.log.schemas(),
+                    &siphon_source_mysql::MysqlKind,
+                )
+                .unwrap()
+            }));
         }
     }
 

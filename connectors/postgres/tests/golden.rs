@@ -6,6 +6,7 @@
 use serde_json::Value as Json;
 use siphon_core::{Event, Op, Row, SnapshotMarker, SourceInfo, SourcePosition, Value};
 use siphon_format::envelope::JsonFormat;
+use siphon_source_postgres::PgPosition;
 
 fn customers_event(op: Op, tx_id: u64, lsn: u64, before: Option<Row>, after: Option<Row>) -> Event {
     Event {
@@ -19,11 +20,11 @@ fn customers_event(op: Op, tx_id: u64, lsn: u64, before: Option<Row>, after: Opt
             db: "postgres".into(),
             schema: Some("public".into()),
             table: "customers".into(),
-            position: SourcePosition::Postgres {
+            position: SourcePosition::new(PgPosition {
                 commit_lsn: 24023119,
                 lsn,
                 index: 0,
-            },
+            }),
             tx_id: Some(tx_id),
             ts_ms: 1559033904863,
             snapshot: SnapshotMarker::False,
