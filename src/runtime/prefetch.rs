@@ -1,11 +1,12 @@
-//! Reads and decodes a sink's next batch while the sink applies the current one: decoding
-//! costs about as much as a fast store's write, so doing both at once keeps both busy.
+//! Reads and decodes a sink's next batch, and passes it through the sink's stages, while the
+//! sink applies the current one: decoding costs about as much as a fast store's write, so
+//! doing both at once keeps both busy.
 
 use std::sync::Arc;
 
 use siphon_core::log::{ChangeLog, LogRecord, RecordFlags};
 use siphon_core::position::PositionDecoder;
-use siphon_core::sink::routing::Routing;
+use siphon_core::sink::stage::Stages;
 use siphon_core::sink::{SinkBatch, SinkRecord};
 use siphon_core::{Error, Event};
 use tokio::sync::mpsc;
@@ -55,10 +56,10 @@ impl Drop for Prefetch {
 }
 
 impl Prefetch {
-    /// Starts reading `batcher`'s batches for a sink with `routing`.
+    /// Starts reading `batcher`'s batches for a sink whose events pass through `stages`.
     pub fn start(
         mut batcher: Batcher,
-        routing: Routing,
+        stages: Stages,
         log: Arc<dyn ChangeLog>,
         positions: Arc<dyn PositionDecoder>,
     ) -> Self {
@@ -66,7 +67,7 @@ impl Prefetch {
         let task = tokio::spawn(async move {
             loop {
                 let fetched = match batcher.next().await {
-                    Ok(records) => match decode(&records, &routing, &*log, &*positions) {
+                    Ok(records) => match decode(&records, &stages, &*log, &*positions) {
                         Some(fetched) => fetched,
                         None => continue,
                     },
@@ -89,12 +90,12 @@ impl Prefetch {
     }
 }
 
-/// Decodes and routes one batch (`None` for no records). The stretch ends a transaction when
+/// Decodes one batch and passes its events through the sink's stages (`None` for no records). The stretch ends a transaction when
 /// its last log record does, whether or not this sink takes that record (on a log without
 /// whole transactions, every stretch does).
 fn decode(
     records: &[LogRecord],
-    routing: &Routing,
+    stages: &Stages,
     log: &dyn ChangeLog,
     positions: &dyn PositionDecoder,
 ) -> Option<Fetched> {
@@ -119,13 +120,13 @@ fn decode(
             decoded.last_commit = Some((event.source.position.commit_point(), event.source.ts_ms));
         }
         match decoded_event {
-            Ok(event) if !routing.accepts_source(&event.source) => {}
             Ok(mut event) => {
-                routing.strip(&mut event);
-                decoded.batch.records.push(SinkRecord {
-                    offset: r.offset,
-                    event,
-                });
+                if stages.apply(&mut event) {
+                    decoded.batch.records.push(SinkRecord {
+                        offset: r.offset,
+                        event,
+                    });
+                }
             }
             Err(error) => {
                 return Some(Fetched::Undecodable {

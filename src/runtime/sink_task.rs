@@ -314,7 +314,7 @@ impl SinkTask {
                 self.hurry.clone(),
                 self.log.promises().whole_transactions(),
             ),
-            self.routing.clone(),
+            self.routing.stages(),
             self.log.clone(),
             self.handle.source.positions(),
         ))

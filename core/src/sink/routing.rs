@@ -3,28 +3,35 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use crate::event::{Event, SourceInfo};
+use super::stage::{Stage, Stages};
+use crate::event::Event;
 use crate::name::{TableName, TablePattern, parse_column};
 use crate::schema::{SchemaId, TableSchema};
 
 /// Which tables a sink takes and which columns it leaves out (`tables` and
-/// `exclude_columns`, settings every sink has).
-#[derive(Debug, Clone, Default, PartialEq)]
+/// `exclude_columns`, settings every sink has): the first two [stages](super::stage) of its
+/// chain.
+#[derive(Debug, Clone, Default)]
 pub struct Routing {
-    tables: Vec<TablePattern>,
-    exclude: Vec<(Option<TablePattern>, String)>,
-    stripped: StrippedSchemas,
+    /// `tables`.
+    pub tables: Arc<TableFilter>,
+    /// `exclude_columns`.
+    pub columns: Arc<ColumnFilter>,
 }
 
-/// The schemas of tables that lose columns to `exclude_columns`, made once per version.
-#[derive(Debug, Clone, Default)]
-struct StrippedSchemas(Arc<Mutex<HashMap<SchemaId, Arc<TableSchema>>>>);
+/// The tables a sink takes (`tables`; empty: every table): drops the events of the others.
+#[derive(Debug, Default)]
+pub struct TableFilter {
+    tables: Vec<TablePattern>,
+}
 
-impl PartialEq for StrippedSchemas {
-    /// A cache: routings are equal by their settings.
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
+/// The columns a sink leaves out (`exclude_columns`): removes them from each event's rows
+/// (never from its key) and from its schema, so that a sink creates no column for them.
+#[derive(Debug, Default)]
+pub struct ColumnFilter {
+    exclude: Vec<(Option<TablePattern>, String)>,
+    /// The schemas of tables that lose columns, made once per version.
+    stripped: Mutex<HashMap<SchemaId, Arc<TableSchema>>>,
 }
 
 impl Routing {
@@ -41,31 +48,41 @@ impl Routing {
             .map(|c| parse_column(c).map_err(|e| format!("exclude_columns: {e}")))
             .collect::<Result<_, _>>()?;
         Ok(Routing {
-            tables,
-            exclude,
-            stripped: StrippedSchemas::default(),
+            tables: Arc::new(TableFilter { tables }),
+            columns: Arc::new(ColumnFilter {
+                exclude,
+                stripped: Mutex::default(),
+            }),
         })
     }
 
     /// Whether the sink takes this table.
     pub fn accepts_table(&self, name: &TableName) -> bool {
-        self.accepts(name.namespace(), name.table())
+        self.tables.accepts(name.namespace(), name.table())
     }
 
-    /// Whether the sink takes events of this source table.
-    pub fn accepts_source(&self, source: &SourceInfo) -> bool {
-        self.accepts(source.namespace(), &source.table)
+    /// The stages a sink's records pass first: its tables, then its columns.
+    pub fn stages(&self) -> Stages {
+        Stages::new(vec![self.tables.clone(), self.columns.clone()])
     }
+}
 
+impl TableFilter {
     fn accepts(&self, schema: &str, table: &str) -> bool {
         self.tables.is_empty() || self.tables.iter().any(|p| p.matches_parts(schema, table))
     }
+}
 
-    /// Removes the excluded columns from the event's rows (never from its key) and from its
-    /// schema, so that a sink creates no column for them.
-    pub fn strip(&self, event: &mut Event) {
+impl Stage for TableFilter {
+    fn apply(&self, event: &mut Event) -> bool {
+        self.accepts(event.source.namespace(), &event.source.table)
+    }
+}
+
+impl Stage for ColumnFilter {
+    fn apply(&self, event: &mut Event) -> bool {
         if self.exclude.is_empty() {
-            return;
+            return true;
         }
         let (schema, table) = (
             event.source.namespace().to_owned(),
@@ -80,7 +97,7 @@ impl Routing {
             row.0.retain(|(c, _)| !excluded(c));
         }
         if let Some(schema) = &mut event.schema {
-            let mut cache = self.stripped.0.lock().unwrap();
+            let mut cache = self.stripped.lock().unwrap();
             *schema = cache
                 .entry(schema.id)
                 .or_insert_with(|| {
@@ -99,6 +116,7 @@ impl Routing {
                 })
                 .clone();
         }
+        true
     }
 }
 
@@ -203,7 +221,7 @@ mod tests {
             None,
             Some(row(1, "a", Value::Null)),
         );
-        r.strip(&mut e);
+        assert!(r.stages().apply(&mut e));
         let columns: Vec<&str> = e.after.as_ref().unwrap().iter().map(|(c, _)| c).collect();
         assert_eq!(columns, ["id", "name"]);
         assert!(Routing::default().accepts_table(&table("x.y")));
