@@ -215,92 +215,22 @@ pub fn render_metrics(pipelines: &[PipelineStatus]) -> String {
             let _ = writeln!(out, "{name}{{{labels}}} {v}");
         }
     };
-    let per_pipeline = |f: &dyn Fn(&PipelineStatus) -> f64| {
-        pipelines
+    let pipeline_labels = |p: &PipelineStatus| format!("pipeline=\"{}\"", escape(&p.name));
+    for (name, kind, help, value) in PIPELINE_METRICS {
+        let samples = pipelines
             .iter()
-            .map(|p| (format!("pipeline=\"{}\"", escape(&p.name)), f(p)))
-            .collect::<Vec<_>>()
-    };
-    let per_sink = |f: &dyn Fn(&SinkStatus) -> f64| {
-        pipelines
-            .iter()
-            .flat_map(|p| {
-                p.sinks.iter().map(move |(name, s)| {
-                    (
-                        format!("pipeline=\"{}\",sink=\"{}\"", escape(&p.name), escape(name)),
-                        f(s),
-                    )
-                })
-            })
-            .collect::<Vec<_>>()
-    };
-    family(
-        "siphon_log_records_appended_total",
-        "counter",
-        "Records appended to the change log since start.",
-        per_pipeline(&|p| p.records_appended as f64),
-    );
-    family(
-        "siphon_log_end_offset",
-        "gauge",
-        "Offset the next append gets.",
-        per_pipeline(&|p| p.log.end_offset as f64),
-    );
-    family(
-        "siphon_log_start_offset",
-        "gauge",
-        "First offset the change log holds.",
-        per_pipeline(&|p| p.log.start_offset as f64),
-    );
-    family(
-        "siphon_log_size_bytes",
-        "gauge",
-        "Bytes of the change log on disk.",
-        per_pipeline(&|p| p.log.size_bytes as f64),
-    );
-    family(
-        "siphon_log_segments",
-        "gauge",
-        "Segment files of the change log.",
-        per_pipeline(&|p| p.log.segments as f64),
-    );
-    family(
-        "siphon_log_records_lost_total",
-        "counter",
-        "Unread records removed by the log's max_size cap.",
-        per_pipeline(&|p| p.records_lost as f64),
-    );
-    family(
-        "siphon_source_up",
-        "gauge",
-        "1 while the source is running.",
-        per_pipeline(&|p| f64::from(u8::from(p.source.state == State::Running))),
-    );
-    family(
-        "siphon_source_seconds_behind",
-        "gauge",
-        "How far the change log is behind the database (grows while the source is down).",
-        per_pipeline(&|p| p.source_behind_ms as f64 / 1000.0),
-    );
-    family(
-        "siphon_source_errors_total",
-        "counter",
-        "Source errors.",
-        per_pipeline(&|p| p.source.errors as f64),
-    );
-    family(
-        "siphon_source_retries_total",
-        "counter",
-        "Source retries after transient errors.",
-        per_pipeline(&|p| p.source.retries as f64),
-    );
+            .map(|p| (pipeline_labels(p), value(p)))
+            .collect();
+        family(name, kind, help, samples);
+    }
+    // What each source reports of its own, a family a gauge.
     let mut source_gauges: BTreeMap<&str, Vec<(String, f64)>> = BTreeMap::new();
     for p in pipelines {
         for (name, v) in &p.source_metrics {
             source_gauges
                 .entry(name)
                 .or_default()
-                .push((format!("pipeline=\"{}\"", escape(&p.name)), *v));
+                .push((pipeline_labels(p), *v));
         }
     }
     for (name, samples) in source_gauges {
@@ -311,86 +241,166 @@ pub fn render_metrics(pipelines: &[PipelineStatus]) -> String {
             samples,
         );
     }
-    family(
+    for (name, kind, help, value) in SINK_METRICS {
+        let samples = pipelines
+            .iter()
+            .flat_map(|p| {
+                p.sinks.iter().map(move |(sink, s)| {
+                    let labels = format!("{},sink=\"{}\"", pipeline_labels(p), escape(sink));
+                    (labels, value(s))
+                })
+            })
+            .collect();
+        family(name, kind, help, samples);
+    }
+    out
+}
+
+/// A metric family: its name, kind, help and how to read its value from a status.
+type Family<T> = (&'static str, &'static str, &'static str, fn(&T) -> f64);
+
+/// The families with one sample a pipeline: its log's, then its source's.
+const PIPELINE_METRICS: &[Family<PipelineStatus>] = &[
+    (
+        "siphon_log_records_appended_total",
+        "counter",
+        "Records appended to the change log since start.",
+        |p| p.records_appended as f64,
+    ),
+    (
+        "siphon_log_end_offset",
+        "gauge",
+        "Offset the next append gets.",
+        |p| p.log.end_offset as f64,
+    ),
+    (
+        "siphon_log_start_offset",
+        "gauge",
+        "First offset the change log holds.",
+        |p| p.log.start_offset as f64,
+    ),
+    (
+        "siphon_log_size_bytes",
+        "gauge",
+        "Bytes of the change log on disk.",
+        |p| p.log.size_bytes as f64,
+    ),
+    (
+        "siphon_log_segments",
+        "gauge",
+        "Segment files of the change log.",
+        |p| p.log.segments as f64,
+    ),
+    (
+        "siphon_log_records_lost_total",
+        "counter",
+        "Unread records removed by the log's max_size cap.",
+        |p| p.records_lost as f64,
+    ),
+    (
+        "siphon_source_up",
+        "gauge",
+        "1 while the source is running.",
+        |p| f64::from(u8::from(p.source.state == State::Running)),
+    ),
+    (
+        "siphon_source_seconds_behind",
+        "gauge",
+        "How far the change log is behind the database (grows while the source is down).",
+        |p| p.source_behind_ms as f64 / 1000.0,
+    ),
+    (
+        "siphon_source_errors_total",
+        "counter",
+        "Source errors.",
+        |p| p.source.errors as f64,
+    ),
+    (
+        "siphon_source_retries_total",
+        "counter",
+        "Source retries after transient errors.",
+        |p| p.source.retries as f64,
+    ),
+];
+
+/// The families with one sample a sink.
+const SINK_METRICS: &[Family<SinkStatus>] = &[
+    (
         "siphon_sink_applied_offset",
         "gauge",
         "Next offset the sink applies.",
-        per_sink(&|s| s.next_offset as f64),
-    );
-    family(
+        |s| s.next_offset as f64,
+    ),
+    (
         "siphon_sink_applied_commit_seconds",
         "gauge",
         "Commit time in the source (seconds since the epoch) of the last change committed in the sink's store.",
-        per_sink(&|s| {
+        |s| {
             s.applied_commit_ms
                 .map_or(f64::NAN, |ms| ms as f64 / 1000.0)
-        }),
-    );
-    family(
+        },
+    ),
+    (
         "siphon_sink_lag_records",
         "gauge",
         "Records the sink has not applied.",
-        per_sink(&|s| s.lag_records as f64),
-    );
-    family(
+        |s| s.lag_records as f64,
+    ),
+    (
         "siphon_sink_lag_ms",
         "gauge",
         "How far the sink's store is behind the database (its lag behind the log, plus the log's behind the database).",
-        per_sink(&|s| s.lag_ms as f64),
-    );
-    family(
+        |s| s.lag_ms as f64,
+    ),
+    (
         "siphon_sink_records_applied_total",
         "counter",
         "Records applied.",
-        per_sink(&|s| s.records_applied as f64),
-    );
-    family(
+        |s| s.records_applied as f64,
+    ),
+    (
         "siphon_sink_batches_total",
         "counter",
         "Batches applied.",
-        per_sink(&|s| s.batches as f64),
-    );
-    family(
+        |s| s.batches as f64,
+    ),
+    (
         "siphon_sink_last_batch_records",
         "gauge",
         "Records in the last batch.",
-        per_sink(&|s| s.last_batch_records as f64),
-    );
-    family(
+        |s| s.last_batch_records as f64,
+    ),
+    (
         "siphon_sink_last_batch_seconds",
         "gauge",
         "Time the last batch took.",
-        per_sink(&|s| s.last_batch_ms / 1000.0),
-    );
-    family(
-        "siphon_sink_errors_total",
-        "counter",
-        "Sink errors.",
-        per_sink(&|s| s.component.errors as f64),
-    );
-    family(
+        |s| s.last_batch_ms / 1000.0,
+    ),
+    ("siphon_sink_errors_total", "counter", "Sink errors.", |s| {
+        s.component.errors as f64
+    }),
+    (
         "siphon_sink_dead_lettered_total",
         "counter",
         "Records the target rejected, written to the dead-letter file.",
-        per_sink(&|s| s.dead_lettered as f64),
-    );
-    family(
+        |s| s.dead_lettered as f64,
+    ),
+    (
         "siphon_sink_retries_total",
         "counter",
         "Sink retries after transient errors.",
-        per_sink(&|s| s.component.retries as f64),
-    );
-    family(
+        |s| s.component.retries as f64,
+    ),
+    (
         "siphon_sink_up",
         "gauge",
         "1 while the sink is running.",
-        per_sink(&|s| f64::from(u8::from(s.component.state == State::Running))),
-    );
-    family(
+        |s| f64::from(u8::from(s.component.state == State::Running)),
+    ),
+    (
         "siphon_sink_needs_replay",
         "gauge",
         "1 when the sink lost records and must be replayed.",
-        per_sink(&|s| f64::from(u8::from(s.lost.is_some()))),
-    );
-    out
-}
+        |s| f64::from(u8::from(s.lost.is_some())),
+    ),
+];

@@ -212,63 +212,15 @@ pub fn from_table_map(
     collations: &Collations,
 ) -> Result<(Vec<ColumnInfo>, Vec<usize>)> {
     let n = tme.columns_count() as usize;
-    let mut names = Vec::with_capacity(n);
-    let mut signedness = Vec::new();
-    let mut enum_labels: Vec<Vec<Vec<u8>>> = Vec::new();
-    let mut set_labels: Vec<Vec<Vec<u8>>> = Vec::new();
-    let mut key = Vec::new();
-    // Collation ids per character column, and per enum or set column: each given for every
-    // such column in order, or as a default with the exceptions.
-    let mut text_sets = Sets::default();
-    let mut label_sets = Sets::default();
-    for field in tme.iter_optional_meta() {
-        let field = field.map_err(|e| Error::permanent(format!("table map metadata: {e}")))?;
-        match field {
-            OptionalMetadataField::ColumnName(list) => {
-                names.extend(
-                    list.iter_names()
-                        .filter_map(|n| n.ok())
-                        .map(|n| n.name().into_owned()),
-                );
-            }
-            OptionalMetadataField::Signedness(bits) => signedness.extend(bits.iter().map(|b| *b)),
-            OptionalMetadataField::EnumStrValue(list) => {
-                enum_labels.extend(list.iter_values().filter_map(|v| v.ok()).map(|v| {
-                    v.values()
-                        .iter()
-                        .map(|s| s.value_raw().to_vec())
-                        .collect::<Vec<_>>()
-                }))
-            }
-            OptionalMetadataField::SetStrValue(list) => {
-                set_labels.extend(list.iter_values().filter_map(|v| v.ok()).map(|v| {
-                    v.values()
-                        .iter()
-                        .map(|s| s.value_raw().to_vec())
-                        .collect::<Vec<_>>()
-                }))
-            }
-            OptionalMetadataField::SimplePrimaryKey(keys) => {
-                key.extend(
-                    keys.iter_indexes()
-                        .filter_map(|k| k.ok())
-                        .map(|k| k as usize),
-                );
-            }
-            OptionalMetadataField::PrimaryKeyWithPrefix(keys) => {
-                key.extend(
-                    keys.iter_keys()
-                        .filter_map(|k| k.ok())
-                        .map(|k| k.column_index() as usize),
-                );
-            }
-            OptionalMetadataField::DefaultCharset(c) => text_sets.default_of(&c),
-            OptionalMetadataField::ColumnCharset(c) => text_sets.each(&c),
-            OptionalMetadataField::EnumAndSetDefaultCharset(c) => label_sets.default_of(&c),
-            OptionalMetadataField::EnumAndSetColumnCharset(c) => label_sets.each(&c),
-            _ => {}
-        }
-    }
+    let TableMapMeta {
+        names,
+        signedness,
+        enum_labels,
+        set_labels,
+        key,
+        text_sets,
+        label_sets,
+    } = TableMapMeta::read(tme)?;
     if names.len() != n {
         return Err(Error::permanent(format!(
             "the binlog's table map of {}.{} carries no column names: set binlog_row_metadata = FULL on the server",
@@ -324,87 +276,52 @@ pub fn from_table_map(
         let binary = collation == Some(63);
         let nullable = tme.null_bitmask().get(i).is_some_and(|b| *b);
         use ColumnType::*;
-        // Temporal types' metadata: the digits of fractional seconds.
-        let fsp = u32::from(meta.first().copied().unwrap_or(0));
-        let (base, data, precision_scale, size) = match real_type {
-            MYSQL_TYPE_TINY => ("tinyint", DataType::Integer, (None, None), 0),
-            MYSQL_TYPE_SHORT => ("smallint", DataType::Integer, (None, None), 0),
-            MYSQL_TYPE_INT24 => ("mediumint", DataType::Integer, (None, None), 0),
-            MYSQL_TYPE_LONG => ("int", DataType::Integer, (None, None), 0),
-            MYSQL_TYPE_LONGLONG if unsigned => ("bigint", DataType::BigUnsigned, (None, None), 0),
-            MYSQL_TYPE_LONGLONG => ("bigint", DataType::Integer, (None, None), 0),
-            MYSQL_TYPE_YEAR => ("year", DataType::Integer, (None, None), 0),
-            MYSQL_TYPE_FLOAT => ("float", DataType::Float, (None, None), 0),
-            MYSQL_TYPE_DOUBLE => ("double", DataType::Float, (None, None), 0),
-            MYSQL_TYPE_NEWDECIMAL | MYSQL_TYPE_DECIMAL => (
-                "decimal",
-                DataType::Decimal,
-                (
-                    meta.first().map(|p| u32::from(*p)),
-                    meta.get(1).map(|s| u32::from(*s)),
+        let (base, data, precision_scale, size) = match plain_type(real_type, meta, unsigned) {
+            Some(plain) => plain,
+            None => match real_type {
+                MYSQL_TYPE_ENUM => (
+                    "enum",
+                    DataType::Enum(labels(enum_labels.next())?),
+                    (None, None),
+                    0,
                 ),
-                0,
-            ),
-            MYSQL_TYPE_BIT => {
-                // Metadata: bits in the last byte, then whole bytes.
-                let bits = u32::from(meta.get(1).copied().unwrap_or(0)) * 8
-                    + u32::from(meta.first().copied().unwrap_or(0));
-                let data = if bits == 1 {
-                    DataType::Bit1
-                } else {
-                    DataType::Bits
-                };
-                ("bit", data, (None, None), bits)
-            }
-            MYSQL_TYPE_DATE | MYSQL_TYPE_NEWDATE => ("date", DataType::Date, (None, None), 0),
-            MYSQL_TYPE_TIME => ("time", DataType::Time, (None, None), 0),
-            MYSQL_TYPE_TIME2 => ("time", DataType::Time, (None, None), fsp),
-            MYSQL_TYPE_DATETIME => ("datetime", DataType::DateTime, (None, None), 0),
-            MYSQL_TYPE_DATETIME2 => ("datetime", DataType::DateTime, (None, None), fsp),
-            MYSQL_TYPE_TIMESTAMP => ("timestamp", DataType::Timestamp, (None, None), 0),
-            MYSQL_TYPE_TIMESTAMP2 => ("timestamp", DataType::Timestamp, (None, None), fsp),
-            MYSQL_TYPE_ENUM => (
-                "enum",
-                DataType::Enum(labels(enum_labels.next())?),
-                (None, None),
-                0,
-            ),
-            MYSQL_TYPE_SET => (
-                "set",
-                DataType::Set(labels(set_labels.next())?),
-                (None, None),
-                0,
-            ),
-            MYSQL_TYPE_JSON => ("json", DataType::Json, (None, None), 0),
-            MYSQL_TYPE_GEOMETRY => ("geometry", DataType::Geometry, (None, None), 0),
-            MYSQL_TYPE_VARCHAR | MYSQL_TYPE_VAR_STRING if binary => {
-                ("varbinary", DataType::Binary, (None, None), 0)
-            }
-            MYSQL_TYPE_VARCHAR | MYSQL_TYPE_VAR_STRING => {
-                ("varchar", DataType::Text(set(collation)?), (None, None), 0)
-            }
-            MYSQL_TYPE_STRING if binary => {
-                // Metadata: the real type, whose high bits carry the length's, then its low byte.
-                let (b0, b1) = (meta.first().copied(), meta.get(1).copied());
-                let length = b0.zip(b1).map_or(0, |(b0, b1)| {
-                    usize::from(b1) | usize::from((b0 & 0x30) ^ 0x30) << 4
-                });
-                ("binary", DataType::FixedBinary(length), (None, None), 0)
-            }
-            MYSQL_TYPE_STRING => ("char", DataType::Text(set(collation)?), (None, None), 0),
-            MYSQL_TYPE_BLOB
-            | MYSQL_TYPE_TINY_BLOB
-            | MYSQL_TYPE_MEDIUM_BLOB
-            | MYSQL_TYPE_LONG_BLOB
-                if binary || collation.is_none() =>
-            {
-                ("blob", DataType::Binary, (None, None), 0)
-            }
-            MYSQL_TYPE_BLOB
-            | MYSQL_TYPE_TINY_BLOB
-            | MYSQL_TYPE_MEDIUM_BLOB
-            | MYSQL_TYPE_LONG_BLOB => ("text", DataType::Text(set(collation)?), (None, None), 0),
-            _ => ("blob", DataType::Binary, (None, None), 0),
+                MYSQL_TYPE_SET => (
+                    "set",
+                    DataType::Set(labels(set_labels.next())?),
+                    (None, None),
+                    0,
+                ),
+                MYSQL_TYPE_VARCHAR | MYSQL_TYPE_VAR_STRING if binary => {
+                    ("varbinary", DataType::Binary, (None, None), 0)
+                }
+                MYSQL_TYPE_VARCHAR | MYSQL_TYPE_VAR_STRING => {
+                    ("varchar", DataType::Text(set(collation)?), (None, None), 0)
+                }
+                MYSQL_TYPE_STRING if binary => {
+                    // Metadata: the real type, whose high bits carry the length's, then its low byte.
+                    let (b0, b1) = (meta.first().copied(), meta.get(1).copied());
+                    let length = b0.zip(b1).map_or(0, |(b0, b1)| {
+                        usize::from(b1) | usize::from((b0 & 0x30) ^ 0x30) << 4
+                    });
+                    ("binary", DataType::FixedBinary(length), (None, None), 0)
+                }
+                MYSQL_TYPE_STRING => ("char", DataType::Text(set(collation)?), (None, None), 0),
+                MYSQL_TYPE_BLOB
+                | MYSQL_TYPE_TINY_BLOB
+                | MYSQL_TYPE_MEDIUM_BLOB
+                | MYSQL_TYPE_LONG_BLOB
+                    if binary || collation.is_none() =>
+                {
+                    ("blob", DataType::Binary, (None, None), 0)
+                }
+                MYSQL_TYPE_BLOB
+                | MYSQL_TYPE_TINY_BLOB
+                | MYSQL_TYPE_MEDIUM_BLOB
+                | MYSQL_TYPE_LONG_BLOB => {
+                    ("text", DataType::Text(set(collation)?), (None, None), 0)
+                }
+                _ => ("blob", DataType::Binary, (None, None), 0),
+            },
         };
         columns.push(info(
             name,
@@ -417,6 +334,145 @@ pub fn from_table_map(
     }
     Ok((columns, key))
 }
+
+/// What a table map's optional metadata says of its columns.
+struct TableMapMeta {
+    names: Vec<String>,
+    signedness: Vec<bool>,
+    enum_labels: Vec<Vec<Vec<u8>>>,
+    set_labels: Vec<Vec<Vec<u8>>>,
+    /// Positions of the primary-key columns.
+    key: Vec<usize>,
+    /// Collation ids per character column, and per enum or set column: each given for every
+    /// such column in order, or as a default with the exceptions.
+    text_sets: Sets,
+    label_sets: Sets,
+}
+
+impl TableMapMeta {
+    fn read(tme: &TableMapEvent<'_>) -> Result<TableMapMeta> {
+        let mut names = Vec::new();
+        let mut signedness = Vec::new();
+        let mut enum_labels: Vec<Vec<Vec<u8>>> = Vec::new();
+        let mut set_labels: Vec<Vec<Vec<u8>>> = Vec::new();
+        let mut key = Vec::new();
+        // Collation ids per character column, and per enum or set column: each given for every
+        // such column in order, or as a default with the exceptions.
+        let mut text_sets = Sets::default();
+        let mut label_sets = Sets::default();
+        for field in tme.iter_optional_meta() {
+            let field = field.map_err(|e| Error::permanent(format!("table map metadata: {e}")))?;
+            match field {
+                OptionalMetadataField::ColumnName(list) => {
+                    names.extend(
+                        list.iter_names()
+                            .filter_map(|n| n.ok())
+                            .map(|n| n.name().into_owned()),
+                    );
+                }
+                OptionalMetadataField::Signedness(bits) => {
+                    signedness.extend(bits.iter().map(|b| *b))
+                }
+                OptionalMetadataField::EnumStrValue(list) => {
+                    enum_labels.extend(list.iter_values().filter_map(|v| v.ok()).map(|v| {
+                        v.values()
+                            .iter()
+                            .map(|s| s.value_raw().to_vec())
+                            .collect::<Vec<_>>()
+                    }))
+                }
+                OptionalMetadataField::SetStrValue(list) => {
+                    set_labels.extend(list.iter_values().filter_map(|v| v.ok()).map(|v| {
+                        v.values()
+                            .iter()
+                            .map(|s| s.value_raw().to_vec())
+                            .collect::<Vec<_>>()
+                    }))
+                }
+                OptionalMetadataField::SimplePrimaryKey(keys) => {
+                    key.extend(
+                        keys.iter_indexes()
+                            .filter_map(|k| k.ok())
+                            .map(|k| k as usize),
+                    );
+                }
+                OptionalMetadataField::PrimaryKeyWithPrefix(keys) => {
+                    key.extend(
+                        keys.iter_keys()
+                            .filter_map(|k| k.ok())
+                            .map(|k| k.column_index() as usize),
+                    );
+                }
+                OptionalMetadataField::DefaultCharset(c) => text_sets.default_of(&c),
+                OptionalMetadataField::ColumnCharset(c) => text_sets.each(&c),
+                OptionalMetadataField::EnumAndSetDefaultCharset(c) => label_sets.default_of(&c),
+                OptionalMetadataField::EnumAndSetColumnCharset(c) => label_sets.each(&c),
+                _ => {}
+            }
+        }
+        Ok(TableMapMeta {
+            names,
+            signedness,
+            enum_labels,
+            set_labels,
+            key,
+            text_sets,
+            label_sets,
+        })
+    }
+}
+
+/// A column type's parts (base name, kind, precision and scale, size) where it needs no
+/// character set: numbers, bits, dates and times, JSON, geometry; `None` for the others.
+fn plain_type(real_type: ColumnType, meta: &[u8], unsigned: bool) -> Option<PlainType> {
+    use ColumnType::*;
+    // Temporal types' metadata: the digits of fractional seconds.
+    let fsp = u32::from(meta.first().copied().unwrap_or(0));
+    Some(match real_type {
+        MYSQL_TYPE_TINY => ("tinyint", DataType::Integer, (None, None), 0),
+        MYSQL_TYPE_SHORT => ("smallint", DataType::Integer, (None, None), 0),
+        MYSQL_TYPE_INT24 => ("mediumint", DataType::Integer, (None, None), 0),
+        MYSQL_TYPE_LONG => ("int", DataType::Integer, (None, None), 0),
+        MYSQL_TYPE_LONGLONG if unsigned => ("bigint", DataType::BigUnsigned, (None, None), 0),
+        MYSQL_TYPE_LONGLONG => ("bigint", DataType::Integer, (None, None), 0),
+        MYSQL_TYPE_YEAR => ("year", DataType::Integer, (None, None), 0),
+        MYSQL_TYPE_FLOAT => ("float", DataType::Float, (None, None), 0),
+        MYSQL_TYPE_DOUBLE => ("double", DataType::Float, (None, None), 0),
+        MYSQL_TYPE_NEWDECIMAL | MYSQL_TYPE_DECIMAL => (
+            "decimal",
+            DataType::Decimal,
+            (
+                meta.first().map(|p| u32::from(*p)),
+                meta.get(1).map(|s| u32::from(*s)),
+            ),
+            0,
+        ),
+        MYSQL_TYPE_BIT => {
+            // Metadata: bits in the last byte, then whole bytes.
+            let bits = u32::from(meta.get(1).copied().unwrap_or(0)) * 8
+                + u32::from(meta.first().copied().unwrap_or(0));
+            let data = if bits == 1 {
+                DataType::Bit1
+            } else {
+                DataType::Bits
+            };
+            ("bit", data, (None, None), bits)
+        }
+        MYSQL_TYPE_DATE | MYSQL_TYPE_NEWDATE => ("date", DataType::Date, (None, None), 0),
+        MYSQL_TYPE_TIME => ("time", DataType::Time, (None, None), 0),
+        MYSQL_TYPE_TIME2 => ("time", DataType::Time, (None, None), fsp),
+        MYSQL_TYPE_DATETIME => ("datetime", DataType::DateTime, (None, None), 0),
+        MYSQL_TYPE_DATETIME2 => ("datetime", DataType::DateTime, (None, None), fsp),
+        MYSQL_TYPE_TIMESTAMP => ("timestamp", DataType::Timestamp, (None, None), 0),
+        MYSQL_TYPE_TIMESTAMP2 => ("timestamp", DataType::Timestamp, (None, None), fsp),
+        MYSQL_TYPE_JSON => ("json", DataType::Json, (None, None), 0),
+        MYSQL_TYPE_GEOMETRY => ("geometry", DataType::Geometry, (None, None), 0),
+        _ => return None,
+    })
+}
+
+/// A column type's base name, kind, precision and scale, and size.
+type PlainType = (&'static str, DataType, (Option<u32>, Option<u32>), u32);
 
 /// Collation ids of a table map's character (or enum and set) columns: one per column, in
 /// order, or a default and the exceptions, by the index among those columns.

@@ -235,92 +235,17 @@ impl Source for MysqlSource {
                 held: None,
             }),
         };
-        let files = catalog::binlog_files(&mut conn).await?;
-        let gone = match &resume {
-            Some(r) if !files.contains(&r.file) => match (&r.gtids, files.first()) {
-                // By GTID (another server of the topology names its files otherwise): gone if
-                // the server's oldest binlog begins after the state.
-                (Some(state), Some(oldest)) => catalog::gtid_state_at_start(&mut conn, oldest)
-                    .await?
-                    .is_none_or(|start| !state.covers(&start)),
-                _ => true,
-            },
-            _ => false,
-        };
-        let need_snapshot = match self.config.snapshot {
-            SnapshotMode::Never => false,
-            SnapshotMode::Initial => !checkpoint.snapshot_done,
-            SnapshotMode::WhenNeeded => !checkpoint.snapshot_done || gone,
-        };
-        if gone && !need_snapshot {
-            let r = resume.as_ref().expect("gone implies a position");
-            let gtid = r
-                .gtids
-                .as_ref()
-                .map(|g| format!(" (GTID state {g})"))
-                .unwrap_or_default();
-            return Err(Error::permanent(format!(
-                "the server no longer holds binlog file {} (purged?), where siphon stopped reading at \
-                 position {}{gtid}: the changes since are lost to it. Set snapshot = \"when_needed\" to \
-                 take a new snapshot, then rebuild the sinks",
-                r.file, r.pos
-            )));
-        }
-        let resume = if need_snapshot {
-            ctx.offsets.save_source_checkpoint(&Checkpoint {
-                log_id: Some(ctx.log.id().clone()),
-                ..Checkpoint::default()
-            })?;
-            // A transaction prepared now (XA) is in neither the snapshot nor the binlog after
-            // it: a COMMIT of it later brings rows siphon never sees.
-            let prepared: Vec<mysql_async::Row> =
-                mysql_async::prelude::Queryable::query(&mut conn, "XA RECOVER")
-                    .await
-                    .unwrap_or_default();
-            if !prepared.is_empty() {
-                tracing::warn!(
-                    transactions = prepared.len(),
-                    "prepared XA transactions are open while the snapshot is taken: their rows will be \
-                     missing from the stores if they commit (XA RECOVER lists them; commit or roll them \
-                     back before snapshotting)"
-                );
-            }
-            let point = snapshot::begin(&mut conn, mariadb).await?;
-            ctx.metrics.connected();
-            tracing::info!(pipeline = %self.pipeline, file = %point.file, pos = point.pos, gtid = ?point.gtid, "snapshot: consistent at this binlog position");
-            let shapes = self.shapes(ctx, &mut conn).await?;
-            let replaces_earlier = ctx.log.durable_end() > ctx.log.start_offset();
-            let read = match snapshot::read(
-                ctx,
-                &mut conn,
-                &factory,
-                &shapes,
-                (&point, server_id),
-                replaces_earlier,
-            )
-            .await
+        let resume = if self
+            .needs_snapshot(&mut conn, &checkpoint, resume.as_ref())
+            .await?
+        {
+            match self
+                .snapshot(ctx, &mut conn, &factory, (mariadb, server_id))
+                .await
             {
                 // Stopped mid-snapshot: the next start takes it again.
                 Err(Error::Cancelled) => return Ok(()),
                 other => other?,
-            };
-            tracing::info!(pipeline = %self.pipeline, rows = read.rows, "snapshot: done");
-            let mut incremental = Progress::default();
-            incremental.request(read.rebuilt);
-            ctx.offsets.save_source_checkpoint(&Checkpoint {
-                incremental,
-                snapshot_done: true,
-                file: point.file.clone(),
-                pos: point.pos,
-                log_id: Some(ctx.log.id().clone()),
-                tables: Some(shapes.iter().map(columns::Shape::name).collect()),
-                ..Checkpoint::default()
-            })?;
-            Resume {
-                file: point.file,
-                pos: point.pos,
-                gtids: None,
-                held: None,
             }
         } else if let Some(resume) = resume {
             resume
@@ -341,23 +266,7 @@ impl Source for MysqlSource {
                 held: None,
             }
         };
-        let mut checkpoint = ctx
-            .offsets
-            .source_checkpoint::<Checkpoint>()?
-            .unwrap_or_default();
-        // Tables that appeared while siphon was down (created, renamed in, or named by
-        // patterns widened since): their earlier rows are in no binlog event siphon reads.
-        let known = checkpoint.tables.clone();
-        let (now, added) =
-            catalog::tables_since(&mut conn, &self.config, &known.clone().unwrap_or_default())
-                .await?;
-        if known.is_some() && !added.is_empty() {
-            tracing::info!(tables = ?added, "new tables match the source's patterns: snapshotting them incrementally");
-            checkpoint.incremental.request(added);
-        }
-        checkpoint.tables = Some(now);
-        xa::settle(ctx, &mut checkpoint.xa).await?;
-        ctx.offsets.save_source_checkpoint(&checkpoint)?;
+        let checkpoint = self.take_new_tables(ctx, &mut conn).await?;
         drop(conn);
         stream::Stream {
             ctx,
@@ -370,6 +279,136 @@ impl Source for MysqlSource {
         }
         .run(resume)
         .await
+    }
+}
+
+impl MysqlSource {
+    /// Whether to take a snapshot now, by `snapshot` and whether the server still holds the
+    /// binlog where siphon stopped (`resume`); an error where it does not and no snapshot may
+    /// be taken.
+    async fn needs_snapshot(
+        &self,
+        conn: &mut mysql_async::Conn,
+        checkpoint: &Checkpoint,
+        resume: Option<&Resume>,
+    ) -> Result<bool> {
+        let files = catalog::binlog_files(conn).await?;
+        let gone = match resume {
+            Some(r) if !files.contains(&r.file) => match (&r.gtids, files.first()) {
+                // By GTID (another server of the topology names its files otherwise): gone if
+                // the server's oldest binlog begins after the state.
+                (Some(state), Some(oldest)) => catalog::gtid_state_at_start(conn, oldest)
+                    .await?
+                    .is_none_or(|start| !state.covers(&start)),
+                _ => true,
+            },
+            _ => false,
+        };
+        let need_snapshot = match self.config.snapshot {
+            SnapshotMode::Never => false,
+            SnapshotMode::Initial => !checkpoint.snapshot_done,
+            SnapshotMode::WhenNeeded => !checkpoint.snapshot_done || gone,
+        };
+        if gone && !need_snapshot {
+            let r = resume.expect("gone implies a position");
+            let gtid = r
+                .gtids
+                .as_ref()
+                .map(|g| format!(" (GTID state {g})"))
+                .unwrap_or_default();
+            return Err(Error::permanent(format!(
+                "the server no longer holds binlog file {} (purged?), where siphon stopped reading at \
+                 position {}{gtid}: the changes since are lost to it. Set snapshot = \"when_needed\" to \
+                 take a new snapshot, then rebuild the sinks",
+                r.file, r.pos
+            )));
+        }
+        Ok(need_snapshot)
+    }
+
+    /// Takes a consistent snapshot of the tables; where the stream begins after it.
+    async fn snapshot(
+        &self,
+        ctx: &SourceContext,
+        conn: &mut mysql_async::Conn,
+        factory: &EventFactory,
+        (mariadb, server_id): (bool, u32),
+    ) -> Result<Resume> {
+        ctx.offsets.save_source_checkpoint(&Checkpoint {
+            log_id: Some(ctx.log.id().clone()),
+            ..Checkpoint::default()
+        })?;
+        // A transaction prepared now (XA) is in neither the snapshot nor the binlog after it: a
+        // COMMIT of it later brings rows siphon never sees.
+        let prepared: Vec<mysql_async::Row> =
+            mysql_async::prelude::Queryable::query(&mut *conn, "XA RECOVER")
+                .await
+                .unwrap_or_default();
+        if !prepared.is_empty() {
+            tracing::warn!(
+                transactions = prepared.len(),
+                "prepared XA transactions are open while the snapshot is taken: their rows will be \
+                 missing from the stores if they commit (XA RECOVER lists them; commit or roll them \
+                 back before snapshotting)"
+            );
+        }
+        let point = snapshot::begin(conn, mariadb).await?;
+        ctx.metrics.connected();
+        tracing::info!(pipeline = %self.pipeline, file = %point.file, pos = point.pos, gtid = ?point.gtid, "snapshot: consistent at this binlog position");
+        let shapes = self.shapes(ctx, conn).await?;
+        let replaces_earlier = ctx.log.durable_end() > ctx.log.start_offset();
+        let read = snapshot::read(
+            ctx,
+            conn,
+            factory,
+            &shapes,
+            (&point, server_id),
+            replaces_earlier,
+        )
+        .await?;
+        tracing::info!(pipeline = %self.pipeline, rows = read.rows, "snapshot: done");
+        let mut incremental = Progress::default();
+        incremental.request(read.rebuilt);
+        ctx.offsets.save_source_checkpoint(&Checkpoint {
+            incremental,
+            snapshot_done: true,
+            file: point.file.clone(),
+            pos: point.pos,
+            log_id: Some(ctx.log.id().clone()),
+            tables: Some(shapes.iter().map(columns::Shape::name).collect()),
+            ..Checkpoint::default()
+        })?;
+        Ok(Resume {
+            file: point.file,
+            pos: point.pos,
+            gtids: None,
+            held: None,
+        })
+    }
+
+    /// The checkpoint, with the tables that appeared while siphon was down (created, renamed
+    /// in, or named by patterns widened since) asked of the incremental snapshot: their
+    /// earlier rows are in no binlog event siphon reads. Settles XA transactions too.
+    async fn take_new_tables(
+        &self,
+        ctx: &SourceContext,
+        conn: &mut mysql_async::Conn,
+    ) -> Result<Checkpoint> {
+        let mut checkpoint = ctx
+            .offsets
+            .source_checkpoint::<Checkpoint>()?
+            .unwrap_or_default();
+        let known = checkpoint.tables.clone();
+        let (now, added) =
+            catalog::tables_since(conn, &self.config, &known.clone().unwrap_or_default()).await?;
+        if known.is_some() && !added.is_empty() {
+            tracing::info!(tables = ?added, "new tables match the source's patterns: snapshotting them incrementally");
+            checkpoint.incremental.request(added);
+        }
+        checkpoint.tables = Some(now);
+        xa::settle(ctx, &mut checkpoint.xa).await?;
+        ctx.offsets.save_source_checkpoint(&checkpoint)?;
+        Ok(checkpoint)
     }
 }
 

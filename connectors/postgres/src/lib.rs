@@ -58,6 +58,25 @@ fn is_idle(progress: &Progress) -> bool {
     *progress == Progress::default()
 }
 
+/// The last streamed event the log holds, (commit LSN, index): the stream resumes after it.
+/// An incremental snapshot's rows sit at their high watermark, in the stream's order.
+async fn resume_after(ctx: &SourceContext) -> Result<Option<(u64, u64)>> {
+    Ok(match ctx.last_event(&PostgresKind).await? {
+        Some(e)
+            if matches!(
+                e.source.snapshot,
+                SnapshotMarker::False | SnapshotMarker::Incremental
+            ) =>
+        {
+            e.source
+                .position
+                .get::<PgPosition>()
+                .map(|p| (p.commit_lsn, p.index))
+        }
+        _ => None,
+    })
+}
+
 /// `kind = "postgres"`.
 #[derive(Debug)]
 pub struct PostgresKind;
@@ -312,6 +331,51 @@ impl PostgresSource {
         Ok(())
     }
 
+    /// The checkpoint, unless it is another slot's or another change log's (the log was lost
+    /// or replaced): then it says nothing of this one, and the snapshot is taken again.
+    fn checkpoint(&self, ctx: &SourceContext) -> Result<Checkpoint> {
+        Ok(ctx
+            .offsets
+            .source_checkpoint::<Checkpoint>()?
+            .filter(|c| c.slot == self.slot)
+            .filter(|c| {
+                let same_log = c.log_id.as_ref().is_none_or(|id| id == ctx.log.id());
+                if !same_log {
+                    tracing::warn!(pipeline = %self.pipeline, "the source's checkpoint belongs to another change log: taking the snapshot again");
+                }
+                same_log
+            })
+            .unwrap_or_default())
+    }
+
+    /// Whether to take a snapshot now, by `snapshot` and what became of the slot; an error
+    /// where the slot lost changes and no snapshot may be taken.
+    fn needs_snapshot(
+        &self,
+        checkpoint: &Checkpoint,
+        slot: Option<&catalog::SlotInfo>,
+    ) -> Result<bool> {
+        let lost = slot.is_some_and(|s| s.wal_status.as_deref() == Some("lost"));
+        let need_snapshot = match self.config.snapshot {
+            SnapshotMode::Never => false,
+            SnapshotMode::Initial => !checkpoint.snapshot_done,
+            SnapshotMode::WhenNeeded => !checkpoint.snapshot_done || slot.is_none() || lost,
+        };
+        if !need_snapshot && checkpoint.snapshot_done && (slot.is_none() || lost) {
+            return Err(Error::permanent(format!(
+                "the replication slot {} is {}: PostgreSQL no longer holds the changes since siphon last \
+                 read it. Set snapshot = \"when_needed\" to take a new snapshot, then rebuild the sinks",
+                self.slot,
+                if lost {
+                    "invalidated (wal_status = lost)"
+                } else {
+                    "missing"
+                }
+            )));
+        }
+        Ok(need_snapshot)
+    }
+
     /// The tables' shapes, their schemas registered in the log.
     async fn shapes(
         context: (&SourceContext, &EventFactory),
@@ -371,20 +435,7 @@ impl Source for PostgresSource {
                  `ALTER TABLE {} REPLICA IDENTITY DEFAULT`", t.quoted()
             );
         }
-        // A checkpoint of another slot, or of another change log (the log was lost or
-        // replaced), says nothing about this one: the snapshot is taken again.
-        let mut checkpoint = ctx
-            .offsets
-            .source_checkpoint::<Checkpoint>()?
-            .filter(|c| c.slot == self.slot)
-            .filter(|c| {
-                let same_log = c.log_id.as_ref().is_none_or(|id| id == ctx.log.id());
-                if !same_log {
-                    tracing::warn!(pipeline = %self.pipeline, "the source's checkpoint belongs to another change log: taking the snapshot again");
-                }
-                same_log
-            })
-            .unwrap_or_default();
+        let mut checkpoint = self.checkpoint(ctx)?;
         // Tables created while siphon was down join the publication: the request to snapshot
         // them is in the checkpoint before they do (a failure after that must not lose it). A
         // snapshot taken now reads them anyway.
@@ -400,26 +451,7 @@ impl Source for PostgresSource {
         .await?;
         let checkpoint = checkpoint;
         let slot = catalog::slot(&client, &self.slot).await?;
-        let lost = slot
-            .as_ref()
-            .is_some_and(|s| s.wal_status.as_deref() == Some("lost"));
-        let need_snapshot = match self.config.snapshot {
-            SnapshotMode::Never => false,
-            SnapshotMode::Initial => !checkpoint.snapshot_done,
-            SnapshotMode::WhenNeeded => !checkpoint.snapshot_done || slot.is_none() || lost,
-        };
-        if !need_snapshot && checkpoint.snapshot_done && (slot.is_none() || lost) {
-            return Err(Error::permanent(format!(
-                "the replication slot {} is {}: PostgreSQL no longer holds the changes since siphon last \
-                 read it. Set snapshot = \"when_needed\" to take a new snapshot, then rebuild the sinks",
-                self.slot,
-                if lost {
-                    "invalidated (wal_status = lost)"
-                } else {
-                    "missing"
-                }
-            )));
-        }
+        let need_snapshot = self.needs_snapshot(&checkpoint, slot.as_ref())?;
         let save = |snapshot_done: bool| {
             ctx.offsets.save_source_checkpoint(&Checkpoint {
                 slot: self.slot.clone(),
@@ -492,22 +524,7 @@ impl Source for PostgresSource {
         if need_snapshot || !checkpoint.snapshot_done || checkpoint.log_id.is_none() {
             save(true)?;
         }
-        // Resume after the last streamed event the log holds.
-        // An incremental snapshot's rows sit at their high watermark, in the stream's order.
-        let resume_after = match ctx.last_event(&PostgresKind).await? {
-            Some(e)
-                if matches!(
-                    e.source.snapshot,
-                    SnapshotMarker::False | SnapshotMarker::Incremental
-                ) =>
-            {
-                e.source
-                    .position
-                    .get::<PgPosition>()
-                    .map(|p| (p.commit_lsn, p.index))
-            }
-            _ => None,
-        };
+        let resume_after = resume_after(ctx).await?;
         repl.start().await.map_err(|e| replication_error(&e))?;
         repl.wait_started()
             .await

@@ -53,81 +53,24 @@ impl Snapshot {
         let tables: Arc<Vec<Table>> =
             Arc::new(self.tables.iter().map(|(t, _)| t.clone()).collect());
         let work = chunks(&self.tables, self.parallelism);
-        let mut chunks_left: HashMap<usize, usize> = HashMap::new();
-        for chunk in &work {
-            *chunks_left.entry(chunk.table).or_default() += 1;
-        }
-        // As many readers as there are chunks to read at once (a big table makes several).
-        let readers = self.parallelism.min(work.len()).max(1);
-        let queue: Arc<Mutex<VecDeque<Chunk>>> = Arc::new(Mutex::new(work));
-        // Readers decode and encode rows in batches; the appender only writes them.
-        let (tx, mut rx) = mpsc::channel::<Result<Piece>>(32);
-        let next_index = Arc::new(AtomicU64::new(0));
+        let mut markers = Markers::new(&work);
         let now_pg = (std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_micros() as i64))
             - PG_EPOCH_MICROS;
-        let mut workers = tokio::task::JoinSet::new();
-        for _ in 0..readers {
-            let reader = Reader {
-                conn: self.conn.clone(),
-                snapshot_name: self.snapshot_name.clone(),
-                queue: queue.clone(),
-                tables: tables.clone(),
-                shapes: shapes.clone(),
-                factory: self.factory.clone(),
-                consistent_point: self.consistent_point,
-                commit_time_micros: now_pg,
-                next_index: next_index.clone(),
-            };
-            let tx = tx.clone();
-            workers.spawn(async move {
-                if let Err(e) = reader.read_tables(&tx).await {
-                    let _ = tx.send(Err(e)).await;
-                }
-            });
-        }
-        drop(tx);
-
-        // On a terminal, a bar too (the logs and metrics carry the same progress).
-        let bar = std::io::stderr().is_terminal().then(|| {
-            let bar = indicatif::ProgressBar::new(total_estimate.max(0) as u64);
-            bar.set_style(
-                indicatif::ProgressStyle::with_template(
-                    "snapshot [{bar:40}] {pos}/~{len} rows ({per_sec}, eta {eta})",
-                )
-                .expect("a valid template")
-                .progress_chars("=> "),
-            );
-            bar
-        });
+        let (mut workers, mut rx) = self.spawn_readers(work, &tables, &shapes, now_pg);
+        let bar = progress_bar(total_estimate);
         ctx.metrics.set("snapshot_running", 1.0);
         ctx.metrics.set("snapshot_rows", 0.0);
         ctx.metrics
             .set("snapshot_rows_estimated", total_estimate as f64);
         if self.replaces_earlier {
-            let truncates: Vec<Event> = shapes
-                .iter()
-                .map(|shape| {
-                    let at = Place::snapshot(self.consistent_point, now_pg, 0, None);
-                    self.factory
-                        .event(shape, Op::Truncate, None, None, None, at)
-                })
-                .collect();
-            ctx.append(&truncates, true).await?;
-            tracing::info!(pipeline = %ctx.pipeline, tables = truncates.len(), "the log holds an earlier snapshot or stream: its tables are truncated before this snapshot");
+            self.truncate_earlier(ctx, &shapes, now_pg).await?;
         }
         let mut rows = 0u64;
         let mut synced_at = 0u64;
         let mut pending: Vec<NewRecord> = Vec::with_capacity(APPEND + BATCH);
         let mut last_progress = Instant::now();
-        // Debezium's markers: the snapshot's first row `first`, each other table's first
-        // `first_in_data_collection`, each table's last `last_in_data_collection` but the
-        // very last, `last`. A table's newest last row waits until the next batch of it
-        // comes or all its chunks are read, so that it can still be marked.
-        let mut held: HashMap<usize, (NewRecord, Event)> = HashMap::new();
-        let mut started_tables: HashSet<usize> = HashSet::new();
-        let mut tables_left = chunks_left.len();
         loop {
             let next = tokio::select! {
                 _ = ctx.cancel.cancelled() => {
@@ -137,45 +80,15 @@ impl Snapshot {
                 next = rx.recv() => next,
             };
             let Some(item) = next else { break };
-            let mut batch = match item? {
+            let batch = match item? {
                 Piece::Rows(batch) => *batch,
                 Piece::ChunkDone(table) => {
-                    let left = chunks_left.entry(table).or_default();
-                    *left = left.saturating_sub(1);
-                    if *left == 0 {
-                        tables_left = tables_left.saturating_sub(1);
-                        // The table is read; unless it is the last one to finish, its
-                        // last row is its own.
-                        if tables_left > 0
-                            && let Some((_, event)) = held.remove(&table)
-                        {
-                            pending.push(remark(event, SnapshotMarker::LastInTable)?);
-                        }
-                    }
+                    markers.chunk_done(table, &mut pending)?;
                     continue;
                 }
             };
-            if started_tables.insert(batch.table) {
-                let marker = if started_tables.len() == 1 {
-                    SnapshotMarker::First
-                } else {
-                    SnapshotMarker::FirstInTable
-                };
-                let mut first = batch.first_event.clone();
-                first.source.snapshot = marker;
-                let flags = batch.records[0].flags;
-                batch.records[0] = encode_events(&[first.clone()], &[])?.remove(0);
-                batch.records[0].flags = flags;
-                if batch.records.len() == 1 {
-                    batch.last_event = first;
-                }
-            }
             rows += batch.records.len() as u64;
-            let last = batch.records.pop().expect("batches are not empty");
-            if let Some((record, _)) = held.insert(batch.table, (last, batch.last_event)) {
-                pending.push(record);
-            }
-            pending.append(&mut batch.records);
+            markers.take(batch, &mut pending)?;
             if pending.len() >= APPEND {
                 // Durable (and visible to sinks) every SYNC_EVERY rows and at the end; nothing is
                 // confirmed upstream before the snapshot is done, so an fsync per batch buys
@@ -200,14 +113,7 @@ impl Snapshot {
         while let Some(done) = workers.join_next().await {
             done.map_err(|e| Error::permanent(format!("a snapshot reader failed: {e}")))?;
         }
-        // What still waits is the last table's last row (and, had a reader stopped early,
-        // others, which keep their order by table): the very last is `last`.
-        let mut rest: Vec<(usize, (NewRecord, Event))> = held.into_iter().collect();
-        rest.sort_by_key(|(table, _)| *table);
-        if let Some((_, (_, last))) = rest.pop() {
-            pending.extend(rest.into_iter().map(|(_, (record, _))| record));
-            pending.push(remark(last, SnapshotMarker::Last)?);
-        }
+        markers.finish(&mut pending)?;
         if !pending.is_empty() {
             ctx.append_records(pending).await?;
         }
@@ -218,6 +124,163 @@ impl Snapshot {
         }
         tracing::info!(pipeline = %ctx.pipeline, rows, elapsed = ?started.elapsed(), "snapshot done");
         Ok(rows)
+    }
+}
+
+impl Snapshot {
+    /// As many readers as there are chunks to read at once (a big table makes several), each
+    /// taking the next chunk of `work`; they decode and encode rows in batches, sent to the
+    /// receiver, and the appender only writes them.
+    fn spawn_readers(
+        &self,
+        work: VecDeque<Chunk>,
+        tables: &Arc<Vec<Table>>,
+        shapes: &[Shape],
+        now_pg: i64,
+    ) -> (tokio::task::JoinSet<()>, mpsc::Receiver<Result<Piece>>) {
+        let readers = self.parallelism.min(work.len()).max(1);
+        let queue: Arc<Mutex<VecDeque<Chunk>>> = Arc::new(Mutex::new(work));
+        let (tx, rx) = mpsc::channel::<Result<Piece>>(32);
+        let next_index = Arc::new(AtomicU64::new(0));
+        let mut workers = tokio::task::JoinSet::new();
+        for _ in 0..readers {
+            let reader = Reader {
+                conn: self.conn.clone(),
+                snapshot_name: self.snapshot_name.clone(),
+                queue: queue.clone(),
+                tables: tables.clone(),
+                shapes: shapes.to_vec(),
+                factory: self.factory.clone(),
+                consistent_point: self.consistent_point,
+                commit_time_micros: now_pg,
+                next_index: next_index.clone(),
+            };
+            let tx = tx.clone();
+            workers.spawn(async move {
+                if let Err(e) = reader.read_tables(&tx).await {
+                    let _ = tx.send(Err(e)).await;
+                }
+            });
+        }
+        (workers, rx)
+    }
+
+    /// The log holds an earlier snapshot or stream: a truncate event for each table first.
+    async fn truncate_earlier(
+        &self,
+        ctx: &SourceContext,
+        shapes: &[Shape],
+        now_pg: i64,
+    ) -> Result<()> {
+        let truncates: Vec<Event> = shapes
+            .iter()
+            .map(|shape| {
+                let at = Place::snapshot(self.consistent_point, now_pg, 0, None);
+                self.factory
+                    .event(shape, Op::Truncate, None, None, None, at)
+            })
+            .collect();
+        ctx.append(&truncates, true).await?;
+        tracing::info!(pipeline = %ctx.pipeline, tables = truncates.len(), "the log holds an earlier snapshot or stream: its tables are truncated before this snapshot");
+        Ok(())
+    }
+}
+
+/// On a terminal, a bar of the snapshot's rows (the logs and metrics carry the same).
+fn progress_bar(estimate: i64) -> Option<indicatif::ProgressBar> {
+    std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new(estimate.max(0) as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "snapshot [{bar:40}] {pos}/~{len} rows ({per_sec}, eta {eta})",
+            )
+            .expect("a valid template")
+            .progress_chars("=> "),
+        );
+        bar
+    })
+}
+
+/// Debezium's markers: the snapshot's first row `first`, each other table's first
+/// `first_in_data_collection`, each table's last `last_in_data_collection` but the very last,
+/// `last`. A table's newest last row waits until the next batch of it comes or all its
+/// chunks are read, so that it can still be marked.
+struct Markers {
+    /// Each table's newest row, held back.
+    held: HashMap<usize, (NewRecord, Event)>,
+    /// Tables whose first row was read.
+    started: HashSet<usize>,
+    /// Chunks each table has still to read, and the tables with any.
+    chunks_left: HashMap<usize, usize>,
+    tables_left: usize,
+}
+
+impl Markers {
+    fn new(work: &VecDeque<Chunk>) -> Markers {
+        let mut chunks_left: HashMap<usize, usize> = HashMap::new();
+        for chunk in work {
+            *chunks_left.entry(chunk.table).or_default() += 1;
+        }
+        Markers {
+            held: HashMap::new(),
+            started: HashSet::new(),
+            tables_left: chunks_left.len(),
+            chunks_left,
+        }
+    }
+
+    /// A chunk of `table` is read to its end: once all of them are, and unless it is the
+    /// last table to finish, its last row is its own.
+    fn chunk_done(&mut self, table: usize, pending: &mut Vec<NewRecord>) -> Result<()> {
+        let left = self.chunks_left.entry(table).or_default();
+        *left = left.saturating_sub(1);
+        if *left == 0 {
+            self.tables_left = self.tables_left.saturating_sub(1);
+            if self.tables_left > 0
+                && let Some((_, event)) = self.held.remove(&table)
+            {
+                pending.push(remark(event, SnapshotMarker::LastInTable)?);
+            }
+        }
+        Ok(())
+    }
+
+    /// A batch's rows go to `pending`, its first marked when it starts its table, its last
+    /// held back (and the row held before it released).
+    fn take(&mut self, mut batch: Encoded, pending: &mut Vec<NewRecord>) -> Result<()> {
+        if self.started.insert(batch.table) {
+            let marker = if self.started.len() == 1 {
+                SnapshotMarker::First
+            } else {
+                SnapshotMarker::FirstInTable
+            };
+            let mut first = batch.first_event.clone();
+            first.source.snapshot = marker;
+            let flags = batch.records[0].flags;
+            batch.records[0] = encode_events(&[first.clone()], &[])?.remove(0);
+            batch.records[0].flags = flags;
+            if batch.records.len() == 1 {
+                batch.last_event = first;
+            }
+        }
+        let last = batch.records.pop().expect("batches are not empty");
+        if let Some((record, _)) = self.held.insert(batch.table, (last, batch.last_event)) {
+            pending.push(record);
+        }
+        pending.append(&mut batch.records);
+        Ok(())
+    }
+
+    /// What still waits is the last table's last row (and, had a reader stopped early,
+    /// others, which keep their order by table): the very last is `last`.
+    fn finish(self, pending: &mut Vec<NewRecord>) -> Result<()> {
+        let mut rest: Vec<(usize, (NewRecord, Event))> = self.held.into_iter().collect();
+        rest.sort_by_key(|(table, _)| *table);
+        if let Some((_, (_, last))) = rest.pop() {
+            pending.extend(rest.into_iter().map(|(_, (record, _))| record));
+            pending.push(remark(last, SnapshotMarker::Last)?);
+        }
+        Ok(())
     }
 }
 

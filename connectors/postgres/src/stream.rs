@@ -2,6 +2,7 @@
 //! flush position confirmed to the server only once the log holds everything before it.
 
 use std::collections::HashMap;
+use std::ops::ControlFlow;
 use std::time::Duration;
 
 use futures_util::FutureExt;
@@ -57,6 +58,60 @@ enum Next {
     Shutdown,
 }
 
+/// What the stream does once nothing is waiting from the server.
+enum Idle {
+    /// An event arrived.
+    Event(pgwire_replication::Result<Option<ReplicationEvent>>),
+    /// Look again (a chunk is due to be read).
+    Again,
+    /// Shutdown.
+    Shutdown,
+}
+
+/// What the stream keeps from one event to the next.
+struct Streaming {
+    /// The tables' shapes, by relation id.
+    shapes: HashMap<u32, Shape>,
+    types: TypeCache,
+    /// The transaction being received.
+    tx: Option<Transaction>,
+    pending: Pending,
+    heartbeat: tokio::time::Interval,
+    lag: tokio::time::Interval,
+    table_poll: tokio::time::Interval,
+    /// The incremental snapshot's.
+    progress: Progress,
+    commits: RecentCommits,
+    /// When to try again a chunk that could not be read yet, and the wait before that.
+    retry_chunk: Option<(tokio::time::Instant, Duration)>,
+    chunk: Option<Chunk>,
+    reader: Option<TableReader>,
+}
+
+impl Streaming {
+    async fn new(progress: Progress, stream: &Stream<'_>) -> Streaming {
+        let mut heartbeat =
+            tokio::time::interval(stream.heartbeat.unwrap_or(Duration::from_secs(3600)));
+        heartbeat.tick().await;
+        let mut table_poll = tokio::time::interval(stream.table_poll_interval);
+        table_poll.tick().await;
+        Streaming {
+            shapes: HashMap::new(),
+            types: TypeCache::default(),
+            tx: None,
+            pending: Pending::default(),
+            heartbeat,
+            lag: tokio::time::interval(stream.lag_interval),
+            table_poll,
+            progress,
+            commits: RecentCommits::default(),
+            retry_chunk: None,
+            chunk: None,
+            reader: None,
+        }
+    }
+}
+
 /// The transaction being received.
 struct Transaction {
     final_lsn: u64,
@@ -94,225 +149,239 @@ pub struct Stream<'a> {
 
 impl Stream<'_> {
     pub async fn run(mut self) -> Result<()> {
-        let mut shapes: HashMap<u32, Shape> = HashMap::new();
-        let mut types = TypeCache::default();
-        let mut tx: Option<Transaction> = None;
-        let mut pending = Pending::default();
-        let mut heartbeat =
-            tokio::time::interval(self.heartbeat.unwrap_or(Duration::from_secs(3600)));
-        heartbeat.tick().await;
-        let mut lag = tokio::time::interval(self.lag_interval);
-        let mut table_poll = tokio::time::interval(self.table_poll_interval);
-        table_poll.tick().await;
-        let mut progress = self.checkpoint.incremental.clone();
-        let mut commits = RecentCommits::default();
-        // When to try again a chunk that could not be read yet, and the wait before that.
-        let mut retry_chunk: Option<(tokio::time::Instant, Duration)> = None;
-        let mut chunk: Option<Chunk> = None;
-        let mut reader: Option<TableReader> = None;
-        progress.report(&self.ctx.metrics);
+        let mut s = Streaming::new(self.checkpoint.incremental.clone(), &self).await;
+        s.progress.report(&self.ctx.metrics);
         loop {
             // Whatever the server has sent already joins the batch; when nothing more is
             // waiting, the batch goes to the log with one fsync (group commit).
             // Shutdown is checked before an event is taken, so none is ever taken and dropped.
             if self.ctx.cancel.is_cancelled() {
-                self.flush(&mut pending, tx.is_some()).await?;
+                self.flush(&mut s.pending, s.tx.is_some()).await?;
                 return Ok(());
             }
             let event = match self.repl.recv().now_or_never() {
                 Some(event) => event,
-                None => {
-                    self.flush(&mut pending, tx.is_some()).await?;
-                    if tx.is_none() {
-                        // Nothing waiting, nothing open: the log holds all the server sent.
-                        self.ctx.metrics.caught_up();
-                        // (Not before a chunk that could not be read is due again: each try
-                        // writes a watermark.)
-                        let due =
-                            retry_chunk.is_none_or(|(at, _)| tokio::time::Instant::now() >= at);
-                        if chunk.is_none() && due {
-                            match self
-                                .next_chunk(&mut types, &mut progress, &mut reader, &mut commits)
-                                .await?
-                            {
-                                NextChunk::Read(read) => {
-                                    chunk = Some(read);
-                                    retry_chunk = None;
-                                }
-                                NextChunk::Later => {
-                                    let wait = retry_chunk.map_or(
-                                        Duration::from_millis(20),
-                                        |(_, wait): (tokio::time::Instant, Duration)| {
-                                            (wait * 2).min(Duration::from_secs(1))
-                                        },
-                                    );
-                                    retry_chunk = Some((tokio::time::Instant::now() + wait, wait));
-                                }
-                                NextChunk::None => retry_chunk = None,
-                            }
-                        }
-                    }
-                    let event = loop {
-                        match self
-                            .next_event(
-                                &mut heartbeat,
-                                &mut lag,
-                                &mut table_poll,
-                                retry_chunk.map(|(at, _)| at),
-                            )
-                            .await?
-                        {
-                            Next::Event(event) => break Some(event),
-                            Next::PollTables => self.poll_tables(&mut progress).await?,
-                            Next::RetryChunk => break None,
-                            Next::Shutdown => return Ok(()),
-                        }
-                    };
-                    match event {
-                        Some(event) => event,
-                        // Back to the top, which reads the chunk when nothing is waiting.
-                        None => continue,
-                    }
-                }
+                None => match self.when_idle(&mut s).await? {
+                    Idle::Event(event) => event,
+                    // Back to the top, which reads the chunk when nothing is waiting.
+                    Idle::Again => continue,
+                    Idle::Shutdown => return Ok(()),
+                },
             };
             let event = match event {
                 Ok(Some(e)) => e,
                 Ok(None) => return Err(Error::transient("the replication stream ended")),
                 Err(e) => return Err(crate::replication_error(&e)),
             };
-            match event {
-                ReplicationEvent::Begin {
-                    final_lsn,
-                    xid,
-                    commit_time_micros,
-                } => {
-                    self.ctx.metrics.working();
-                    tx = Some(Transaction {
-                        final_lsn: final_lsn.as_u64(),
-                        xid,
-                        commit_time_micros,
-                        next_index: 0,
-                        per_table: HashMap::new(),
-                    });
-                }
-                ReplicationEvent::XLogData {
-                    wal_start, data, ..
-                } => {
-                    let message =
-                        pgoutput::decode(data).map_err(|e| Error::permanent(e.to_string()))?;
-                    match message {
-                        Message::Relation(r) => {
-                            if reader.as_ref().is_some_and(|t| {
-                                t.name.namespace() == r.namespace && t.name.table() == r.name
-                            }) {
-                                // The table may have changed (the server says so before its
-                                // next change after a DDL): its reader is made again, and an
-                                // open chunk of it read again in its new shape.
-                                reader = None;
-                                chunk = None;
-                            }
-                            let shape = self.shape(&r, &mut types).await?;
-                            if self.binary.is_some() && !shape.binary_decodable() {
-                                if let Some(allowed) = self.binary.take() {
-                                    *allowed = false;
-                                }
-                                return Err(Error::transient(format!(
-                                    "{}.{} has a column siphon reads only as text: streaming again in text mode",
-                                    r.namespace, r.name
-                                )));
-                            }
-                            shapes.insert(r.id, shape);
-                        }
-                        change @ (Message::Insert { .. }
-                        | Message::Update { .. }
-                        | Message::Delete { .. }
-                        | Message::Truncate { .. }) => {
-                            let t = tx.as_mut().ok_or_else(|| {
-                                Error::permanent("a change arrived outside a transaction")
-                            })?;
-                            for (relation, op, before, after, key_change) in split(&shapes, change)?
-                            {
-                                let shape = &shapes[&relation];
-                                let index = t.next_index;
-                                t.next_index += 1;
-                                let table_order = t.per_table.entry(relation).or_default();
-                                *table_order += 1;
-                                if self
-                                    .resume_after
-                                    .is_some_and(|done| (t.final_lsn, index) <= done)
-                                {
-                                    continue; // the log has it from before a restart
-                                }
-                                let key = match op {
-                                    Op::Truncate => None,
-                                    Op::Delete => before.as_ref().and_then(|r| shape.key_of(r)),
-                                    _ => after.as_ref().and_then(|r| shape.key_of(r)),
-                                };
-                                let at = Place {
-                                    commit_lsn: t.final_lsn,
-                                    lsn: wal_start.as_u64(),
-                                    index,
-                                    xid: Some(t.xid),
-                                    commit_time_micros: t.commit_time_micros,
-                                    snapshot: SnapshotMarker::False,
-                                    table_order: *table_order,
-                                };
-                                let mut event =
-                                    self.factory.event(shape, op, before, after, key, at);
-                                event.key_change = key_change;
-                                if let Some(chunk) = &mut chunk {
-                                    chunk.saw(&event);
-                                }
-                                pending.events.push(event);
-                                if pending.events.len() > CHUNK {
-                                    self.flush(&mut pending, true).await?;
-                                }
-                            }
-                        }
-                        Message::Begin { .. }
-                        | Message::Commit { .. }
-                        | Message::Origin { .. }
-                        | Message::Type { .. }
-                        | Message::Logical { .. } => {}
-                    }
-                }
-                ReplicationEvent::Commit { end_lsn, .. } => {
-                    let first_of_tx = pending.ends.last().map_or(0, |e| e + 1);
-                    if pending.events.len() > first_of_tx {
-                        pending.ends.push(pending.events.len() - 1);
-                    }
-                    if let Some(t) = tx.take() {
-                        pending.commit_ms = Some((t.commit_time_micros + PG_EPOCH_MICROS) / 1000);
-                        commits.committed(t.xid);
-                    }
-                    // Once the log holds the whole transaction, the server may forget it.
-                    pending.confirm = Some(end_lsn);
-                }
-                ReplicationEvent::KeepAlive { wal_end, .. } => {
-                    // Between transactions, once everything received is in the log, the
-                    // server's position can be confirmed even when the captured tables are idle.
-                    if tx.is_none() {
-                        pending.confirm = Some(pending.confirm.map_or(wal_end, |c| c.max(wal_end)));
-                    }
-                }
-                ReplicationEvent::Message {
-                    prefix,
-                    content,
-                    lsn,
-                    ..
-                } if prefix == incremental::WATERMARK => {
-                    let text = std::str::from_utf8(&content).unwrap_or_default();
-                    if let Some(mut closed) = chunk.as_mut().and_then(|c| c.watermark(text)) {
-                        chunk = None;
-                        incremental::place(&mut closed.rows, lsn.as_u64());
-                        self.append_chunk(&mut pending, &mut progress, closed)
-                            .await?;
-                    }
-                }
-                ReplicationEvent::Message { .. } => {}
-                ReplicationEvent::StoppedAt { .. } => return Ok(()),
+            if self.handle(&mut s, event).await?.is_break() {
+                return Ok(());
             }
         }
+    }
+
+    /// Nothing is waiting from the server: the batch goes to the log, an incremental
+    /// snapshot's next chunk is read when nothing is open, and the stream waits for the next
+    /// event, or for a timer.
+    async fn when_idle(&mut self, s: &mut Streaming) -> Result<Idle> {
+        self.flush(&mut s.pending, s.tx.is_some()).await?;
+        if s.tx.is_none() {
+            // Nothing waiting, nothing open: the log holds all the server sent.
+            self.ctx.metrics.caught_up();
+            // (Not before a chunk that could not be read is due again: each try writes a
+            // watermark.)
+            let due = s
+                .retry_chunk
+                .is_none_or(|(at, _)| tokio::time::Instant::now() >= at);
+            if s.chunk.is_none() && due {
+                match self
+                    .next_chunk(&mut s.types, &mut s.progress, &mut s.reader, &mut s.commits)
+                    .await?
+                {
+                    NextChunk::Read(read) => {
+                        s.chunk = Some(read);
+                        s.retry_chunk = None;
+                    }
+                    NextChunk::Later => {
+                        let wait = s
+                            .retry_chunk
+                            .map_or(Duration::from_millis(20), |(_, wait)| {
+                                (wait * 2).min(Duration::from_secs(1))
+                            });
+                        s.retry_chunk = Some((tokio::time::Instant::now() + wait, wait));
+                    }
+                    NextChunk::None => s.retry_chunk = None,
+                }
+            }
+        }
+        loop {
+            match self
+                .next_event(
+                    &mut s.heartbeat,
+                    &mut s.lag,
+                    &mut s.table_poll,
+                    s.retry_chunk.map(|(at, _)| at),
+                )
+                .await?
+            {
+                Next::Event(event) => return Ok(Idle::Event(event)),
+                Next::PollTables => self.poll_tables(&mut s.progress).await?,
+                Next::RetryChunk => return Ok(Idle::Again),
+                Next::Shutdown => return Ok(Idle::Shutdown),
+            }
+        }
+    }
+
+    /// Takes one replication event; `Break` once the server has stopped the stream.
+    async fn handle(
+        &mut self,
+        s: &mut Streaming,
+        event: ReplicationEvent,
+    ) -> Result<ControlFlow<()>> {
+        match event {
+            ReplicationEvent::Begin {
+                final_lsn,
+                xid,
+                commit_time_micros,
+            } => {
+                self.ctx.metrics.working();
+                s.tx = Some(Transaction {
+                    final_lsn: final_lsn.as_u64(),
+                    xid,
+                    commit_time_micros,
+                    next_index: 0,
+                    per_table: HashMap::new(),
+                });
+            }
+            ReplicationEvent::XLogData {
+                wal_start, data, ..
+            } => {
+                let message =
+                    pgoutput::decode(data).map_err(|e| Error::permanent(e.to_string()))?;
+                match message {
+                    Message::Relation(r) => self.relation(s, &r).await?,
+                    change @ (Message::Insert { .. }
+                    | Message::Update { .. }
+                    | Message::Delete { .. }
+                    | Message::Truncate { .. }) => {
+                        self.change(s, wal_start.as_u64(), change).await?;
+                    }
+                    Message::Begin { .. }
+                    | Message::Commit { .. }
+                    | Message::Origin { .. }
+                    | Message::Type { .. }
+                    | Message::Logical { .. } => {}
+                }
+            }
+            ReplicationEvent::Commit { end_lsn, .. } => {
+                let pending = &mut s.pending;
+                let first_of_tx = pending.ends.last().map_or(0, |e| e + 1);
+                if pending.events.len() > first_of_tx {
+                    pending.ends.push(pending.events.len() - 1);
+                }
+                if let Some(t) = s.tx.take() {
+                    pending.commit_ms = Some((t.commit_time_micros + PG_EPOCH_MICROS) / 1000);
+                    s.commits.committed(t.xid);
+                }
+                // Once the log holds the whole transaction, the server may forget it.
+                pending.confirm = Some(end_lsn);
+            }
+            ReplicationEvent::KeepAlive { wal_end, .. } => {
+                // Between transactions, once everything received is in the log, the server's
+                // position can be confirmed even when the captured tables are idle.
+                if s.tx.is_none() {
+                    s.pending.confirm = Some(s.pending.confirm.map_or(wal_end, |c| c.max(wal_end)));
+                }
+            }
+            ReplicationEvent::Message {
+                prefix,
+                content,
+                lsn,
+                ..
+            } if prefix == incremental::WATERMARK => {
+                let text = std::str::from_utf8(&content).unwrap_or_default();
+                if let Some(mut closed) = s.chunk.as_mut().and_then(|c| c.watermark(text)) {
+                    s.chunk = None;
+                    incremental::place(&mut closed.rows, lsn.as_u64());
+                    self.append_chunk(&mut s.pending, &mut s.progress, closed)
+                        .await?;
+                }
+            }
+            ReplicationEvent::Message { .. } => {}
+            ReplicationEvent::StoppedAt { .. } => return Ok(ControlFlow::Break(())),
+        }
+        Ok(ControlFlow::Continue(()))
+    }
+
+    /// A table's description, which the server sends before the table's first change and
+    /// again after it changed.
+    async fn relation(&mut self, s: &mut Streaming, r: &Relation) -> Result<()> {
+        if s.reader
+            .as_ref()
+            .is_some_and(|t| t.name.namespace() == r.namespace && t.name.table() == r.name)
+        {
+            // The table may have changed (the server says so before its next change after a
+            // DDL): its reader is made again, and an open chunk of it read again in its new
+            // shape.
+            s.reader = None;
+            s.chunk = None;
+        }
+        let shape = self.shape(r, &mut s.types).await?;
+        if self.binary.is_some() && !shape.binary_decodable() {
+            if let Some(allowed) = self.binary.take() {
+                *allowed = false;
+            }
+            return Err(Error::transient(format!(
+                "{}.{} has a column siphon reads only as text: streaming again in text mode",
+                r.namespace, r.name
+            )));
+        }
+        s.shapes.insert(r.id, shape);
+        Ok(())
+    }
+
+    /// A change of the open transaction, at `wal_start`: its events join the pending batch,
+    /// which goes to the log a part at a time while the transaction is large.
+    async fn change(&mut self, s: &mut Streaming, wal_start: u64, change: Message) -> Result<()> {
+        let t =
+            s.tx.as_mut()
+                .ok_or_else(|| Error::permanent("a change arrived outside a transaction"))?;
+        for (relation, op, before, after, key_change) in split(&s.shapes, change)? {
+            let shape = &s.shapes[&relation];
+            let index = t.next_index;
+            t.next_index += 1;
+            let table_order = t.per_table.entry(relation).or_default();
+            *table_order += 1;
+            if self
+                .resume_after
+                .is_some_and(|done| (t.final_lsn, index) <= done)
+            {
+                continue; // the log has it from before a restart
+            }
+            let key = match op {
+                Op::Truncate => None,
+                Op::Delete => before.as_ref().and_then(|r| shape.key_of(r)),
+                _ => after.as_ref().and_then(|r| shape.key_of(r)),
+            };
+            let at = Place {
+                commit_lsn: t.final_lsn,
+                lsn: wal_start,
+                index,
+                xid: Some(t.xid),
+                commit_time_micros: t.commit_time_micros,
+                snapshot: SnapshotMarker::False,
+                table_order: *table_order,
+            };
+            let mut event = self.factory.event(shape, op, before, after, key, at);
+            event.key_change = key_change;
+            if let Some(chunk) = &mut s.chunk {
+                chunk.saw(&event);
+            }
+            s.pending.events.push(event);
+            if s.pending.events.len() > CHUNK {
+                self.flush(&mut s.pending, true).await?;
+            }
+        }
+        Ok(())
     }
 
     /// Appends what is pending (keeping the newest event of an open transaction back, so that
