@@ -306,7 +306,7 @@ batch_size = 40
     )
     .unwrap();
     inspect.check().await.unwrap();
-    let duck = inspect.connection().unwrap();
+    let duck = inspect.dialect().connection().unwrap();
     let lake_rows = collect(
         |sql| {
             let mut stmt = duck.prepare(&sql).unwrap();

@@ -215,7 +215,7 @@ path = "{lake}"
     )
     .unwrap();
     inspect.check().await.unwrap();
-    let duck = inspect.connection().unwrap();
+    let duck = inspect.dialect().connection().unwrap();
     let mut lakehouse = Tables::new();
     for (table, select) in [
         (

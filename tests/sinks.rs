@@ -800,7 +800,7 @@ async fn lake_rows(s: &Stores) -> BTreeMap<i64, Json> {
     )
     .unwrap();
     sink.check().await.unwrap();
-    let conn = sink.connection().unwrap();
+    let conn = sink.dialect().connection().unwrap();
     let mut stmt = conn
         .prepare(
             "SELECT to_json({id: id, name: name, price: price, tags: tags, doc: doc, big: big, \

@@ -90,7 +90,7 @@ fn lake(path: &std::path::Path) -> (Vec<(String, String)>, Vec<Row>) {
     )
     .unwrap();
     futures_lite(sink.check()).unwrap();
-    let conn = sink.connection().unwrap();
+    let conn = sink.dialect().connection().unwrap();
     conn.execute_batch("SET TimeZone = 'UTC'").unwrap();
     let mut stmt = conn
         .prepare(

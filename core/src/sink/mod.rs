@@ -1,12 +1,11 @@
 //! The sink side: what a derived store implements, and the pieces sinks share: [`changes`] (a
 //! batch reduced to its net effect per key), [`routing`] (which tables and columns a sink
-//! takes, and the names it writes them under), [`stage`] (what a sink's events pass through
-//! on their way) and [`table`] (tables SQL stores create).
+//! takes, and the names it writes them under) and [`stage`] (what a sink's events pass
+//! through on their way).
 
 pub mod changes;
 pub mod routing;
 pub mod stage;
-pub mod table;
 
 use async_trait::async_trait;
 

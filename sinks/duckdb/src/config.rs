@@ -4,10 +4,8 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 use siphon_core::sink::routing::NameTemplate;
-pub use siphon_core::sink::table::{DroppedColumns, TableMode};
-
-/// The placeholders of `table`.
-pub(crate) const NAME_PLACEHOLDERS: &[&str] = &["schema", "table"];
+use siphon_sink_sql::table::NAME_PLACEHOLDERS;
+pub use siphon_sink_sql::table::{DroppedColumns, TableMode};
 
 /// Settings of a DuckDB sink.
 #[derive(Debug, Clone, PartialEq, Deserialize)]

@@ -4,12 +4,10 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 use siphon_core::sink::routing::NameTemplate;
-pub use siphon_core::sink::table::{DroppedColumns, TableMode};
 use siphon_core::tls::TlsMode;
 use siphon_core::{ConnectionUrl, Secret};
-
-/// The placeholders of `schema` and `table`.
-pub(crate) const NAME_PLACEHOLDERS: &[&str] = &["schema", "table"];
+use siphon_sink_sql::table::NAME_PLACEHOLDERS;
+pub use siphon_sink_sql::table::{DroppedColumns, TableMode};
 
 /// Settings of a PostgreSQL sink.
 #[derive(Debug, Clone, PartialEq, Deserialize)]

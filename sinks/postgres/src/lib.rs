@@ -1,42 +1,20 @@
 //! siphon's PostgreSQL sink (`kind = "postgres"`): a warehouse or replica that follows the
-//! source tables.
-//!
-//! - `mode = "mirror"`: one table per source table, created from the events and given new
-//!   columns as they appear, holding the current rows; each row carries `_siphon_offset`, its
-//!   version, and an upsert or delete never overwrites a newer version.
-//! - `mode = "history"`: one table per source table holding every event (op, offset, source
-//!   position, commit time and the row), for audits and "as of" queries.
-//!
-//! A source transaction and the sink's cursor (`siphon.cursors`) commit in one target
-//! transaction, also when the source transaction spans several batches: a reader never sees
-//! half of one. Each batch is a handful of set-based statements (`unnest` of text arrays cast
-//! to the target types), not a statement per row.
+//! source tables, in mirror or history tables (`mode`). It is PostgreSQL's dialect of the SQL
+//! mirror engine ([`siphon_sink_sql`], which says what the tables hold and how transactions
+//! commit): its rows reach a statement as `unnest` of text arrays cast to the target types,
+//! a refused batch is undone alone under a savepoint, and its cursors live in
+//! `siphon.cursors`.
 
 mod config;
+mod dialect;
 mod encode;
-mod sink;
 
 pub use config::{PostgresSinkConfig, TableMode};
-pub use sink::PostgresSink;
+pub use dialect::Postgres;
 
-use siphon_core::Result;
-use siphon_core::kind::{Kind, SinkKind};
-use siphon_core::sink::Sink;
+/// Keeps mirror or history tables in a PostgreSQL database: the SQL mirror engine with
+/// PostgreSQL's dialect.
+pub type PostgresSink = siphon_sink_sql::SqlSink<Postgres>;
 
 /// `kind = "postgres"`.
-#[derive(Debug)]
-pub struct PostgresSinkKind;
-
-impl Kind for PostgresSinkKind {
-    const NAME: &'static str = "postgres";
-    type Config = PostgresSinkConfig;
-    fn validate(config: &PostgresSinkConfig) -> std::result::Result<(), String> {
-        config.validate()
-    }
-}
-
-impl SinkKind for PostgresSinkKind {
-    fn build(config: &PostgresSinkConfig, pipeline: &str, sink: &str) -> Result<Box<dyn Sink>> {
-        Ok(Box::new(PostgresSink::new(config.clone(), pipeline, sink)?))
-    }
-}
+pub type PostgresSinkKind = siphon_sink_sql::SqlKind<Postgres>;

@@ -1,10 +1,13 @@
-//! Tables that SQL stores (the PostgreSQL and DuckDB sinks) create and evolve from events:
-//! which columns a batch needs, and how a table is defined. Each store brings its own type
-//! names; identifiers are quoted the SQL way in both.
+//! Tables that SQL sinks create and evolve from events: which columns a batch needs, and
+//! how a table is defined. Each dialect brings its own type names; identifiers are quoted the
+//! SQL way in all.
 
 use serde::Deserialize;
 
-use crate::event::{Row, Value};
+use siphon_core::event::{Row, Value};
+
+/// The placeholders of a target's `schema` and `table` templates: the source table's.
+pub const NAME_PLACEHOLDERS: &[&str] = &["schema", "table"];
 
 /// What a SQL store's tables hold (`mode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
