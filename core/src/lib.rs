@@ -18,7 +18,6 @@
 pub mod error;
 pub mod event;
 pub mod fsutil;
-pub mod incremental;
 pub mod kind;
 pub mod log;
 pub mod name;

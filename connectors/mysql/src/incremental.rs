@@ -1,4 +1,4 @@
-//! Incremental snapshots of MySQL/MariaDB tables (the method: `siphon_core::incremental`).
+//! Incremental snapshots of MySQL/MariaDB tables (the method: `siphon_incremental`).
 //!
 //! The binlog has no message a client can write into it, so the watermarks are rows: one row
 //! per pipeline in the watermark table (`watermark_table`), updated in its own autocommit
@@ -9,9 +9,9 @@
 use mysql_async::Value as MyValue;
 use mysql_async::prelude::Queryable;
 use siphon_core::event::{Op, SnapshotMarker};
-use siphon_core::incremental::{CHUNK_ROWS, Chunk, Mark, chunk_id};
 use siphon_core::source::SourceContext;
 use siphon_core::{Error, Event, Result, SourcePosition, TableName};
+use siphon_incremental::{CHUNK_ROWS, Chunk, Mark, chunk_id};
 
 use crate::MysqlConfig;
 use crate::catalog::{self, quote};

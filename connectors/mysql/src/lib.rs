@@ -33,11 +33,11 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use siphon_core::Event;
 use siphon_core::event::SnapshotMarker;
-use siphon_core::incremental::Progress;
 use siphon_core::log::{LogId, RecordFlags};
 use siphon_core::position::{SourcePoint, SourcePosition};
 use siphon_core::source::{SnapshotMode, Source, SourceContext, TableInfo};
 use siphon_core::{Error, Result, TableName};
+use siphon_incremental::Progress;
 
 pub use config::{MysqlConfig, TlsMode};
 use events::EventFactory;

@@ -21,10 +21,10 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{BinlogStream, BinlogStreamRequest};
 use siphon_core::event::format_uuid;
 use siphon_core::event::{Op, Row, SnapshotMarker};
-use siphon_core::incremental::{Chunk, Progress};
 use siphon_core::schema::TableSchema;
 use siphon_core::source::SourceContext;
 use siphon_core::{Error, Event, KeyChange, Result, TableName};
+use siphon_incremental::{Chunk, Progress};
 
 use crate::charset::Collations;
 use crate::columns::{DataType, Shape, from_table_map};

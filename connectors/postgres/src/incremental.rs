@@ -1,12 +1,12 @@
-//! Incremental snapshots of PostgreSQL tables (the method: `siphon_core::incremental`).
+//! Incremental snapshots of PostgreSQL tables (the method: `siphon_incremental`).
 //!
 //! The watermarks are `pg_logical_emit_message` calls (non-transactional, no table needed);
 //! a chunk is the next [`CHUNK_ROWS`] rows by primary key, each value read as text.
 
 use siphon_core::event::{Op, SnapshotMarker};
-use siphon_core::incremental::{CHUNK_ROWS, Chunk, Mark, chunk_id};
 use siphon_core::source::SourceContext;
 use siphon_core::{Error, Event, Result, SourcePosition, TableName, TablePattern, Value};
+use siphon_incremental::{CHUNK_ROWS, Chunk, Mark, chunk_id};
 use tokio_postgres::Client;
 
 use crate::catalog::{self, TypeCache, pg_error, quote_ident};

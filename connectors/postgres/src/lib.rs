@@ -32,8 +32,8 @@ use tokio_postgres::config::Host;
 pub use config::{PostgresConfig, SnapshotMode, TlsMode};
 use events::{EventFactory, Shape};
 pub use position::{Lsn, PgPosition};
-use siphon_core::incremental::Progress;
 use siphon_core::kind::{Kind, SourceKind};
+use siphon_incremental::Progress;
 
 /// Session settings that make the server's text output what [`values`] reads.
 const SESSION_SETTINGS: &str = "-c DateStyle=ISO -c IntervalStyle=postgres -c TimeZone=UTC -c extra_float_digits=1 -c bytea_output=hex";

@@ -18,7 +18,7 @@ use crate::events::{EventFactory, Place, Shape};
 use crate::incremental::{self, RecentCommits, TableReader};
 use crate::pgoutput::{self, Message, Relation, TupleValue};
 use crate::position::Lsn;
-use siphon_core::incremental::{Chunk, Closed, Progress};
+use siphon_incremental::{Chunk, Closed, Progress};
 
 /// Events appended per call while a transaction is open (it streams through, never held
 /// whole in memory).

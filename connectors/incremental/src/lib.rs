@@ -17,10 +17,10 @@ use std::collections::{HashSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
-use crate::Event;
-use crate::event::{KeyChange, Op};
-use crate::name::TableName;
-use crate::source::{SnapshotRequest, SourceMetrics};
+use siphon_core::Event;
+use siphon_core::event::{KeyChange, Op};
+use siphon_core::name::TableName;
+use siphon_core::source::{SnapshotRequest, SourceMetrics};
 
 /// Rows read per chunk.
 pub const CHUNK_ROWS: usize = 4096;
@@ -153,7 +153,7 @@ pub struct Chunk {
     /// The stream truncated the table since the low watermark.
     truncated: bool,
     /// Whether the chunk's read could not see a transaction (in progress when it began; by
-    /// [`SourceInfo::tx_id`](crate::SourceInfo::tx_id)). One it could not see may have
+    /// [`SourceInfo::tx_id`](siphon_core::SourceInfo::tx_id)). One it could not see may have
     /// committed just before the low watermark, so that the stream carries it before the
     /// window opens: its keys leave the chunk wherever the stream carries them.
     unseen: Unseen,
@@ -347,15 +347,15 @@ mod tests {
 
     #[test]
     fn a_transaction_the_read_could_not_see_drops_its_keys_before_the_window_too() {
-        use crate::Row;
-        use crate::testing::{TABLE, event, row};
+        use siphon_core::Row;
+        use siphon_core::testing::{TABLE, event, row};
         let change = |id: i64, tx: u64| {
             let mut e = event(
                 TABLE,
                 Op::Update,
                 id,
                 None,
-                Some(row(id, "new", crate::Value::Null)),
+                Some(row(id, "new", siphon_core::Value::Null)),
             );
             e.source.tx_id = Some(tx);
             e
@@ -367,7 +367,7 @@ mod tests {
                     Op::Read,
                     id,
                     None,
-                    Some(row(id, "old", crate::Value::Null)),
+                    Some(row(id, "old", siphon_core::Value::Null)),
                 )
             })
             .collect();
@@ -380,7 +380,7 @@ mod tests {
         chunk.saw(&change(3, 9));
         let closed = chunk.watermark(&Mark::High.text("c")).unwrap();
         let left: Vec<_> = closed.rows.iter().map(|e| e.key.clone().unwrap()).collect();
-        assert_eq!(left, [Row(vec![("id".into(), crate::Value::Int(2))])]);
+        assert_eq!(left, [Row(vec![("id".into(), siphon_core::Value::Int(2))])]);
     }
 
     #[test]
