@@ -14,7 +14,7 @@ use siphon_core::position::{PositionDecoder, SourcePoint, SourcePosition};
 use siphon_core::sink::Sink;
 use siphon_core::source::Source;
 
-use crate::config::ConfigError;
+use crate::config::error::ConfigError;
 use crate::config::error::deserialize;
 
 /// The kinds a configuration may name, by part.

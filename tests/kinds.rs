@@ -16,7 +16,7 @@ use siphon_core::event::{Event, Op, Row, SnapshotMarker, SourceInfo, Value};
 use siphon_core::kind::{Kind, LogKind, SinkKind, SourceKind};
 use siphon_core::log::{ChangeLog, LogId};
 use siphon_core::position::{
-    DebeziumSource, Point, Position, SourcePoint, SourcePosition, point_as,
+    DebeziumSource, Point, Position, SourceFields, SourcePoint, SourcePosition, point_as,
 };
 use siphon_core::sink::{Sink, SinkBatch, StoreCursor};
 use siphon_core::source::{Source, SourceContext, TableInfo, now_ms};
@@ -42,7 +42,7 @@ impl Position for Count {
         format!("#{}", self.0)
     }
 
-    fn debezium_source(&self, _: &SourceInfo) -> DebeziumSource {
+    fn debezium_source(&self, _: SourceFields<'_>) -> DebeziumSource {
         DebeziumSource {
             fields: vec![("count", self.0.into())],
             schema_name: "test.counter.Source",

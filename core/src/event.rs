@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::name::{Name, TableName};
-use crate::position::{PositionDecoder, SourcePosition};
+use crate::position::{PositionDecoder, SourceFields, SourcePosition};
 use crate::schema::{SchemaId, SchemaLookup, TableSchema};
 
 /// What happened to the row.
@@ -214,6 +214,15 @@ impl SourceInfo {
     /// The schema, or the database where the source has no schemas.
     pub fn namespace(&self) -> &str {
         self.schema.as_deref().unwrap_or(&self.db)
+    }
+
+    /// What a connector's part of Debezium's `source` block quotes of it.
+    pub fn fields(&self) -> SourceFields<'_> {
+        SourceFields {
+            schema: self.schema.as_deref(),
+            table: &self.table,
+            tx_id: self.tx_id,
+        }
     }
 
     /// The table: `schema.table`, or `db.table` where the source has no schemas.

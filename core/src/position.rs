@@ -11,8 +11,6 @@ use std::sync::Arc;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value as Json;
 
-use crate::event::SourceInfo;
-
 /// Where an event comes from in its source's change stream. Ordered within one source; the
 /// connector compares its own positions when it resumes.
 pub trait Position: Send + Sync + Debug + Any {
@@ -25,10 +23,22 @@ pub trait Position: Send + Sync + Debug + Any {
 
     /// The connector's part of Debezium's `source` block (after the fields every connector
     /// has), for an event with this `source`.
-    fn debezium_source(&self, source: &SourceInfo) -> DebeziumSource;
+    fn debezium_source(&self, source: SourceFields<'_>) -> DebeziumSource;
 
     /// The position as JSON: what a history table's `_siphon_position` column keeps.
     fn to_json(&self) -> Json;
+}
+
+/// What of its event a connector's part of Debezium's `source` block quotes besides the
+/// position (from the event's `SourceInfo`).
+#[derive(Debug, Clone, Copy)]
+pub struct SourceFields<'a> {
+    /// The schema (PostgreSQL), if any.
+    pub schema: Option<&'a str>,
+    /// The table.
+    pub table: &'a str,
+    /// The source transaction id.
+    pub tx_id: Option<u64>,
 }
 
 /// A connector's part of Debezium's `source` block.
@@ -65,7 +75,7 @@ impl SourcePosition {
     }
 
     /// The connector's part of Debezium's `source` block.
-    pub fn debezium_source(&self, source: &SourceInfo) -> DebeziumSource {
+    pub fn debezium_source(&self, source: SourceFields<'_>) -> DebeziumSource {
         self.0.debezium_source(source)
     }
 
@@ -184,10 +194,10 @@ impl Position for Undecoded {
         self.hex()
     }
 
-    fn debezium_source(&self, source: &SourceInfo) -> DebeziumSource {
+    fn debezium_source(&self, source: SourceFields<'_>) -> DebeziumSource {
         DebeziumSource {
             fields: vec![
-                ("table", Json::from(&*source.table)),
+                ("table", Json::from(source.table)),
                 ("position", Json::from(self.hex())),
             ],
             schema_name: "siphon.Source",

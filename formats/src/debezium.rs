@@ -335,7 +335,7 @@ fn source_schema(event: &Event, snapshot: Json) -> Json {
         field("int64", true, "ts_us"),
         field("int64", true, "ts_ns"),
     ];
-    let connector = event.source.position.debezium_source(&event.source);
+    let connector = event.source.position.debezium_source(event.source.fields());
     fields.extend(
         connector
             .schema_fields

@@ -90,7 +90,7 @@ fn source_json(event: &Event) -> Json {
     m.insert("ts_us".into(), json!(s.ts_ms * 1000));
     m.insert("ts_ns".into(), json!(i128::from(s.ts_ms) * 1_000_000));
     // The connector's own fields, as its Debezium connector writes them.
-    for (field, value) in s.position.debezium_source(s).fields {
+    for (field, value) in s.position.debezium_source(s.fields()).fields {
         m.insert(field.into(), value);
     }
     Json::Object(m)

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use serde_json::{Value as Json, json};
 use siphon_core::event::{Event, Op, Row, SnapshotMarker, SourceInfo, TransactionInfo, Value};
 use siphon_core::kind::{Kind, SourceKind};
-use siphon_core::position::{DebeziumSource, Position, SourcePoint, SourcePosition};
+use siphon_core::position::{DebeziumSource, Position, SourceFields, SourcePoint, SourcePosition};
 use siphon_core::source::{Source, SourceContext, TableInfo, now_ms};
 use siphon_core::{Error, Result};
 
@@ -59,7 +59,7 @@ impl Position for Sequence {
         self.0.to_string()
     }
 
-    fn debezium_source(&self, source: &SourceInfo) -> DebeziumSource {
+    fn debezium_source(&self, source: SourceFields<'_>) -> DebeziumSource {
         DebeziumSource {
             fields: vec![
                 ("schema", json!(source.schema)),

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value as Json, json};
-use siphon_core::SourceInfo;
+use siphon_core::position::SourceFields;
 use siphon_core::position::{DebeziumSource, Point, Position, point_as};
 
 use crate::gtid::GtidState;
@@ -48,7 +48,7 @@ impl Position for MysqlPosition {
         self.transaction_key()
     }
 
-    fn debezium_source(&self, source: &SourceInfo) -> DebeziumSource {
+    fn debezium_source(&self, source: SourceFields<'_>) -> DebeziumSource {
         DebeziumSource {
             fields: vec![
                 ("sequence", Json::Null),

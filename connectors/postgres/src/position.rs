@@ -5,7 +5,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value as Json, json};
-use siphon_core::SourceInfo;
+use siphon_core::position::SourceFields;
 use siphon_core::position::{DebeziumSource, Point, Position, point_as};
 
 /// Where a PostgreSQL event comes from: its transaction's commit LSN, its own LSN, and its
@@ -37,7 +37,7 @@ impl Position for PgPosition {
         Lsn(self.commit_lsn).to_string()
     }
 
-    fn debezium_source(&self, source: &SourceInfo) -> DebeziumSource {
+    fn debezium_source(&self, source: SourceFields<'_>) -> DebeziumSource {
         DebeziumSource {
             fields: vec![
                 (

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::event::{Event, KeyChange, Op, Row, SnapshotMarker, SourceInfo, Value};
 use crate::log::LogId;
-use crate::position::{DebeziumSource, Position, SourcePosition};
+use crate::position::{DebeziumSource, Position, SourceFields, SourcePosition};
 use crate::schema::{SchemaId, SchemaLookup, SchemaStore, TableSchema};
 use crate::sink::{Sink, SinkBatch, SinkRecord, StoreCursor};
 use crate::source::TableInfo;
@@ -66,7 +66,7 @@ impl Position for TestPosition {
         self.0.to_string()
     }
 
-    fn debezium_source(&self, source: &SourceInfo) -> DebeziumSource {
+    fn debezium_source(&self, source: SourceFields<'_>) -> DebeziumSource {
         DebeziumSource {
             fields: vec![
                 ("table", serde_json::json!(source.table)),
