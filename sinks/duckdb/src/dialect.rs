@@ -282,11 +282,20 @@ impl Dialect for Duckdb {
     /// re-applies it (idempotently: every row carries its offset).
     async fn alter(&self, table: &str, changes: &[String]) -> Result<()> {
         for change in changes {
-            self.batch(
-                &format!("COMMIT; ALTER TABLE {table} {change}; BEGIN TRANSACTION"),
-                "changing the target table",
-            )
-            .await?;
+            let altered = self
+                .batch(
+                    &format!("COMMIT; ALTER TABLE {table} {change}; BEGIN TRANSACTION"),
+                    "changing the target table",
+                )
+                .await;
+            if altered.is_err() {
+                // A refused change stops the statements before the BEGIN: open the
+                // transaction the engine expects (if the COMMIT ran, there is none).
+                let _ = self
+                    .batch("BEGIN TRANSACTION", "beginning a transaction")
+                    .await;
+            }
+            altered?;
         }
         Ok(())
     }

@@ -2,11 +2,12 @@
 //! sinks' suite, and every value class.
 
 use serde_json::Value as Json;
+use siphon_core::schema::{Column, ColumnKind, SchemaId, TableSchema};
 use siphon_core::sink::Sink;
 use siphon_core::testing::{
     TABLE, apply, compliance_table, event, log_id, record, row, run_compliance_suite,
 };
-use siphon_core::{Op, Value};
+use siphon_core::{Error, Op, Value};
 use siphon_sink_duckdb::{Duckdb, DuckdbSink, DuckdbSinkConfig};
 use siphon_sink_sql::testing::{HistoryRow, SqlHarness, SqlStore, run_sql_suite};
 
@@ -138,4 +139,67 @@ async fn every_value_class_lands_in_a_typed_column_and_reset_drops_it() {
         h.sink.open(&[compliance_table()], &log_id()).await.unwrap(),
         None
     );
+}
+
+/// The compliance table's schema, its key `id` of `key` kind.
+fn schema(id: u32, key: siphon_core::schema::ColumnKind) -> std::sync::Arc<TableSchema> {
+    let column = |name: &str, kind| Column {
+        name: name.into(),
+        type_name: String::new(),
+        type_id: 0,
+        type_modifier: -1,
+        kind,
+        nullable: true,
+        generated: false,
+    };
+    std::sync::Arc::new(TableSchema {
+        id: SchemaId(id),
+        connector: "postgresql".into(),
+        server: "test".into(),
+        database: "db".into(),
+        schema: Some("public".into()),
+        table: TABLE.into(),
+        columns: vec![
+            column("id", key),
+            column("name", ColumnKind::Text { length: None }),
+            column("note", ColumnKind::Text { length: None }),
+        ],
+        key: vec![0],
+    })
+}
+
+/// A table change DuckDB refuses (the key column's type) rejects the record that asked for
+/// it, by offset, and the sink goes on: the rejection reaches the dead-letter path, not a
+/// stop.
+#[tokio::test]
+async fn a_table_change_duckdb_refuses_rejects_its_record() {
+    let mut h = harness_with(|c| c);
+    h.sink.open(&[compliance_table()], &log_id()).await.unwrap();
+    let with_schema = |offset: u64, id: i64, schema| {
+        let mut e = event(TABLE, Op::Create, id, None, Some(row(id, "a", Value::Null)));
+        e.schema = Some(schema);
+        record(offset, e)
+    };
+    apply(
+        &mut h.sink,
+        &[with_schema(0, 1, schema(1, ColumnKind::Int64))],
+    )
+    .await
+    .unwrap();
+    let retyped = with_schema(1, 2, schema(2, ColumnKind::Uuid));
+    match apply(&mut h.sink, &[retyped]).await {
+        Err(Error::Rejected { offset, .. }) => assert_eq!(offset, 1),
+        other => panic!("expected offset 1 to be rejected, got {other:?}"),
+    }
+    apply(
+        &mut h.sink,
+        &[with_schema(2, 3, schema(1, ColumnKind::Int64))],
+    )
+    .await
+    .unwrap();
+    let ids: Vec<i64> = documents(&h.sink, "public_compliance")
+        .iter()
+        .map(|d| d["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids, [1, 3]);
 }

@@ -10,7 +10,11 @@
 //!   position, commit time and the row), for audits and "as of" queries.
 //!
 //! A source transaction and the sink's cursor commit in one target transaction, also when
-//! the source transaction spans several batches: a reader never sees half of one. Each batch
+//! the source transaction spans several batches: a reader never sees half of one. (One
+//! exception: DuckDB cannot alter a table in a transaction that wrote to it, so where a
+//! table changes in the middle of a source transaction, what came before commits first,
+//! without the cursor; a crash re-applies it, idempotently, since every row carries its
+//! offset.) Each batch
 //! is a handful of set-based statements per table over rows the dialect stages (PostgreSQL:
 //! `unnest` of text arrays; DuckDB: its appender into a staging table), not a statement per
 //! row.

@@ -549,7 +549,7 @@ impl<D: Dialect> SqlSink<D> {
                 [
                     Value::Text(r.event.op.code().into()),
                     Value::Text(r.event.source.position.to_json().to_string()),
-                    Value::TimestampTz(r.event.source.ts_ms * 1000),
+                    Value::TimestampTz(r.event.source.ts_ms.saturating_mul(1000)),
                 ]
             })
             .collect();
@@ -614,26 +614,35 @@ impl<D: Dialect> SqlSink<D> {
             Err(e) => e,
         };
         self.targets.clear();
-        let undo = if D::SAVEPOINTS {
-            "ROLLBACK TO SAVEPOINT siphon_batch"
+        let located = if D::SAVEPOINTS {
+            let undo = "ROLLBACK TO SAVEPOINT siphon_batch";
+            self.dialect.batch(undo, "undoing a batch").await?;
+            let located = self.locate_rejection(records, refused).await;
+            self.dialect.batch(undo, "undoing a batch").await?;
+            located
         } else {
+            // The whole transaction goes. The failed statement may have ended it already
+            // (DuckDB's ALTER runs between transactions), so a ROLLBACK that finds none open
+            // is no error.
             self.in_transaction = false;
+            let _ = self.dialect.batch("ROLLBACK", "rolling back").await;
             if earlier {
-                let _ = self.dialect.batch("ROLLBACK", "rolling back").await;
                 return Err(Error::permanent(format!(
                     "{refused} (inside a source transaction larger than the batch size, so the record cannot be set aside)"
                 )));
             }
-            "ROLLBACK"
-        };
-        self.dialect.batch(undo, "undoing a batch").await?;
-        if !D::SAVEPOINTS {
-            self.dialect
+            if self
+                .dialect
                 .batch("BEGIN TRANSACTION", "locating a rejected record")
-                .await?;
-        }
-        let located = self.locate_rejection(records, refused).await;
-        self.dialect.batch(undo, "undoing a batch").await?;
+                .await
+                .is_err()
+            {
+                return Err(refused);
+            }
+            let located = self.locate_rejection(records, refused).await;
+            let _ = self.dialect.batch("ROLLBACK", "rolling back").await;
+            located
+        };
         self.targets.clear();
         Err(located)
     }
