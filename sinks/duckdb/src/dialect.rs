@@ -62,14 +62,20 @@ impl Duckdb {
     }
 
     /// Runs `f` on the connection, on the runtime's blocking section.
-    fn with<R>(&self, what: &str, f: impl FnOnce(&Connection) -> duckdb::Result<R>) -> Result<R> {
+    fn locked<R>(&self, f: impl FnOnce(&Connection) -> Result<R>) -> Result<R> {
         blocking(|| {
             let conn = self.conn.lock().unwrap();
             let conn = conn
                 .as_ref()
                 .ok_or_else(|| Error::transient("the duckdb sink is not open"))?;
-            f(conn).map_err(|e| self.error(&e, what))
+            f(conn)
         })
+    }
+
+    /// Runs `f` on the connection, on the runtime's blocking section; `what` names it in an
+    /// error.
+    fn with<R>(&self, what: &str, f: impl FnOnce(&Connection) -> duckdb::Result<R>) -> Result<R> {
+        self.locked(|conn| f(conn).map_err(|e| self.error(&e, what)))
     }
 
     /// How the catalog spells a type (`TIMESTAMPTZ` is `TIMESTAMP WITH TIME ZONE` there).
@@ -327,25 +333,30 @@ impl Dialect for Duckdb {
             .map(|(i, (_, ty))| format!("c{} {}", i + 1, staging_type(ty)))
             .chain(std::iter::once("o BIGINT".to_owned()))
             .collect();
-        self.batch(
-            &format!("CREATE OR REPLACE TEMP TABLE {STAGE} ({})", defs.join(", ")),
-            "creating the staging table",
-        )
-        .await?;
-        self.with("staging rows", |conn| {
-            let mut appender = conn.appender(STAGE)?;
-            for (values, offset) in &rows.rows {
-                let values = values
-                    .iter()
-                    .zip(&rows.columns)
-                    .map(|(value, (_, ty))| staged(*value, ty))
-                    .chain(std::iter::once(duckdb::types::Value::BigInt(
-                        *offset as i64,
-                    )));
-                appender.append_row(duckdb::appender_params_from_iter(values))?;
-            }
-            appender.flush()
-        })?;
-        self.batch(sql, what).await
+        let create = format!("CREATE OR REPLACE TEMP TABLE {STAGE} ({})", defs.join(", "));
+        // One blocking section for the three steps (each entry hands the worker's other tasks
+        // to another thread).
+        self.locked(|conn| {
+            conn.execute_batch(&create)
+                .map_err(|e| self.error(&e, "creating the staging table"))?;
+            append(conn, rows).map_err(|e| self.error(&e, "staging rows"))?;
+            conn.execute_batch(sql).map_err(|e| self.error(&e, what))
+        })
     }
+}
+
+/// Appends the staged rows to the staging table.
+fn append(conn: &Connection, rows: &Staged<'_>) -> duckdb::Result<()> {
+    let mut appender = conn.appender(STAGE)?;
+    for (values, offset) in &rows.rows {
+        let values = values
+            .iter()
+            .zip(&rows.columns)
+            .map(|(value, (_, ty))| staged(*value, ty))
+            .chain(std::iter::once(duckdb::types::Value::BigInt(
+                *offset as i64,
+            )));
+        appender.append_row(duckdb::appender_params_from_iter(values))?;
+    }
+    appender.flush()
 }
