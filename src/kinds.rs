@@ -84,13 +84,7 @@ impl Kinds {
 
 /// One kind in the list: its name, and how its table in the configuration becomes a
 /// configured part `C` (the kind's settings, checked, ready to build).
-pub trait Entry<C: ?Sized>: Send + Sync + Debug {
-    /// `kind = "…"`.
-    fn name(&self) -> &'static str;
-
-    /// How this build holds it, for `--version`.
-    fn build_note(&self) -> Option<&'static str>;
-
+pub trait Entry<C: ?Sized>: Named + Send + Sync + Debug {
     /// Reads and checks the kind's settings (the table without `kind`); errors name `key`.
     fn parse(&self, key: &str, settings: config::Value) -> Result<Box<C>, ConfigError>;
 
@@ -99,6 +93,15 @@ pub trait Entry<C: ?Sized>: Send + Sync + Debug {
         let _ = (connector, bytes);
         None
     }
+}
+
+/// What the list says of every entry, whatever its part.
+pub trait Named {
+    /// `kind = "…"`.
+    fn name(&self) -> &'static str;
+
+    /// How this build holds it, for `--version`.
+    fn build_note(&self) -> Option<&'static str>;
 }
 
 /// A configured source: its kind's settings, checked. It reads its connector's positions.
@@ -176,7 +179,7 @@ impl<K: Kind> Registered<K> {
     }
 }
 
-impl<K: SourceKind> Entry<dyn ConfiguredSource> for Registered<K> {
+impl<K: Kind> Named for Registered<K> {
     fn name(&self) -> &'static str {
         K::NAME
     }
@@ -184,7 +187,9 @@ impl<K: SourceKind> Entry<dyn ConfiguredSource> for Registered<K> {
     fn build_note(&self) -> Option<&'static str> {
         K::build_note()
     }
+}
 
+impl<K: SourceKind> Entry<dyn ConfiguredSource> for Registered<K> {
     fn parse(
         &self,
         key: &str,
@@ -199,14 +204,6 @@ impl<K: SourceKind> Entry<dyn ConfiguredSource> for Registered<K> {
 }
 
 impl<K: LogKind> Entry<dyn ConfiguredLog> for Registered<K> {
-    fn name(&self) -> &'static str {
-        K::NAME
-    }
-
-    fn build_note(&self) -> Option<&'static str> {
-        K::build_note()
-    }
-
     fn parse(
         &self,
         key: &str,
@@ -217,14 +214,6 @@ impl<K: LogKind> Entry<dyn ConfiguredLog> for Registered<K> {
 }
 
 impl<K: SinkKind> Entry<dyn ConfiguredSink> for Registered<K> {
-    fn name(&self) -> &'static str {
-        K::NAME
-    }
-
-    fn build_note(&self) -> Option<&'static str> {
-        K::build_note()
-    }
-
     fn parse(
         &self,
         key: &str,
