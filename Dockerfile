@@ -4,11 +4,14 @@ FROM rust:1-bookworm AS build
 WORKDIR /src
 COPY . .
 # DuckDB's C++ compiled in (duckdb-bundled): the image needs no libduckdb.so beside it.
+# librdkafka (the Kafka log) is compiled from its bundled source against OpenSSL's headers.
+RUN apt-get update && apt-get install -y --no-install-recommends libssl-dev pkg-config \
+ && rm -rf /var/lib/apt/lists/*
 RUN cargo build --release --locked --bin siphon --features duckdb-bundled
 
 FROM debian:bookworm-slim
 RUN apt-get update \
- && apt-get install -y --no-install-recommends ca-certificates \
+ && apt-get install -y --no-install-recommends ca-certificates libssl3 \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --home-dir /var/lib/siphon --create-home siphon
 COPY --from=build /src/target/release/siphon /usr/local/bin/siphon

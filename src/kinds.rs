@@ -5,10 +5,9 @@
 
 use std::fmt::Debug;
 use std::marker::PhantomData;
-use std::path::Path;
 use std::sync::Arc;
 
-use siphon_core::kind::{Kind, LogKind, SinkKind, SourceKind, decode_position};
+use siphon_core::kind::{Kind, LogContext, LogKind, SinkKind, SourceKind, decode_position};
 use siphon_core::log::ChangeLog;
 use siphon_core::position::{PositionDecoder, SourcePoint, SourcePosition};
 use siphon_core::sink::Sink;
@@ -44,18 +43,24 @@ impl Kinds {
             sink::<siphon_sink_file::StdoutKind>(),
             sink::<siphon_sink_file::FileKind>(),
         ]);
-        let missing = if cfg!(feature = "duckdb") {
-            Vec::new()
-        } else {
-            vec![("duckdb", "duckdb")]
-        };
+        let mut logs: Vec<Box<dyn Entry<dyn ConfiguredLog>>> =
+            vec![log::<siphon_log_file::FileLogKind>()];
+        #[cfg(feature = "kafka")]
+        logs.push(log::<siphon_log_kafka::KafkaLogKind>());
+        let mut missing = Vec::new();
+        if !cfg!(feature = "duckdb") {
+            missing.push(("duckdb", "duckdb"));
+        }
+        if !cfg!(feature = "kafka") {
+            missing.push(("kafka", "kafka"));
+        }
         Kinds {
             sources: vec![
                 source::<siphon_source_postgres::PostgresKind>(),
                 source::<siphon_source_mysql::MysqlKind>(),
                 source::<siphon_source_generator::GeneratorKind>(),
             ],
-            logs: vec![log::<siphon_log_file::FileLogKind>()],
+            logs,
             sinks,
             missing,
         }
@@ -122,11 +127,11 @@ pub trait ConfiguredLog: Send + Sync + Debug {
     /// The kind's name.
     fn kind(&self) -> &'static str;
 
-    /// The pipeline's log in `dir`, for its writer.
-    fn open(&self, dir: &Path) -> siphon_core::Result<Arc<dyn ChangeLog>>;
+    /// The pipeline's log, for its writer.
+    fn open(&self, ctx: &LogContext) -> siphon_core::Result<Arc<dyn ChangeLog>>;
 
-    /// The log in `dir` read-only beside its writer; `None` where none was made yet.
-    fn open_existing(&self, dir: &Path) -> siphon_core::Result<Option<Arc<dyn ChangeLog>>>;
+    /// The log read-only beside its writer; `None` where none was made yet.
+    fn open_existing(&self, ctx: &LogContext) -> siphon_core::Result<Option<Arc<dyn ChangeLog>>>;
 }
 
 /// A configured sink.
@@ -257,12 +262,12 @@ impl<K: LogKind> ConfiguredLog for Configured<K> {
         K::NAME
     }
 
-    fn open(&self, dir: &Path) -> siphon_core::Result<Arc<dyn ChangeLog>> {
-        K::open(&self.0, dir)
+    fn open(&self, ctx: &LogContext) -> siphon_core::Result<Arc<dyn ChangeLog>> {
+        K::open(&self.0, ctx)
     }
 
-    fn open_existing(&self, dir: &Path) -> siphon_core::Result<Option<Arc<dyn ChangeLog>>> {
-        K::open_existing(&self.0, dir)
+    fn open_existing(&self, ctx: &LogContext) -> siphon_core::Result<Option<Arc<dyn ChangeLog>>> {
+        K::open_existing(&self.0, ctx)
     }
 }
 

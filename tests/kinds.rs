@@ -4,7 +4,7 @@
 //! them (`kind = "counter"`, `"memory"`, `"collect"`).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
@@ -13,7 +13,7 @@ use serde::Deserialize;
 use siphon::config::Config;
 use siphon::kinds::{self, Kinds};
 use siphon_core::event::{Event, Op, Row, SnapshotMarker, SourceInfo, Value};
-use siphon_core::kind::{Kind, LogKind, SinkKind, SourceKind};
+use siphon_core::kind::{Kind, LogContext, LogKind, SinkKind, SourceKind};
 use siphon_core::log::{ChangeLog, LogId};
 use siphon_core::position::{
     DebeziumSource, Point, Position, SourceFields, SourcePoint, SourcePosition, point_as,
@@ -186,15 +186,15 @@ impl Kind for Memory {
 }
 
 impl LogKind for Memory {
-    fn open(_: &MemoryConfig, dir: &Path) -> Result<Arc<dyn ChangeLog>> {
+    fn open(_: &MemoryConfig, ctx: &LogContext) -> Result<Arc<dyn ChangeLog>> {
         let mut logs = MEMORY_LOGS.lock().unwrap();
-        Ok(Arc::new(logs.entry(dir.to_owned()).or_default().clone()))
+        Ok(Arc::new(logs.entry(ctx.dir.clone()).or_default().clone()))
     }
 
-    fn open_existing(_: &MemoryConfig, dir: &Path) -> Result<Option<Arc<dyn ChangeLog>>> {
+    fn open_existing(_: &MemoryConfig, ctx: &LogContext) -> Result<Option<Arc<dyn ChangeLog>>> {
         let logs = MEMORY_LOGS.lock().unwrap();
         Ok(logs
-            .get(dir)
+            .get(&ctx.dir)
             .map(|log| Arc::new(log.read_only()) as Arc<dyn ChangeLog>))
     }
 }

@@ -315,6 +315,21 @@ impl Event {
         Ok(out)
     }
 
+    /// Whether `bytes` start as an encoded event of a format this build reads (a log that
+    /// writes events out in a format of its own tells them from other records by it).
+    pub fn is_encoded(bytes: &[u8]) -> bool {
+        matches!(
+            bytes.first(),
+            Some(
+                &(COMPACT_FORMAT
+                    | EVENT_FORMAT
+                    | legacy::COMPACT_FORMAT
+                    | legacy::EVENT_FORMAT
+                    | legacy::FIRST_FORMAT)
+            )
+        )
+    }
+
     /// Decodes what [`Event::encode`] wrote (or an earlier build's formats), finding its
     /// schema in `schemas` and its position's connector in `positions` (a position whose
     /// connector `positions` does not know stays [`Undecoded`](crate::position::Undecoded)).

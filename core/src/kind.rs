@@ -5,7 +5,7 @@
 //! and builds the part; nothing else in the daemon names a kind.
 
 use std::fmt::Debug;
-use std::path::Path;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
@@ -72,14 +72,37 @@ pub fn decode_position<K: SourceKind>(connector: &str, bytes: &[u8]) -> Option<S
         .flatten()
 }
 
+/// What a log is opened for: its pipeline, a directory of its own, and what reads its
+/// events' positions.
+#[derive(Clone)]
+pub struct LogContext {
+    /// The pipeline's name.
+    pub pipeline: String,
+    /// A directory the log may keep its files in (the file log's segments).
+    pub dir: PathBuf,
+    /// Reads the positions of the pipeline's events, for a log that writes its events out in
+    /// a format of its own (Kafka's Debezium records).
+    pub positions: Arc<dyn PositionDecoder>,
+}
+
+impl Debug for LogContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogContext")
+            .field("pipeline", &self.pipeline)
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
+}
+
 /// A kind of change log.
 pub trait LogKind: Kind {
-    /// The pipeline's log in `dir`, for its one writer (the daemon).
-    fn open(config: &Self::Config, dir: &Path) -> Result<Arc<dyn ChangeLog>>;
+    /// The pipeline's log, for its one writer (the daemon running its source).
+    fn open(config: &Self::Config, ctx: &LogContext) -> Result<Arc<dyn ChangeLog>>;
 
-    /// The log in `dir` read-only beside its writer (`siphon log tail`, `status`); `None`
-    /// where none was made yet.
-    fn open_existing(config: &Self::Config, dir: &Path) -> Result<Option<Arc<dyn ChangeLog>>>;
+    /// The log read-only beside its writer (`siphon log tail`, `status`, a daemon that runs
+    /// sinks only); `None` where none was made yet.
+    fn open_existing(config: &Self::Config, ctx: &LogContext)
+    -> Result<Option<Arc<dyn ChangeLog>>>;
 }
 
 /// A kind of sink.

@@ -153,20 +153,29 @@ fn envelope_schema(event: &Event) -> Json {
     })
 }
 
+/// Debezium's record key of an event: its primary key's values (`null` for a table without
+/// one), wrapped as `{"schema":…,"payload":…}` when `schemas` and the event has a table schema.
+pub fn key_document(event: &Event, modes: &Modes, schemas: bool) -> Json {
+    let key = debezium::key(event, modes);
+    match event.schema.as_deref() {
+        Some(schema) if schemas => {
+            json!({"schema": key_schema(event, schema, modes), "payload": key})
+        }
+        _ => key,
+    }
+}
+
 /// The records Debezium's PostgreSQL connector emits for an event with its defaults
 /// (`tombstones.on.delete = true`, `skipped.operations = t`): `{"topic", "key", "value"}`,
 /// a delete followed by its tombstone (a `null` value, for Kafka's log compaction), nothing
 /// for a truncate.
 pub fn records(event: &Event, modes: &Modes, schemas: bool) -> Vec<Json> {
-    let (topic, mut key) = (topic(event), debezium::key(event, modes));
+    let (topic, key) = (topic(event), key_document(event, modes, schemas));
     let format = JsonFormat {
         schemas,
         transactions: false,
         modes: *modes,
     };
-    if schemas && let Some(schema) = event.schema.as_deref() {
-        key = json!({"schema": key_schema(event, schema, modes), "payload": key});
-    }
     let value = || format.encode(event);
     match event.op {
         siphon_core::event::Op::Truncate => Vec::new(),

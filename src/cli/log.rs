@@ -16,11 +16,11 @@ use crate::config::Config;
 
 fn open(config: &Config, pipeline: &str) -> anyhow::Result<Arc<dyn ChangeLog>> {
     let p = config.pipeline(pipeline)?;
-    let dir = config.pipeline_dir(pipeline).join("log");
-    p.log.open_existing(&dir)?.ok_or_else(|| {
+    let ctx = config.log_context(pipeline, p);
+    p.log.open_existing(&ctx)?.ok_or_else(|| {
         anyhow::anyhow!(
             "pipeline {pipeline} has no change log yet in {} (run the daemon first)",
-            dir.display()
+            ctx.dir.display()
         )
     })
 }

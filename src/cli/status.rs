@@ -30,7 +30,7 @@ pub(super) fn offline_statuses(config: &Config) -> anyhow::Result<Vec<PipelineSt
         let dir = config.pipeline_dir(name);
         let log = p
             .log
-            .open_existing(&dir.join("log"))?
+            .open_existing(&config.log_context(name, p))?
             .map(|log| log.stats())
             .unwrap_or_default();
         let offsets = OffsetStore::open_existing(dir.join("offsets"));

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use siphon_core::Secret;
+use siphon_core::kind::LogContext;
 use siphon_core::sink::routing::Routing;
 use siphon_core::units::HumanDuration;
 
@@ -325,6 +326,16 @@ impl Config {
     /// The data directory of one pipeline.
     pub fn pipeline_dir(&self, pipeline: &str) -> PathBuf {
         self.data_dir.join("pipelines").join(pipeline)
+    }
+
+    /// What pipeline `pipeline`'s log is opened with: its name, its directory, and what
+    /// reads its source's positions.
+    pub fn log_context(&self, pipeline: &str, p: &PipelineConfig) -> LogContext {
+        LogContext {
+            pipeline: pipeline.to_owned(),
+            dir: self.pipeline_dir(pipeline).join("log"),
+            positions: p.source.positions(),
+        }
     }
 
     /// The pipeline named `name`, or an error listing the names there are.

@@ -1,9 +1,9 @@
 //! From `kind = "…"` and the rest of a component's table to a configured part, through the
 //! list of kinds ([`Kinds`]).
 
-use std::path::Path;
 use std::sync::Arc;
 
+use siphon_core::kind::LogContext;
 use siphon_core::log::ChangeLog;
 use siphon_core::position::{PositionDecoder, SourcePoint};
 use siphon_core::sink::Sink;
@@ -135,14 +135,17 @@ impl LogSpec {
         self.0.kind()
     }
 
-    /// Opens the pipeline's log in `dir` for its one writer (the daemon).
-    pub fn open(&self, dir: &Path) -> siphon_core::Result<Arc<dyn ChangeLog>> {
-        self.0.open(dir)
+    /// Opens the pipeline's log for its one writer (the daemon running its source).
+    pub fn open(&self, ctx: &LogContext) -> siphon_core::Result<Arc<dyn ChangeLog>> {
+        self.0.open(ctx)
     }
 
-    /// Opens the log in `dir` read-only, beside its writer; `None` where none was made yet.
-    pub fn open_existing(&self, dir: &Path) -> siphon_core::Result<Option<Arc<dyn ChangeLog>>> {
-        self.0.open_existing(dir)
+    /// Opens the log read-only, beside its writer; `None` where none was made yet.
+    pub fn open_existing(
+        &self,
+        ctx: &LogContext,
+    ) -> siphon_core::Result<Option<Arc<dyn ChangeLog>>> {
+        self.0.open_existing(ctx)
     }
 }
 

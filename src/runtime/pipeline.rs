@@ -37,7 +37,7 @@ pub(super) fn start(
     mode: StartMode,
 ) -> anyhow::Result<Arc<PipelineHandle>> {
     let dir = config.pipeline_dir(name);
-    let log = p.log.open(&dir.join("log"))?;
+    let log = p.log.open(&config.log_context(name, p))?;
     let offsets = OffsetStore::open(dir.join("offsets"))?;
     let mut status = PipelineStatus {
         name: name.to_owned(),

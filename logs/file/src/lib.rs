@@ -39,7 +39,7 @@ pub use config::{FileLogConfig, FsyncPolicy};
 pub use reader::FileLogReader;
 pub use schemas::SchemaRegistry;
 
-use siphon_core::kind::{Kind, LogKind};
+use siphon_core::kind::{Kind, LogContext, LogKind};
 use siphon_core::log::{
     ChangeLog, Consumer, LogId, LogPromises, LogReader, LogRecord, LogStats, MaintenanceReport,
     NewRecord,
@@ -364,16 +364,19 @@ impl Kind for FileLogKind {
 }
 
 impl LogKind for FileLogKind {
-    fn open(config: &FileLogConfig, dir: &Path) -> Result<Arc<dyn ChangeLog>> {
-        Ok(Arc::new(FileLog::open(dir, config.clone())?))
+    fn open(config: &FileLogConfig, ctx: &LogContext) -> Result<Arc<dyn ChangeLog>> {
+        Ok(Arc::new(FileLog::open(&ctx.dir, config.clone())?))
     }
 
-    fn open_existing(config: &FileLogConfig, dir: &Path) -> Result<Option<Arc<dyn ChangeLog>>> {
-        if !dir.is_dir() {
+    fn open_existing(
+        config: &FileLogConfig,
+        ctx: &LogContext,
+    ) -> Result<Option<Arc<dyn ChangeLog>>> {
+        if !ctx.dir.is_dir() {
             return Ok(None);
         }
         Ok(Some(Arc::new(FileLog::open_read_only(
-            dir,
+            &ctx.dir,
             config.clone(),
         )?)))
     }

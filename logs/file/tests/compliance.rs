@@ -2,8 +2,9 @@
 
 use std::sync::Arc;
 
-use siphon_core::kind::LogKind;
+use siphon_core::kind::{LogContext, LogKind};
 use siphon_core::log::ChangeLog;
+use siphon_core::position::NoDecoder;
 use siphon_core::testing::log::{LogUnderTest, assert_log_compliance};
 use siphon_core::units::ByteSize;
 use siphon_log_file::{FileLogConfig, FileLogKind};
@@ -15,6 +16,14 @@ struct FileUnderTest {
 }
 
 impl FileUnderTest {
+    fn context(&self) -> LogContext {
+        LogContext {
+            pipeline: "compliance".into(),
+            dir: self.dir.path().to_owned(),
+            positions: Arc::new(NoDecoder),
+        }
+    }
+
     fn config() -> FileLogConfig {
         FileLogConfig {
             segment_size: ByteSize(4096),
@@ -28,11 +37,11 @@ impl FileUnderTest {
 #[async_trait::async_trait]
 impl LogUnderTest for FileUnderTest {
     async fn open(&self) -> siphon_core::Result<Arc<dyn ChangeLog>> {
-        FileLogKind::open(&Self::config(), self.dir.path())
+        FileLogKind::open(&Self::config(), &self.context())
     }
 
     async fn open_read_only(&self) -> siphon_core::Result<Option<Arc<dyn ChangeLog>>> {
-        FileLogKind::open_existing(&Self::config(), self.dir.path())
+        FileLogKind::open_existing(&Self::config(), &self.context())
     }
 }
 

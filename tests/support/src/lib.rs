@@ -1,5 +1,6 @@
 //! Test helpers for siphon: the real PostgreSQL, MariaDB and Redis of the machine, a fresh
-//! database (or key prefix) per test so tests run in parallel, and a daemon process handle.
+//! database (or key prefix) per test so tests run in parallel, a Kafka broker of a test's own
+//! (noida-db), and a daemon process handle.
 //!
 //! Endpoints come from `SIPHON_TEST_PG_URL`, `SIPHON_TEST_MYSQL_URL` and
 //! `SIPHON_TEST_REDIS_URL`, with loopback defaults. A missing server fails the test with a
@@ -11,11 +12,13 @@
 mod containers;
 mod daemon;
 mod disk;
+mod kafka;
 mod private;
 pub mod search;
 mod services;
 
 pub use daemon::{Daemon, free_port};
 pub use disk::SmallDisk;
+pub use kafka::KafkaBroker;
 pub use private::{PrivateMariadb, PrivatePostgres};
 pub use services::{MysqlDatabase, PgDatabase, RedisKeyspace, mysql, postgres, redis};

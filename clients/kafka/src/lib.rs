@@ -1,0 +1,17 @@
+//! What siphon's Kafka log (`logs/kafka`) and Kafka sink (`sinks/kafka`) share: the settings
+//! of a cluster (brokers, TLS, SASL), the topics siphon creates, the Debezium records of an
+//! event with siphon's headers, and the producer that writes them transactionally or
+//! idempotently.
+
+mod admin;
+mod client;
+pub mod config;
+mod error;
+pub mod headers;
+mod publisher;
+mod records;
+
+pub use admin::{TopicSpec, Topics};
+pub use error::{is_fenced, kafka_error};
+pub use publisher::{Delivery, Place, Publisher};
+pub use records::{OutRecord, RecordEncoder, table_topic, topic_name};

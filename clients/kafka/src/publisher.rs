@@ -1,0 +1,308 @@
+//! Produces records to Kafka, transactionally or idempotently, for the Kafka log and the
+//! Kafka sink.
+//!
+//! Transactional: records go into a Kafka transaction (begun by the first record after a
+//! commit) that [`Publisher::commit`] commits — with whatever position record the caller put
+//! in it, so that a crash leaves the records and their position or neither; a reader with
+//! `isolation.level = read_committed` never sees the records of an aborted transaction. The
+//! producer's `transactional.id` fences every earlier producer of the same id, so a second
+//! process for the same pipeline stops the first one's writes (its next call fails with a
+//! permanent error that says so).
+//!
+//! Idempotent (for brokers without transactions): records are produced with
+//! `enable.idempotence` (no duplicate or reordering within a partition while the producer
+//! lives), and [`Publisher::commit`] waits until every record is acknowledged.
+//!
+//! Every method but [`Publisher::send`] blocks: call them off the async runtime's threads.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use rdkafka::ClientContext;
+use rdkafka::config::FromClientConfigAndContext;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use siphon_core::{Error, Result};
+
+use crate::config::Connection;
+use crate::error::{is_fenced, kafka_error};
+use crate::records::OutRecord;
+
+/// Where a record landed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Place {
+    /// Its topic.
+    pub topic: String,
+    /// Its partition.
+    pub partition: i32,
+    /// Its offset in the partition.
+    pub offset: i64,
+}
+
+/// Follows deliveries: the first failure since the last commit, and where the latest record
+/// sent to be remembered landed (by the number it was sent with).
+#[derive(Debug, Default)]
+struct Deliveries {
+    failed: Mutex<Option<KafkaError>>,
+    remembered: Mutex<Option<(u64, Place)>>,
+}
+
+impl ClientContext for Deliveries {}
+
+impl ProducerContext for Deliveries {
+    /// 0, or 1 + the number of a record whose place to remember.
+    type DeliveryOpaque = usize;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, opaque: usize) {
+        match result {
+            Ok(message) if opaque > 0 => {
+                let number = opaque as u64 - 1;
+                let mut remembered = self.remembered.lock().unwrap();
+                if remembered.as_ref().is_none_or(|(n, _)| *n <= number) {
+                    *remembered = Some((
+                        number,
+                        Place {
+                            topic: message.topic().to_owned(),
+                            partition: message.partition(),
+                            offset: message.offset(),
+                        },
+                    ));
+                }
+            }
+            Ok(_) => {}
+            Err((e, _)) => {
+                let mut failed = self.failed.lock().unwrap();
+                if failed.is_none() {
+                    *failed = Some(e.clone());
+                }
+            }
+        }
+    }
+}
+
+/// How a publisher makes what it sends durable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delivery {
+    /// Kafka transactions under this `transactional.id`.
+    Transactional {
+        /// The producer's `transactional.id`: one per pipeline (or sink).
+        id: String,
+    },
+    /// An idempotent producer; no transactions.
+    Idempotent,
+}
+
+/// A producer of siphon's records.
+pub struct Publisher {
+    producer: ThreadedProducer<Deliveries>,
+    delivery: Delivery,
+    /// A transaction is open.
+    open: bool,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for Publisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Publisher")
+            .field("delivery", &self.delivery)
+            .field("open", &self.open)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Attempts at committing a transaction whose commit failed in a way worth retrying.
+const COMMIT_ATTEMPTS: usize = 5;
+
+impl Publisher {
+    /// Connects a producer with `client_id`; a transactional one fences the earlier producers
+    /// of its id (blocks up to `timeout`). `client` settings the caller adds (compression,
+    /// linger) go in `extra`.
+    pub fn connect(
+        connection: &Connection,
+        client_id: &str,
+        delivery: Delivery,
+        extra: &[(&str, String)],
+        timeout: Duration,
+    ) -> Result<Self> {
+        let mut config = connection.client_config(client_id)?;
+        for (key, value) in extra {
+            config.set(*key, value);
+        }
+        let timeout_ms = timeout.as_millis().to_string();
+        config
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            // The Java client's partitioner, so that keys land where Kafka's tools expect them.
+            .set("partitioner", "murmur2_random")
+            .set("message.timeout.ms", &timeout_ms)
+            .set("socket.timeout.ms", &timeout_ms);
+        if let Delivery::Transactional { id } = &delivery {
+            config
+                .set("transactional.id", id)
+                .set("transaction.timeout.ms", "60000");
+        }
+        let producer: ThreadedProducer<Deliveries> =
+            ThreadedProducer::from_config_and_context(&config, Deliveries::default())
+                .map_err(|e| kafka_error("creating a producer", &e))?;
+        if let Delivery::Transactional { id } = &delivery {
+            producer.init_transactions(timeout).map_err(|e| {
+                if is_fenced(&e) {
+                    fenced(id)
+                } else {
+                    kafka_error(&format!("starting the transactional producer {id}"), &e)
+                }
+            })?;
+        }
+        Ok(Publisher {
+            producer,
+            delivery,
+            open: false,
+            timeout,
+        })
+    }
+
+    /// Whether a transaction is open (records sent since the last commit).
+    pub fn in_transaction(&self) -> bool {
+        self.open
+    }
+
+    /// Whether this publisher uses transactions.
+    pub fn transactional(&self) -> bool {
+        matches!(self.delivery, Delivery::Transactional { .. })
+    }
+
+    /// Sends a record (beginning a transaction if none is open); `remember` (a number the
+    /// caller gives it) keeps where it lands ([`Publisher::remembered`], once flushed). Waits
+    /// only while librdkafka's queue is full.
+    pub fn send(&mut self, record: &OutRecord, remember: Option<u64>) -> Result<()> {
+        if let Delivery::Transactional { id } = &self.delivery
+            && !self.open
+        {
+            self.producer
+                .begin_transaction()
+                .map_err(|e| self.transaction_error(id, "beginning a transaction", &e))?;
+            self.open = true;
+        }
+        let headers = record.headers.to_owned_headers();
+        let opaque = remember.map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX - 1) + 1);
+        let mut base = BaseRecord::with_opaque_to(&record.topic, opaque)
+            .headers(headers)
+            .timestamp(record.timestamp_ms);
+        if let Some(key) = &record.key {
+            base = base.key(key);
+        }
+        if let Some(value) = &record.value {
+            base = base.payload(value);
+        }
+        let started = Instant::now();
+        loop {
+            match self.producer.send(base) {
+                Ok(()) => return Ok(()),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back))
+                    if started.elapsed() < self.timeout =>
+                {
+                    base = back;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err((e, _)) => {
+                    return Err(kafka_error(&format!("producing to {}", record.topic), &e));
+                }
+            }
+        }
+    }
+
+    /// Waits until every record sent is acknowledged (or failed).
+    pub fn flush(&mut self) -> Result<()> {
+        self.producer
+            .flush(self.timeout)
+            .map_err(|e| kafka_error("waiting for the brokers' acknowledgements", &e))?;
+        match self.producer.context().failed.lock().unwrap().take() {
+            Some(e) if is_fenced(&e) => Err(fenced(self.id())),
+            Some(e) => Err(kafka_error("producing", &e)),
+            None => Ok(()),
+        }
+    }
+
+    /// Where the record sent with `remember = Some(number)` landed, once flushed.
+    pub fn remembered(&self, number: u64) -> Option<Place> {
+        match &*self.producer.context().remembered.lock().unwrap() {
+            Some((n, place)) if *n == number => Some(place.clone()),
+            _ => None,
+        }
+    }
+
+    /// Makes everything sent durable: commits the open transaction, or waits for every
+    /// acknowledgement. On an error nothing since the last commit may be taken as written
+    /// (the transaction was aborted): the caller starts again from its last commit.
+    pub fn commit(&mut self) -> Result<()> {
+        let Delivery::Transactional { id } = self.delivery.clone() else {
+            return self.flush();
+        };
+        if !self.open {
+            return Ok(());
+        }
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.producer.commit_transaction(self.timeout) {
+                Ok(()) => {
+                    self.open = false;
+                    self.producer.context().failed.lock().unwrap().take();
+                    return Ok(());
+                }
+                Err(KafkaError::Transaction(t))
+                    if t.is_retriable() && !t.txn_requires_abort() && attempt < COMMIT_ATTEMPTS =>
+                {
+                    tracing::warn!(error = %t, attempt, "committing a Kafka transaction; retrying");
+                }
+                Err(e) => {
+                    let error = self.transaction_error(&id, "committing a transaction", &e);
+                    if !is_fenced(&e) {
+                        self.abort();
+                    }
+                    self.open = false;
+                    return Err(error);
+                }
+            }
+        }
+    }
+
+    /// Aborts the open transaction, if any (what was sent since the last commit is dropped).
+    pub fn abort(&mut self) {
+        if self.open
+            && let Err(e) = self.producer.abort_transaction(self.timeout)
+        {
+            tracing::warn!(error = %e, "aborting a Kafka transaction");
+        }
+        self.open = false;
+        self.producer.context().failed.lock().unwrap().take();
+    }
+
+    fn id(&self) -> &str {
+        match &self.delivery {
+            Delivery::Transactional { id } => id,
+            Delivery::Idempotent => "",
+        }
+    }
+
+    fn transaction_error(&self, id: &str, what: &str, e: &KafkaError) -> Error {
+        if is_fenced(e) {
+            return fenced(id);
+        }
+        match e {
+            // Abortable: the transaction is gone, the producer usable; starting again helps.
+            KafkaError::Transaction(t) if !t.is_fatal() => {
+                Error::transient(format!("kafka: {what}: {t}"))
+            }
+            other => kafka_error(what, other),
+        }
+    }
+}
+
+/// Another producer with the same `transactional.id` started: this one may write no more.
+fn fenced(id: &str) -> Error {
+    Error::permanent(format!(
+        "kafka: another producer took over transactional.id {id:?} (a second siphon for this pipeline started?): this one stops writing"
+    ))
+}

@@ -1,0 +1,241 @@
+//! Consumers of the log's topics that read chosen partitions (no consumer group), and what
+//! they read records as.
+
+use std::time::{Duration, Instant};
+
+use rdkafka::ClientContext;
+use rdkafka::config::FromClientConfigAndContext;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{BorrowedMessage, Message};
+use rdkafka::{Offset, TopicPartitionList};
+use siphon_core::log::LogRecord;
+use siphon_core::{Error, Result};
+use siphon_kafka::config::Connection;
+use siphon_kafka::headers::SiphonHeaders;
+use siphon_kafka::kafka_error;
+
+/// A topic and partition.
+pub(crate) type Tp = (std::sync::Arc<str>, i32);
+
+/// A consumer of chosen partitions.
+pub(crate) type PartitionConsumer = BaseConsumer<QuietEnds>;
+
+/// librdkafka's context for siphon's consumers: the ends of partitions they were asked to
+/// report (and read as such) stay out of the error log.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct QuietEnds;
+
+impl ClientContext for QuietEnds {
+    fn error(&self, error: KafkaError, reason: &str) {
+        if !matches!(
+            error,
+            KafkaError::PartitionEOF(_) | KafkaError::Global(RDKafkaErrorCode::PartitionEOF)
+        ) {
+            tracing::error!("librdkafka: {error}: {reason}");
+        }
+    }
+}
+
+impl ConsumerContext for QuietEnds {}
+
+/// A consumer that sees only committed records (`read_committed`), of partitions it is
+/// assigned; `eof` makes it report the end of each (for reading a partition to its end).
+pub(crate) fn consumer(
+    connection: &Connection,
+    client_id: &str,
+    eof: bool,
+) -> Result<PartitionConsumer> {
+    let mut config = connection.client_config(client_id)?;
+    config
+        // librdkafka's consumer needs a group even to read assigned partitions; this one
+        // never joins or commits.
+        .set("group.id", client_id)
+        .set("isolation.level", "read_committed")
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        // A position the topic no longer holds is an error, never a silent jump.
+        .set("auto.offset.reset", "error")
+        .set("enable.partition.eof", if eof { "true" } else { "false" })
+        .set("fetch.wait.max.ms", "50")
+        .set("queued.max.messages.kbytes", "16384");
+    BaseConsumer::from_config_and_context(&config, QuietEnds)
+        .map_err(|e| kafka_error("creating a consumer", &e))
+}
+
+/// Reads `topic`'s partition `partition` from `start` to its end as it is now (what a
+/// `read_committed` reader sees), handing each message to `each`. A topic that does not
+/// exist reads as empty. Blocks: the consumer must have been made with `eof`.
+pub(crate) fn read_partition(
+    consumer: &PartitionConsumer,
+    topic: &str,
+    partition: i32,
+    start: Offset,
+    timeout: Duration,
+    mut each: impl FnMut(&BorrowedMessage<'_>) -> Result<()>,
+) -> Result<()> {
+    let (low, high) = match consumer.fetch_watermarks(topic, partition, timeout) {
+        Ok(marks) => marks,
+        Err(e) if is_unknown_topic(&e) => return Ok(()),
+        Err(e) => return Err(kafka_error(&format!("reading the extent of {topic}"), &e)),
+    };
+    let start_at = match start {
+        Offset::Offset(o) => o.max(low),
+        Offset::OffsetTail(n) => (high - n).max(low),
+        _ => low,
+    };
+    if start_at >= high {
+        return Ok(());
+    }
+    let mut assignment = TopicPartitionList::new();
+    assignment
+        .add_partition_offset(topic, partition, Offset::Offset(start_at))
+        .map_err(|e| kafka_error("assigning a partition", &e))?;
+    consumer
+        .assign(&assignment)
+        .map_err(|e| kafka_error(&format!("reading {topic}"), &e))?;
+    let mut last_progress = Instant::now();
+    loop {
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(message)) => {
+                last_progress = Instant::now();
+                let offset = message.offset();
+                each(&message)?;
+                if offset + 1 >= high {
+                    break;
+                }
+            }
+            Some(Err(KafkaError::PartitionEOF(_))) => break,
+            Some(Err(e)) => return Err(kafka_error(&format!("reading {topic}"), &e)),
+            None if last_progress.elapsed() > timeout => {
+                return Err(Error::transient(format!(
+                    "kafka: reading {topic}[{partition}]: no answer within {timeout:?}"
+                )));
+            }
+            None => {}
+        }
+    }
+    let _ = consumer.unassign();
+    Ok(())
+}
+
+/// Whether a Kafka error says the topic or partition does not exist.
+pub(crate) fn is_unknown_topic(e: &KafkaError) -> bool {
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::UnknownTopicOrPartition
+                | RDKafkaErrorCode::UnknownTopic
+                | RDKafkaErrorCode::UnknownPartition
+        )
+    )
+}
+
+/// A record of the log as a reader gets it: an event record (its `siphon.event` header), or
+/// a record that is not an event (in `records_topic`: the Kafka key and value). `None` for a
+/// tombstone or a record siphon did not write.
+pub(crate) fn log_record(message: &BorrowedMessage<'_>, records_topic: &str) -> Option<LogRecord> {
+    let siphon = SiphonHeaders::read(message.headers()?);
+    let offset = siphon.offset?;
+    let (key, value) = match siphon.event {
+        Some(event) => (siphon.key.unwrap_or_default().to_vec(), event.to_vec()),
+        // librdkafka keeps an empty value as none.
+        None if message.topic() == records_topic => (
+            message.key().unwrap_or_default().to_vec(),
+            message.payload().unwrap_or_default().to_vec(),
+        ),
+        None => return None,
+    };
+    Some(LogRecord {
+        offset,
+        timestamp_ms: message.timestamp().to_millis().unwrap_or(0),
+        flags: siphon.flags,
+        key,
+        value,
+    })
+}
+
+/// The first record of a partition at or after Kafka offset `at`, below `end`: its Kafka
+/// offset and siphon offset. Blocks.
+pub(crate) fn first_at_or_after(
+    consumer: &PartitionConsumer,
+    tp: &Tp,
+    at: i64,
+    end: i64,
+    timeout: Duration,
+) -> Result<Option<(i64, u64)>> {
+    let mut assignment = TopicPartitionList::new();
+    assignment
+        .add_partition_offset(&tp.0, tp.1, Offset::Offset(at))
+        .map_err(|e| kafka_error("assigning a partition", &e))?;
+    consumer
+        .assign(&assignment)
+        .map_err(|e| kafka_error("locating a position", &e))?;
+    let started = Instant::now();
+    loop {
+        match consumer.poll(Duration::from_millis(20)) {
+            Some(Ok(message)) => {
+                if message.offset() >= end {
+                    return Ok(None);
+                }
+                // A tombstone carries its delete's offset too.
+                if let Some(offset) = message
+                    .headers()
+                    .and_then(|h| SiphonHeaders::read(h).offset)
+                {
+                    return Ok(Some((message.offset(), offset)));
+                }
+            }
+            // Only this partition is assigned: its end.
+            Some(Err(KafkaError::PartitionEOF(_))) => return Ok(None),
+            Some(Err(e)) => return Err(kafka_error("locating a position", &e)),
+            None => {
+                let position = consumer
+                    .position()
+                    .ok()
+                    .and_then(|p| p.find_partition(&tp.0, tp.1).map(|e| e.offset()));
+                if let Some(Offset::Offset(p)) = position
+                    && p >= end
+                {
+                    return Ok(None);
+                }
+                if started.elapsed() > timeout {
+                    return Err(Error::transient(format!(
+                        "kafka: reading {}[{}] at {at}: no answer within {timeout:?}",
+                        tp.0, tp.1
+                    )));
+                }
+            }
+        }
+    }
+}
+
+/// The highest siphon offset in a partition (of its last record), searched back from its end.
+/// Blocks.
+pub(crate) fn last_offset(
+    consumer: &PartitionConsumer,
+    tp: &Tp,
+    timeout: Duration,
+) -> Result<Option<u64>> {
+    let (low, high) = match consumer.fetch_watermarks(&tp.0, tp.1, timeout) {
+        Ok(marks) => marks,
+        Err(e) if is_unknown_topic(&e) => return Ok(None),
+        Err(e) => return Err(kafka_error(&format!("reading the extent of {}", tp.0), &e)),
+    };
+    let mut back = 1;
+    while high - back >= low {
+        let probe = high - back;
+        let mut found = None;
+        let mut at = probe;
+        // The records from the probe to the end: the last one's offset is the highest.
+        while let Some((offset, seq)) = first_at_or_after(consumer, tp, at, high, timeout)? {
+            found = Some(seq);
+            at = offset + 1;
+        }
+        if found.is_some() {
+            return Ok(found);
+        }
+        back *= 2;
+    }
+    Ok(None)
+}

@@ -1,0 +1,534 @@
+//! The Kafka change log (`kind = "kafka"`): for pipelines that outgrow one machine. The log
+//! is a set of Kafka topics that every Kafka consumer reads as Debezium's:
+//!
+//! ```text
+//! <prefix>.<schema>.<table>      one topic per table: key = the primary key, value = the
+//!                                Debezium event (JSON or Avro), a tombstone after each delete,
+//!                                siphon's headers (siphon_kafka::headers) on each record
+//! siphon.<pipeline>.offsets      compacted: the log's identity, the next siphon offset and the
+//!                                last record (with the source's position), in every transaction
+//! siphon.<pipeline>.schemas      compacted: the table schema versions the records refer to
+//! siphon.<pipeline>.records      records that are not events (none in a pipeline)
+//! ```
+//!
+//! **Offsets.** The one writer (the daemon running the source; a second one fences it through
+//! the producer's `transactional.id`) gives every record a siphon offset, dense and in append
+//! order across all topics, in its `siphon.offset` header. It is the version every store
+//! guards with: a key's records get increasing offsets whatever partition they land in, also
+//! after a topic gains partitions. The next offset commits with the records in each
+//! transaction (the checkpoint), so a restarted writer goes on from there.
+//!
+//! **Exactly once.** An append is one Kafka transaction holding its records, the schema
+//! versions they name, and the checkpoint; readers use `read_committed`. A crash leaves the
+//! whole append and its position, or neither; the source resumes after the checkpoint's last
+//! record. Without transactions (`transactions = false`) records are acknowledged before the
+//! checkpoint is written, and a restarted writer numbers on past the highest offset any
+//! partition holds: a crash may write records again, under new offsets (at least once).
+//!
+//! **Reading.** A reader merges every partition by siphon offset ([`reader`]): one total
+//! order, whole transactions, as on the file log.
+
+mod checkpoint;
+mod config;
+mod consume;
+mod reader;
+mod schemas;
+mod writer;
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use siphon_core::kind::{Kind, LogContext, LogKind};
+use siphon_core::log::{
+    ChangeLog, Consumer, LogId, LogPromises, LogReader, LogRecord, LogStats, MaintenanceReport,
+    NewRecord,
+};
+use siphon_core::schema::{SchemaId, SchemaLookup, SchemaStore, TableSchema};
+use siphon_core::{Error, Result};
+use siphon_kafka::config::Connection;
+use siphon_kafka::{Delivery, Publisher, RecordEncoder, TopicSpec, Topics};
+use tokio::sync::watch;
+
+pub use config::{Compression, KafkaLogConfig, Names};
+pub use schemas::KafkaSchemas;
+
+use self::checkpoint::{Checkpoint, LastRecord};
+use self::consume::consumer;
+use self::reader::{OrderedReader, Topology};
+use self::writer::Writer;
+
+/// A Kafka change log, opened for its writer or read-only. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct KafkaLog {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: KafkaLogConfig,
+    connection: Connection,
+    names: Names,
+    pipeline: String,
+    id: LogId,
+    schemas: LogSchemas,
+    /// `None` when opened read-only.
+    writer: Option<Arc<Mutex<Writer>>>,
+    /// The offset after the last committed record.
+    durable: watch::Sender<u64>,
+    /// Read-only: the last record, as the latest checkpoint names it.
+    last: Mutex<Option<LastRecord>>,
+    /// Stops the threads that follow the log.
+    stop: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaLog")
+            .field("pipeline", &self.pipeline)
+            .field("id", &self.id)
+            .field("writer", &self.writer.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The log's schemas: a version registered by the writer is committed before `register`
+/// returns (with the transaction that is open, if one is: the records that name it are in it
+/// or after it).
+#[derive(Debug)]
+struct LogSchemas {
+    store: Arc<KafkaSchemas>,
+    writer: Weak<Mutex<Writer>>,
+}
+
+impl SchemaStore for LogSchemas {
+    fn register(&self, schema: &TableSchema) -> Result<Arc<TableSchema>> {
+        let registered = self.store.register(schema)?;
+        if let Some(writer) = self.writer.upgrade() {
+            writer.lock().unwrap().commit_schemas()?;
+        }
+        Ok(registered)
+    }
+
+    fn all(&self) -> Vec<Arc<TableSchema>> {
+        self.store.all()
+    }
+}
+
+impl SchemaLookup for LogSchemas {
+    fn schema(&self, id: SchemaId) -> Option<Arc<TableSchema>> {
+        self.store.schema(id)
+    }
+}
+
+/// Runs `f` on the blocking pool (librdkafka's calls block).
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::permanent(format!("a Kafka log task failed: {e}")))?
+}
+
+impl KafkaLog {
+    /// Opens pipeline `ctx.pipeline`'s log for its one writer: fences every earlier writer,
+    /// then reads where the log stands (its identity, next offset, schemas), creating the
+    /// log's own topics when missing. Blocks.
+    pub fn open(config: &KafkaLogConfig, ctx: &LogContext) -> Result<Self> {
+        config.validate().map_err(Error::Config)?;
+        let pipeline = &ctx.pipeline;
+        let names = config.names(pipeline);
+        let connection = config.connection();
+        let timeout = config.timeout.0;
+        let delivery = if config.transactions {
+            Delivery::Transactional {
+                id: names.transactional_id.clone(),
+            }
+        } else {
+            Delivery::Idempotent
+        };
+        let publisher = Publisher::connect(
+            &connection,
+            &format!("siphon-{pipeline}-writer"),
+            delivery,
+            &[
+                ("compression.type", config.compression.name().to_owned()),
+                ("linger.ms", "5".to_owned()),
+            ],
+            timeout,
+        )?;
+        // Fenced first, then read: what an earlier writer left is settled by now.
+        let helper = consumer(&connection, &format!("siphon-{pipeline}-open"), true)?;
+        let checkpoint = Checkpoint::latest(&helper, &names.offsets, timeout)?;
+        let schemas = Arc::new(KafkaSchemas::load(&names.schemas, helper, false, timeout)?);
+        let topics = Arc::new(Topics::connect(
+            &connection,
+            &format!("siphon-{pipeline}-admin"),
+            timeout,
+        )?);
+        let compacted = TopicSpec {
+            partitions: 1,
+            replication_factor: config.topics.replication_factor,
+            config: [("cleanup.policy".to_owned(), "compact".to_owned())].into(),
+        };
+        topics.ensure(&[names.offsets.clone(), names.schemas.clone()], &compacted)?;
+        let topic_spec = TopicSpec {
+            partitions: config.topics.partitions,
+            replication_factor: config.topics.replication_factor,
+            config: config.topics.topic_config(),
+        };
+        let encoder = RecordEncoder::new(
+            names.prefix.clone(),
+            config.encoding(),
+            config.topics.cleanup_policy.compacts(),
+        )?;
+        let helper = consumer(&connection, &format!("siphon-{pipeline}-open"), true)?;
+        let (id, mut next_offset, last) = match &checkpoint {
+            Some(c) => (
+                c.log_id.clone(),
+                c.next_offset,
+                c.last
+                    .as_ref()
+                    .map(|l| l.record(&helper, &names.records, timeout))
+                    .transpose()?,
+            ),
+            None => (LogId::random(), 0, None),
+        };
+        if !config.transactions {
+            // Records written after the checkpoint (acknowledged or not) keep their offsets:
+            // number on past the highest.
+            let all = reader::log_partitions(&helper, &topology(&schemas, &names, timeout))?;
+            for tp in &all {
+                if let Some(highest) = consume::last_offset(&helper, tp, timeout)? {
+                    next_offset = next_offset.max(highest + 1);
+                }
+            }
+        }
+        let mut writer = Writer {
+            publisher,
+            encoder,
+            topics,
+            topic_spec,
+            names: names.clone(),
+            schemas: schemas.clone(),
+            positions: ctx.positions.clone(),
+            log_id: id.clone(),
+            next_offset,
+            committed: next_offset,
+            last: last.clone(),
+            last_committed: last,
+            open_since: None,
+            schemas_sent: 0,
+            failed: None,
+        };
+        if checkpoint.is_none() {
+            // The identity is durable before any store can keep it with a cursor.
+            writer.write_checkpoint()?;
+            tracing::info!(pipeline, log = %id, "made a new Kafka change log");
+        }
+        let writer = Arc::new(Mutex::new(writer));
+        let log = KafkaLog {
+            inner: Arc::new(Inner {
+                config: config.clone(),
+                connection,
+                names,
+                pipeline: pipeline.clone(),
+                id,
+                schemas: LogSchemas {
+                    store: schemas,
+                    writer: Arc::downgrade(&writer),
+                },
+                writer: Some(writer),
+                durable: watch::Sender::new(next_offset),
+                last: Mutex::default(),
+                stop: Arc::default(),
+            }),
+        };
+        log.spawn_committer();
+        Ok(log)
+    }
+
+    /// Opens pipeline `ctx.pipeline`'s log read-only (sinks only, `status`, `log tail`): it
+    /// follows the writer's commits. `None` where no writer made it yet. Blocks.
+    pub fn open_read_only(config: &KafkaLogConfig, ctx: &LogContext) -> Result<Option<Self>> {
+        config.validate().map_err(Error::Config)?;
+        let pipeline = &ctx.pipeline;
+        let names = config.names(pipeline);
+        let connection = config.connection();
+        let timeout = config.timeout.0;
+        let helper = consumer(&connection, &format!("siphon-{pipeline}-open"), true)?;
+        let Some(checkpoint) = Checkpoint::latest(&helper, &names.offsets, timeout)? else {
+            return Ok(None);
+        };
+        let schemas_consumer = consumer(&connection, &format!("siphon-{pipeline}-schemas"), true)?;
+        let schemas = Arc::new(KafkaSchemas::load(
+            &names.schemas,
+            schemas_consumer,
+            true,
+            timeout,
+        )?);
+        let log = KafkaLog {
+            inner: Arc::new(Inner {
+                config: config.clone(),
+                connection,
+                names,
+                pipeline: pipeline.clone(),
+                id: checkpoint.log_id.clone(),
+                schemas: LogSchemas {
+                    store: schemas,
+                    writer: Weak::new(),
+                },
+                writer: None,
+                durable: watch::Sender::new(checkpoint.next_offset),
+                last: Mutex::new(checkpoint.last),
+                stop: Arc::default(),
+            }),
+        };
+        log.follow_checkpoints()?;
+        Ok(Some(log))
+    }
+
+    /// Follows the offsets topic in a thread of its own: the writer's commits move the
+    /// durable end.
+    fn follow_checkpoints(&self) -> Result<()> {
+        let inner = Arc::downgrade(&self.inner);
+        let stop = self.inner.stop.clone();
+        let topic = self.inner.names.offsets.clone();
+        let follower = consumer(
+            &self.inner.connection,
+            &format!("siphon-{}-follow", self.inner.pipeline),
+            false,
+        )?;
+        let (_, high) = rdkafka::consumer::Consumer::fetch_watermarks(
+            &follower,
+            &topic,
+            0,
+            self.inner.config.timeout.0,
+        )
+        .map_err(|e| siphon_kafka::kafka_error("reading the offsets topic", &e))?;
+        std::thread::Builder::new()
+            .name("siphon-kafka-follow".into())
+            .spawn(move || {
+                let result = checkpoint::follow(
+                    &follower,
+                    &topic,
+                    high,
+                    &|| stop.load(Ordering::Relaxed),
+                    |c| {
+                        if let Some(inner) = inner.upgrade() {
+                            *inner.last.lock().unwrap() = c.last;
+                            inner.durable.send_if_modified(|end| {
+                                let moved = c.next_offset > *end;
+                                *end = (*end).max(c.next_offset);
+                                moved
+                            });
+                        }
+                    },
+                );
+                if let Err(e) = result {
+                    tracing::error!(error = %e, "following the Kafka log's offsets topic stopped");
+                }
+            })
+            .map_err(|e| Error::permanent(format!("starting a thread: {e}")))?;
+        Ok(())
+    }
+
+    /// Commits a transaction left open by appends of an open source transaction within
+    /// `commit_interval`, on a task of its own.
+    fn spawn_committer(&self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let inner: Weak<Inner> = Arc::downgrade(&self.inner);
+        let every = self.inner.config.commit_interval.0;
+        runtime.spawn(async move {
+            loop {
+                tokio::time::sleep(every / 4).await;
+                let Some(log) = inner.upgrade().map(|inner| KafkaLog { inner }) else {
+                    return;
+                };
+                let result = blocking(move || {
+                    let writer = log.inner.writer.as_ref().expect("the writer's log");
+                    let mut writer = writer.lock().unwrap();
+                    let done = writer.commit_if_older(every);
+                    log.inner.durable.send_replace(writer.committed);
+                    done
+                })
+                .await;
+                if let Err(e) = result {
+                    tracing::warn!(error = %e, "committing an open Kafka transaction");
+                }
+            }
+        });
+    }
+
+    fn writer(&self) -> Result<&Arc<Mutex<Writer>>> {
+        self.inner
+            .writer
+            .as_ref()
+            .ok_or_else(|| Error::Config("the Kafka change log was opened read-only".into()))
+    }
+
+    async fn write(&self, records: Vec<NewRecord>, commit: bool) -> Result<Range<u64>> {
+        self.writer()?;
+        let log = self.clone();
+        blocking(move || {
+            let mut writer = log.writer()?.lock().unwrap();
+            let result = writer.append(records, commit);
+            log.inner.durable.send_if_modified(|end| {
+                let moved = *end != writer.committed;
+                *end = writer.committed;
+                moved
+            });
+            result
+        })
+        .await
+    }
+}
+
+/// How a reader finds a log's topics.
+fn topology(schemas: &Arc<KafkaSchemas>, names: &Names, timeout: Duration) -> Topology {
+    Topology {
+        schemas: schemas.clone(),
+        records_topic: names.records.clone(),
+        timeout,
+    }
+}
+
+#[async_trait]
+impl ChangeLog for KafkaLog {
+    async fn append(&self, records: Vec<NewRecord>) -> Result<Range<u64>> {
+        self.write(records, true).await
+    }
+
+    async fn append_unsynced(&self, records: Vec<NewRecord>) -> Result<Range<u64>> {
+        self.write(records, false).await
+    }
+
+    fn id(&self) -> &LogId {
+        &self.inner.id
+    }
+
+    fn schemas(&self) -> &dyn SchemaStore {
+        &self.inner.schemas
+    }
+
+    fn start_offset(&self) -> u64 {
+        0
+    }
+
+    fn durable_end(&self) -> u64 {
+        *self.inner.durable.borrow()
+    }
+
+    fn subscribe(&self) -> watch::Receiver<u64> {
+        self.inner.durable.subscribe()
+    }
+
+    fn reader(&self, from: u64) -> Result<Box<dyn LogReader>> {
+        let consumer = consumer(
+            &self.inner.connection,
+            &format!("siphon-{}-reader", self.inner.pipeline),
+            true,
+        )?;
+        Ok(Box::new(OrderedReader::open(
+            consumer,
+            topology(
+                &self.inner.schemas.store,
+                &self.inner.names,
+                self.inner.config.timeout.0,
+            ),
+            from,
+            self.inner.durable.subscribe(),
+        )?))
+    }
+
+    async fn last_record(&self) -> Result<Option<LogRecord>> {
+        let log = self.clone();
+        blocking(move || match &log.inner.writer {
+            Some(writer) => Ok(writer.lock().unwrap().last.clone()),
+            None => {
+                let last = log.inner.last.lock().unwrap().clone();
+                match last {
+                    None => Ok(None),
+                    Some(last) => {
+                        let helper = consumer(
+                            &log.inner.connection,
+                            &format!("siphon-{}-open", log.inner.pipeline),
+                            true,
+                        )?;
+                        last.record(
+                            &helper,
+                            &log.inner.names.records,
+                            log.inner.config.timeout.0,
+                        )
+                        .map(Some)
+                    }
+                }
+            }
+        })
+        .await
+    }
+
+    async fn maintain(&self, _consumers: &[Consumer]) -> Result<MaintenanceReport> {
+        // The brokers keep the topics (their retention and compaction).
+        Ok(MaintenanceReport::default())
+    }
+
+    fn maintenance_interval(&self) -> Option<Duration> {
+        None
+    }
+
+    fn stats(&self) -> LogStats {
+        LogStats {
+            start_offset: 0,
+            end_offset: self.durable_end(),
+            ..LogStats::default()
+        }
+    }
+
+    fn promises(&self) -> LogPromises {
+        LogPromises {
+            total_order: true,
+            // Compaction, and records written again without transactions, leave gaps.
+            dense_offsets: self.inner.config.transactions
+                && !self.inner.config.topics.cleanup_policy.compacts(),
+            transaction_marks: true,
+        }
+    }
+}
+
+/// `kind = "kafka"`.
+#[derive(Debug)]
+pub struct KafkaLogKind;
+
+impl Kind for KafkaLogKind {
+    const NAME: &'static str = "kafka";
+    type Config = KafkaLogConfig;
+
+    fn validate(config: &KafkaLogConfig) -> std::result::Result<(), String> {
+        config.validate()
+    }
+
+    fn build_note() -> Option<&'static str> {
+        Some("librdkafka 2.12, built in")
+    }
+}
+
+impl LogKind for KafkaLogKind {
+    fn open(config: &KafkaLogConfig, ctx: &LogContext) -> Result<Arc<dyn ChangeLog>> {
+        Ok(Arc::new(KafkaLog::open(config, ctx)?))
+    }
+
+    fn open_existing(
+        config: &KafkaLogConfig,
+        ctx: &LogContext,
+    ) -> Result<Option<Arc<dyn ChangeLog>>> {
+        Ok(KafkaLog::open_read_only(config, ctx)?.map(|log| Arc::new(log) as Arc<dyn ChangeLog>))
+    }
+}
