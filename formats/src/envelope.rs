@@ -2,8 +2,11 @@
 //! the `payload` (`before`, `after`, `source`, `op`, …), optionally wrapped with Kafka
 //! Connect's `schema`, and the `{"topic", "key", "value"}` records with their tombstones.
 
+use std::collections::HashMap;
+
 use serde_json::{Map, Value as Json, json};
 use siphon_core::event::{Event, Row, SnapshotMarker};
+use siphon_core::schema::{SchemaId, TableSchema};
 
 use crate::debezium::{self, Modes, key_schema, topic};
 use crate::json::value_schema;
@@ -33,6 +36,78 @@ impl JsonFormat {
         };
         json!({ "schema": schema, "payload": payload })
     }
+}
+
+/// Kafka Connect's `schema` parts of records, serialized, by table schema version: every event
+/// of a version has the same envelope schema and key schema, so that a writer of many events
+/// (the Kafka log) makes each once. Events without a table schema get theirs from their values,
+/// each its own.
+#[derive(Debug, Default)]
+pub struct SchemaCache {
+    by_version: HashMap<SchemaId, CachedSchemas>,
+}
+
+/// One version's serialized schemas.
+#[derive(Debug)]
+struct CachedSchemas {
+    value: String,
+    key: String,
+}
+
+impl JsonFormat {
+    /// The event's record value as JSON text in this format, its `schema` from `cache`.
+    pub fn value_bytes(self, event: &Event, cache: &mut SchemaCache) -> Vec<u8> {
+        let payload = envelope_in(event, self.transactions, &self.modes);
+        match (self.schemas, event.schema.as_deref()) {
+            (true, Some(table)) => {
+                let cached = cache.of(event, table, &self.modes);
+                wrap(&cached.value, &payload)
+            }
+            (true, None) => {
+                to_bytes(&json!({ "schema": envelope_schema(event), "payload": payload }))
+            }
+            (false, _) => to_bytes(&payload),
+        }
+    }
+
+    /// The event's record key as JSON text in this format (`None` for a table without a
+    /// primary key), its `schema` from `cache`.
+    pub fn key_bytes(self, event: &Event, cache: &mut SchemaCache) -> Option<Vec<u8>> {
+        let key = debezium::key(event, &self.modes);
+        if key.is_null() {
+            return None;
+        }
+        Some(match (self.schemas, event.schema.as_deref()) {
+            (true, Some(table)) => wrap(&cache.of(event, table, &self.modes).key, &key),
+            _ => to_bytes(&key),
+        })
+    }
+}
+
+impl SchemaCache {
+    fn of(&mut self, event: &Event, table: &TableSchema, modes: &Modes) -> &CachedSchemas {
+        self.by_version
+            .entry(table.id)
+            .or_insert_with(|| CachedSchemas {
+                value: debezium::envelope_schema(event, table, modes).to_string(),
+                key: key_schema(event, table, modes).to_string(),
+            })
+    }
+}
+
+/// `{"schema":<schema>,"payload":<payload>}`, the schema already serialized.
+fn wrap(schema: &str, payload: &Json) -> Vec<u8> {
+    let mut out = Vec::with_capacity(schema.len() + 512);
+    out.extend_from_slice(b"{\"schema\":");
+    out.extend_from_slice(schema.as_bytes());
+    out.extend_from_slice(b",\"payload\":");
+    serde_json::to_writer(&mut out, payload).expect("JSON values serialize");
+    out.push(b'}');
+    out
+}
+
+fn to_bytes(doc: &Json) -> Vec<u8> {
+    serde_json::to_vec(doc).expect("JSON values serialize")
 }
 
 /// The Debezium change event envelope (the `payload`), its values as Debezium writes them
@@ -184,5 +259,62 @@ pub fn records(event: &Event, modes: &Modes, schemas: bool) -> Vec<Json> {
             json!({"topic": topic, "key": key, "value": null}),
         ],
         _ => vec![json!({"topic": topic, "key": key, "value": value()})],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use siphon_core::event::{Op, Value};
+    use siphon_core::schema::{Column, ColumnKind, SchemaStore};
+    use siphon_core::testing::{MemorySchemas, event, row};
+
+    use super::*;
+
+    /// The cached schemas write the same documents as building them whole.
+    #[test]
+    fn cached_schemas_write_the_same_records() {
+        let column = |name: &str, kind: ColumnKind| Column {
+            name: name.into(),
+            type_name: "text".into(),
+            type_id: 25,
+            type_modifier: -1,
+            kind,
+            nullable: true,
+            generated: false,
+        };
+        let table = MemorySchemas::default()
+            .register(&TableSchema {
+                id: SchemaId::UNREGISTERED,
+                connector: "test".into(),
+                server: "test".into(),
+                database: "test".into(),
+                schema: Some("public".into()),
+                table: "items".into(),
+                columns: vec![
+                    column("id", ColumnKind::Int64),
+                    column("name", ColumnKind::Text { length: None }),
+                    column("note", ColumnKind::Text { length: None }),
+                ],
+                key: vec![0],
+            })
+            .unwrap();
+        let mut cache = SchemaCache::default();
+        for schemas in [true, false] {
+            let format = JsonFormat {
+                schemas,
+                ..JsonFormat::default()
+            };
+            for (i, op) in [Op::Read, Op::Update, Op::Delete].into_iter().enumerate() {
+                let id = i as i64;
+                let mut e = event("items", op, id, None, Some(row(id, "x", Value::Null)));
+                e.schema = Some(table.clone());
+                let value: Json =
+                    serde_json::from_slice(&format.value_bytes(&e, &mut cache)).unwrap();
+                assert_eq!(value, format.encode(&e));
+                let key: Json =
+                    serde_json::from_slice(&format.key_bytes(&e, &mut cache).unwrap()).unwrap();
+                assert_eq!(key, key_document(&e, &format.modes, schemas));
+            }
+        }
     }
 }

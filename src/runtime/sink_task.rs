@@ -124,6 +124,7 @@ pub(super) async fn run(mut t: SinkTask) {
                     Some(cmd) = t.commands.recv() => Ok(Some(cmd)),
                     fetched = prefetch.next() => match fetched {
                         Fetched::Batch(batch) => t.apply(batch).await.map(|()| None),
+                        Fetched::ReadFailed(e) if e.is_transient() => Err(t.read_interrupted(&e).await),
                         Fetched::ReadFailed(e) => Err(t.read_failed(&e)),
                         Fetched::Undecodable { offset, error } => {
                             t.fail(&format!("the record at offset {offset} cannot be decoded: {error}"));
@@ -276,10 +277,7 @@ impl SinkTask {
                 }
             }
         };
-        let reader = self
-            .log
-            .reader(next)
-            .map_err(|e| (Stop::Idle, self.fail(&e.to_string())))?;
+        let reader = self.reader(next, &mut backoff).await?;
         // A replay runs to the log's end at its start; reopened after an error, it goes on
         // to the same end.
         let replay_until = match from {
@@ -393,6 +391,45 @@ impl SinkTask {
             log_id: Some(self.log.id().clone()),
             next_offset,
             lost,
+        }
+    }
+
+    /// A reader of the log from `next`, made off the async threads (a partitioned log seeks
+    /// each partition there); retries transient errors.
+    async fn reader(
+        &mut self,
+        next: u64,
+        backoff: &mut Backoff,
+    ) -> Result<Box<dyn siphon_core::log::LogReader>, (Stop, String)> {
+        loop {
+            let log = self.log.clone();
+            let made = tokio::task::spawn_blocking(move || log.reader(next))
+                .await
+                .unwrap_or_else(|e| Err(Error::permanent(format!("the log reader task: {e}"))));
+            match made {
+                Ok(reader) => return Ok(reader),
+                Err(e) if e.is_transient() => {
+                    tracing::warn!(sink = %self.name, error = %e, "sink cannot read the log yet; retrying");
+                    self.update(|s| s.component.retrying(&e));
+                    if sleep_unless_cancelled(&self.cancel, backoff.next_delay()).await {
+                        return Err((Stop::Shutdown, "shutting down".into()));
+                    }
+                }
+                Err(e) => return Err((Stop::Idle, self.fail(&e.to_string()))),
+            }
+        }
+    }
+
+    /// Reading the log failed in a way retrying may mend (a broker out of reach): after a
+    /// pause the sink opens again and reads on from its store's cursor.
+    async fn read_interrupted(&mut self, e: &Error) -> Stop {
+        tracing::warn!(sink = %self.name, error = %e, "reading the change log failed; retrying");
+        self.update(|s| s.component.retrying(e));
+        let delay = self.retry_backoff.next_delay();
+        if sleep_unless_cancelled(&self.cancel, delay).await {
+            Stop::Shutdown
+        } else {
+            Stop::Reopen
         }
     }
 

@@ -6,12 +6,12 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::config::FromClientConfig;
+use rdkafka::config::FromClientConfigAndContext;
 use rdkafka::error::RDKafkaErrorCode;
 use siphon_core::{Error, Result};
 
 use crate::config::Connection;
+use crate::context::Quiet;
 use crate::error::kafka_error;
 
 /// How a topic is made when it is missing.
@@ -27,7 +27,7 @@ pub struct TopicSpec {
 
 /// Makes sure topics exist; remembers the ones it saw.
 pub struct Topics {
-    admin: AdminClient<DefaultClientContext>,
+    admin: AdminClient<Quiet>,
     known: Mutex<HashSet<String>>,
     timeout: Duration,
 }
@@ -42,7 +42,7 @@ impl Topics {
     /// An admin client of the cluster.
     pub fn connect(connection: &Connection, client_id: &str, timeout: Duration) -> Result<Self> {
         let config = connection.client_config(client_id)?;
-        let admin = AdminClient::from_config(&config)
+        let admin = AdminClient::from_config_and_context(&config, Quiet)
             .map_err(|e| kafka_error("creating an admin client", &e))?;
         Ok(Topics {
             admin,

@@ -6,12 +6,14 @@
 mod admin;
 mod client;
 pub mod config;
+mod context;
 mod error;
 pub mod headers;
 mod publisher;
 mod records;
 
 pub use admin::{TopicSpec, Topics};
+pub use context::Quiet;
 pub use error::{is_fenced, kafka_error};
 pub use publisher::{Delivery, Place, Publisher};
 pub use records::{OutRecord, RecordEncoder, table_topic, topic_name};

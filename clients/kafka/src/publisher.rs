@@ -22,7 +22,7 @@ use rdkafka::ClientContext;
 use rdkafka::config::FromClientConfigAndContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
-use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use siphon_core::{Error, Result};
 
 use crate::config::Connection;
@@ -48,7 +48,15 @@ struct Deliveries {
     remembered: Mutex<Option<(u64, Place)>>,
 }
 
-impl ClientContext for Deliveries {}
+impl ClientContext for Deliveries {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
+        crate::context::log_line(level, fac, message);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        crate::context::log_error(&error, reason);
+    }
+}
 
 impl ProducerContext for Deliveries {
     /// 0, or 1 + the number of a record whose place to remember.
@@ -95,11 +103,13 @@ pub enum Delivery {
 
 /// A producer of siphon's records.
 pub struct Publisher {
-    producer: ThreadedProducer<Deliveries>,
+    producer: BaseProducer<Deliveries>,
     delivery: Delivery,
     /// A transaction is open.
     open: bool,
     timeout: Duration,
+    /// Records sent, for serving acknowledgements now and then.
+    sent: u64,
 }
 
 impl std::fmt::Debug for Publisher {
@@ -142,8 +152,8 @@ impl Publisher {
                 .set("transactional.id", id)
                 .set("transaction.timeout.ms", "60000");
         }
-        let producer: ThreadedProducer<Deliveries> =
-            ThreadedProducer::from_config_and_context(&config, Deliveries::default())
+        let producer: BaseProducer<Deliveries> =
+            BaseProducer::from_config_and_context(&config, Deliveries::default())
                 .map_err(|e| kafka_error("creating a producer", &e))?;
         if let Delivery::Transactional { id } = &delivery {
             producer.init_transactions(timeout).map_err(|e| {
@@ -159,6 +169,7 @@ impl Publisher {
             delivery,
             open: false,
             timeout,
+            sent: 0,
         })
     }
 
@@ -198,12 +209,21 @@ impl Publisher {
         let started = Instant::now();
         loop {
             match self.producer.send(base) {
-                Ok(()) => return Ok(()),
+                Ok(()) => {
+                    self.sent += 1;
+                    // Acknowledgements are served by the caller's polls (a thread of
+                    // librdkafka's own would serve them only every 100ms, and a commit waits
+                    // for them): now and then, and at every flush.
+                    if self.sent.is_multiple_of(1024) {
+                        self.producer.poll(Duration::ZERO);
+                    }
+                    return Ok(());
+                }
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back))
                     if started.elapsed() < self.timeout =>
                 {
                     base = back;
-                    std::thread::sleep(Duration::from_millis(5));
+                    self.producer.poll(Duration::from_millis(5));
                 }
                 Err((e, _)) => {
                     return Err(kafka_error(&format!("producing to {}", record.topic), &e));
@@ -214,9 +234,7 @@ impl Publisher {
 
     /// Waits until every record sent is acknowledged (or failed).
     pub fn flush(&mut self) -> Result<()> {
-        self.producer
-            .flush(self.timeout)
-            .map_err(|e| kafka_error("waiting for the brokers' acknowledgements", &e))?;
+        self.drain()?;
         match self.producer.context().failed.lock().unwrap().take() {
             Some(e) if is_fenced(&e) => Err(fenced(self.id())),
             Some(e) => Err(kafka_error("producing", &e)),
@@ -245,6 +263,12 @@ impl Publisher {
         let mut attempt = 0;
         loop {
             attempt += 1;
+            // rdkafka's commit flushes first, polling in steps of 100ms that it waits out
+            // whole: with nothing in flight it goes straight to the commit.
+            if let Err(e) = self.drain() {
+                self.abort();
+                return Err(e);
+            }
             match self.producer.commit_transaction(self.timeout) {
                 Ok(()) => {
                     self.open = false;
@@ -265,6 +289,26 @@ impl Publisher {
                     return Err(error);
                 }
             }
+        }
+    }
+
+    /// Serves acknowledgements until nothing is in flight (librdkafka frees a record once its
+    /// acknowledgement is served).
+    fn drain(&mut self) -> Result<()> {
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            self.producer.poll(Duration::ZERO);
+            if self.producer.in_flight_count() == 0 {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::transient(format!(
+                    "kafka: the brokers did not acknowledge {} records within {:?}",
+                    self.producer.in_flight_count(),
+                    self.timeout
+                )));
+            }
+            std::thread::sleep(Duration::from_micros(200));
         }
     }
 

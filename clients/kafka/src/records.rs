@@ -4,7 +4,7 @@
 
 use siphon_core::event::{Event, Op};
 use siphon_core::{Error, Result};
-use siphon_format::envelope::{JsonFormat, key_document};
+use siphon_format::envelope::{JsonFormat, SchemaCache};
 
 use crate::config::{Encoding, RecordFormat};
 use crate::headers::RecordHeaders;
@@ -46,13 +46,15 @@ pub fn table_topic(prefix: &str, namespace: &str, table: &str) -> String {
 }
 
 /// Turns events into their Kafka records.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct RecordEncoder {
     /// First part of every table's topic (Debezium's `topic.prefix`).
     prefix: String,
     encoding: Encoding,
     /// The topics are compacted: every record needs a key.
     compacted: bool,
+    /// The JSON schemas of each table version, made once.
+    schemas: SchemaCache,
 }
 
 impl RecordEncoder {
@@ -67,6 +69,7 @@ impl RecordEncoder {
             prefix: prefix.into(),
             encoding,
             compacted,
+            schemas: SchemaCache::default(),
         })
     }
 
@@ -77,17 +80,19 @@ impl RecordEncoder {
 
     /// The records of `event` (with `headers`): the change, and after a delete its tombstone.
     pub fn encode(
-        &self,
+        &mut self,
         event: &Event,
         headers: RecordHeaders,
         timestamp_ms: i64,
     ) -> Result<Vec<OutRecord>> {
         let topic = self.topic(event);
-        let json = |doc: &serde_json::Value| {
-            serde_json::to_vec(doc).map_err(|e| Error::Codec(e.to_string()))
+        let format = JsonFormat {
+            schemas: self.encoding.schemas,
+            transactions: self.encoding.transaction_metadata,
+            modes: self.encoding.modes,
         };
-        let key = match key_document(event, &self.encoding.modes, self.encoding.schemas) {
-            serde_json::Value::Null if self.compacted => {
+        let key = match format.key_bytes(event, &mut self.schemas) {
+            None if self.compacted => {
                 if event.op != Op::Truncate {
                     return Err(Error::permanent(format!(
                         "table {} has no primary key, so its records cannot be kept in a compacted topic ({topic}): give it one, leave it out of the source's tables, or use topics.cleanup_policy = \"delete\"",
@@ -97,15 +102,9 @@ impl RecordEncoder {
                 // A compacted topic refuses records without a key: a truncate gets an empty one.
                 Some(b"{}".to_vec())
             }
-            serde_json::Value::Null => None,
-            doc => Some(json(&doc)?),
+            key => key,
         };
-        let format = JsonFormat {
-            schemas: self.encoding.schemas,
-            transactions: self.encoding.transaction_metadata,
-            modes: self.encoding.modes,
-        };
-        let value = json(&format.encode(event))?;
+        let value = format.value_bytes(event, &mut self.schemas);
         let mut out = Vec::with_capacity(2);
         if event.op == Op::Delete && key.is_some() {
             let tombstone = OutRecord {

@@ -91,12 +91,14 @@ impl LastRecord {
         }
     }
 
-    /// The record, read from its place when it is not inline.
+    /// The record, read from its place when it is not inline (from the partition's beginning
+    /// with `from_beginning`).
     pub fn record(
         &self,
         consumer: &PartitionConsumer,
         records_topic: &str,
         timeout: Duration,
+        from_beginning: bool,
     ) -> Result<LogRecord> {
         let bad = |why: String| Error::Corrupt {
             path: "kafka checkpoint".into(),
@@ -121,7 +123,11 @@ impl LastRecord {
             consumer,
             &at.topic,
             at.partition,
-            Offset::Offset(at.offset),
+            if from_beginning {
+                Offset::Beginning
+            } else {
+                Offset::Offset(at.offset)
+            },
             timeout,
             |message| {
                 if found.is_none() && message.offset() == at.offset {
@@ -152,13 +158,15 @@ impl Checkpoint {
     }
 
     /// The latest checkpoint in `topic` (`None` for a topic that has none, or none yet).
-    /// Looks back from the end, further each time, since the topic's end holds the latest.
+    /// Looks back from the end, further each time, since the topic's end holds the latest
+    /// (reads the whole topic `from_beginning`).
     pub fn latest(
         consumer: &PartitionConsumer,
         topic: &str,
         timeout: Duration,
+        from_beginning: bool,
     ) -> Result<Option<Checkpoint>> {
-        let mut back = 16;
+        let mut back = if from_beginning { i64::MAX / 2 } else { 16 };
         loop {
             let mut latest = None;
             let mut reached_start = false;
@@ -174,7 +182,7 @@ impl Checkpoint {
                 consumer,
                 topic,
                 0,
-                Offset::Offset(high - back),
+                Offset::Offset((high - back).max(low)),
                 timeout,
                 |message| {
                     if message.key() == Some(KEY)

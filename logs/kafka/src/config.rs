@@ -40,6 +40,19 @@ impl Compression {
     }
 }
 
+/// Where a reader of the log's topics starts each partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Seek {
+    /// At the first record it needs (found by a search over the partition's offsets).
+    #[default]
+    Offset,
+    /// At the partition's beginning, skipping what it does not need, and every read of the
+    /// log's own topics from their beginning too: for brokers whose `read_committed` fetches
+    /// drop records past an aborted transaction (noida-db 0.2.3 does).
+    Beginning,
+}
+
 /// Settings of the Kafka change log.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -100,6 +113,11 @@ pub struct KafkaLogConfig {
     /// The longest wait for the brokers in one operation.
     #[serde(default = "default_timeout")]
     pub timeout: HumanDuration,
+    /// Where readers start a partition: "offset" (at the first record they need; the default)
+    /// or "beginning" (for brokers whose `read_committed` fetches past an aborted transaction
+    /// drop records, as noida-db 0.2.3's do: readers then read each partition from its start).
+    #[serde(default)]
+    pub seek: Seek,
     /// A Kafka transaction holding the start of a source transaction still open is committed
     /// this long after it began at the latest (Kafka aborts a transaction open too long).
     #[serde(default = "default_commit_interval")]

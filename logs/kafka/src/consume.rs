@@ -3,9 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use rdkafka::ClientContext;
 use rdkafka::config::FromClientConfigAndContext;
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::{Offset, TopicPartitionList};
@@ -13,31 +12,13 @@ use siphon_core::log::LogRecord;
 use siphon_core::{Error, Result};
 use siphon_kafka::config::Connection;
 use siphon_kafka::headers::SiphonHeaders;
-use siphon_kafka::kafka_error;
+use siphon_kafka::{Quiet, kafka_error};
 
 /// A topic and partition.
 pub(crate) type Tp = (std::sync::Arc<str>, i32);
 
 /// A consumer of chosen partitions.
-pub(crate) type PartitionConsumer = BaseConsumer<QuietEnds>;
-
-/// librdkafka's context for siphon's consumers: the ends of partitions they were asked to
-/// report (and read as such) stay out of the error log.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct QuietEnds;
-
-impl ClientContext for QuietEnds {
-    fn error(&self, error: KafkaError, reason: &str) {
-        if !matches!(
-            error,
-            KafkaError::PartitionEOF(_) | KafkaError::Global(RDKafkaErrorCode::PartitionEOF)
-        ) {
-            tracing::error!("librdkafka: {error}: {reason}");
-        }
-    }
-}
-
-impl ConsumerContext for QuietEnds {}
+pub(crate) type PartitionConsumer = BaseConsumer<Quiet>;
 
 /// A consumer that sees only committed records (`read_committed`), of partitions it is
 /// assigned; `eof` makes it report the end of each (for reading a partition to its end).
@@ -58,8 +39,11 @@ pub(crate) fn consumer(
         .set("auto.offset.reset", "error")
         .set("enable.partition.eof", if eof { "true" } else { "false" })
         .set("fetch.wait.max.ms", "50")
-        .set("queued.max.messages.kbytes", "16384");
-    BaseConsumer::from_config_and_context(&config, QuietEnds)
+        .set("queued.max.messages.kbytes", "16384")
+        // Brokers that ignore fetch.max.bytes (noida-db answers a fetch with everything from
+        // the offset on) would otherwise fail every fetch of a long backlog.
+        .set("receive.message.max.bytes", "2147483647");
+    BaseConsumer::from_config_and_context(&config, Quiet)
         .map_err(|e| kafka_error("creating a consumer", &e))
 }
 
@@ -156,7 +140,8 @@ pub(crate) fn log_record(message: &BorrowedMessage<'_>, records_topic: &str) -> 
 }
 
 /// The first record of a partition at or after Kafka offset `at`, below `end`: its Kafka
-/// offset and siphon offset. Blocks.
+/// offset and siphon offset. Blocks. `consumer` must report partition ends (`eof`): a
+/// consumer's position is no answer, since it may still be that of an earlier assignment.
 pub(crate) fn first_at_or_after(
     consumer: &PartitionConsumer,
     tp: &Tp,
@@ -164,6 +149,13 @@ pub(crate) fn first_at_or_after(
     end: i64,
     timeout: Duration,
 ) -> Result<Option<(i64, u64)>> {
+    if at >= end {
+        return Ok(None);
+    }
+    // What an earlier assignment fetched may still wait in the queue, a partition end among
+    // it, which would read as this one's: stop it and drain the queue first.
+    let _ = consumer.unassign();
+    while consumer.poll(Duration::ZERO).is_some() {}
     let mut assignment = TopicPartitionList::new();
     assignment
         .add_partition_offset(&tp.0, tp.1, Offset::Offset(at))
@@ -173,7 +165,13 @@ pub(crate) fn first_at_or_after(
         .map_err(|e| kafka_error("locating a position", &e))?;
     let started = Instant::now();
     loop {
-        match consumer.poll(Duration::from_millis(20)) {
+        match consumer.poll(Duration::from_millis(50)) {
+            // Only what this assignment reads counts (librdkafka drops what an earlier one
+            // fetched; this is belt and braces).
+            Some(Ok(message))
+                if message.partition() != tp.1
+                    || message.topic() != &*tp.0
+                    || message.offset() < at => {}
             Some(Ok(message)) => {
                 if message.offset() >= end {
                     return Ok(None);
@@ -186,26 +184,17 @@ pub(crate) fn first_at_or_after(
                     return Ok(Some((message.offset(), offset)));
                 }
             }
-            // Only this partition is assigned: its end.
-            Some(Err(KafkaError::PartitionEOF(_))) => return Ok(None),
+            // The end of the partition (only this one is assigned).
+            Some(Err(KafkaError::PartitionEOF(p))) if p == tp.1 => return Ok(None),
+            Some(Err(KafkaError::PartitionEOF(_))) => {}
             Some(Err(e)) => return Err(kafka_error("locating a position", &e)),
-            None => {
-                let position = consumer
-                    .position()
-                    .ok()
-                    .and_then(|p| p.find_partition(&tp.0, tp.1).map(|e| e.offset()));
-                if let Some(Offset::Offset(p)) = position
-                    && p >= end
-                {
-                    return Ok(None);
-                }
-                if started.elapsed() > timeout {
-                    return Err(Error::transient(format!(
-                        "kafka: reading {}[{}] at {at}: no answer within {timeout:?}",
-                        tp.0, tp.1
-                    )));
-                }
+            None if started.elapsed() > timeout => {
+                return Err(Error::transient(format!(
+                    "kafka: reading {}[{}] at {at}: no answer within {timeout:?}",
+                    tp.0, tp.1
+                )));
             }
+            None => {}
         }
     }
 }

@@ -52,7 +52,7 @@ use siphon_kafka::config::Connection;
 use siphon_kafka::{Delivery, Publisher, RecordEncoder, TopicSpec, Topics};
 use tokio::sync::watch;
 
-pub use config::{Compression, KafkaLogConfig, Names};
+pub use config::{Compression, KafkaLogConfig, Names, Seek};
 pub use schemas::KafkaSchemas;
 
 use self::checkpoint::{Checkpoint, LastRecord};
@@ -158,14 +158,21 @@ impl KafkaLog {
             delivery,
             &[
                 ("compression.type", config.compression.name().to_owned()),
-                ("linger.ms", "5".to_owned()),
+                ("linger.ms", "0".to_owned()),
             ],
             timeout,
         )?;
         // Fenced first, then read: what an earlier writer left is settled by now.
         let helper = consumer(&connection, &format!("siphon-{pipeline}-open"), true)?;
-        let checkpoint = Checkpoint::latest(&helper, &names.offsets, timeout)?;
-        let schemas = Arc::new(KafkaSchemas::load(&names.schemas, helper, false, timeout)?);
+        let from_beginning = config.seek == Seek::Beginning;
+        let checkpoint = Checkpoint::latest(&helper, &names.offsets, timeout, from_beginning)?;
+        let schemas = Arc::new(KafkaSchemas::load(
+            &names.schemas,
+            helper,
+            false,
+            timeout,
+            from_beginning,
+        )?);
         let topics = Arc::new(Topics::connect(
             &connection,
             &format!("siphon-{pipeline}-admin"),
@@ -194,7 +201,7 @@ impl KafkaLog {
                 c.next_offset,
                 c.last
                     .as_ref()
-                    .map(|l| l.record(&helper, &names.records, timeout))
+                    .map(|l| l.record(&helper, &names.records, timeout, from_beginning))
                     .transpose()?,
             ),
             None => (LogId::random(), 0, None),
@@ -202,7 +209,7 @@ impl KafkaLog {
         if !config.transactions {
             // Records written after the checkpoint (acknowledged or not) keep their offsets:
             // number on past the highest.
-            let all = reader::log_partitions(&helper, &topology(&schemas, &names, timeout))?;
+            let all = reader::log_partitions(&helper, &topology(&schemas, &names, config))?;
             for tp in &all {
                 if let Some(highest) = consume::last_offset(&helper, tp, timeout)? {
                     next_offset = next_offset.max(highest + 1);
@@ -262,7 +269,10 @@ impl KafkaLog {
         let connection = config.connection();
         let timeout = config.timeout.0;
         let helper = consumer(&connection, &format!("siphon-{pipeline}-open"), true)?;
-        let Some(checkpoint) = Checkpoint::latest(&helper, &names.offsets, timeout)? else {
+        let from_beginning = config.seek == Seek::Beginning;
+        let Some(checkpoint) =
+            Checkpoint::latest(&helper, &names.offsets, timeout, from_beginning)?
+        else {
             return Ok(None);
         };
         let schemas_consumer = consumer(&connection, &format!("siphon-{pipeline}-schemas"), true)?;
@@ -271,6 +281,7 @@ impl KafkaLog {
             schemas_consumer,
             true,
             timeout,
+            from_beginning,
         )?);
         let log = KafkaLog {
             inner: Arc::new(Inner {
@@ -294,42 +305,54 @@ impl KafkaLog {
     }
 
     /// Follows the offsets topic in a thread of its own: the writer's commits move the
-    /// durable end.
+    /// durable end. With `seek = "beginning"` it reads the latest checkpoint from the
+    /// topic's beginning now and then instead (a broker that drops records past an aborted
+    /// transaction would keep a follower from seeing new ones).
     fn follow_checkpoints(&self) -> Result<()> {
         let inner = Arc::downgrade(&self.inner);
         let stop = self.inner.stop.clone();
         let topic = self.inner.names.offsets.clone();
+        let timeout = self.inner.config.timeout.0;
+        let from_beginning = self.inner.config.seek == Seek::Beginning;
         let follower = consumer(
             &self.inner.connection,
             &format!("siphon-{}-follow", self.inner.pipeline),
-            false,
+            from_beginning,
         )?;
-        let (_, high) = rdkafka::consumer::Consumer::fetch_watermarks(
-            &follower,
-            &topic,
-            0,
-            self.inner.config.timeout.0,
-        )
-        .map_err(|e| siphon_kafka::kafka_error("reading the offsets topic", &e))?;
+        let (_, high) =
+            rdkafka::consumer::Consumer::fetch_watermarks(&follower, &topic, 0, timeout)
+                .map_err(|e| siphon_kafka::kafka_error("reading the offsets topic", &e))?;
+        let take = move |c: Checkpoint| {
+            if let Some(inner) = inner.upgrade() {
+                *inner.last.lock().unwrap() = c.last;
+                inner.durable.send_if_modified(|end| {
+                    let moved = c.next_offset > *end;
+                    *end = (*end).max(c.next_offset);
+                    moved
+                });
+            }
+        };
         std::thread::Builder::new()
             .name("siphon-kafka-follow".into())
             .spawn(move || {
-                let result = checkpoint::follow(
-                    &follower,
-                    &topic,
-                    high,
-                    &|| stop.load(Ordering::Relaxed),
-                    |c| {
-                        if let Some(inner) = inner.upgrade() {
-                            *inner.last.lock().unwrap() = c.last;
-                            inner.durable.send_if_modified(|end| {
-                                let moved = c.next_offset > *end;
-                                *end = (*end).max(c.next_offset);
-                                moved
-                            });
+                let stopped = || stop.load(Ordering::Relaxed);
+                let result = if from_beginning {
+                    loop {
+                        std::thread::sleep(Duration::from_millis(250));
+                        if stopped() {
+                            break Ok(());
                         }
-                    },
-                );
+                        match Checkpoint::latest(&follower, &topic, timeout, true) {
+                            Ok(Some(c)) => take(c),
+                            Ok(None) => {}
+                            Err(e) => {
+                                tracing::warn!(error = %e, "reading the Kafka log's offsets topic")
+                            }
+                        }
+                    }
+                } else {
+                    checkpoint::follow(&follower, &topic, high, &stopped, take)
+                };
                 if let Err(e) = result {
                     tracing::error!(error = %e, "following the Kafka log's offsets topic stopped");
                 }
@@ -391,13 +414,20 @@ impl KafkaLog {
     }
 }
 
-/// How a reader finds a log's topics.
-fn topology(schemas: &Arc<KafkaSchemas>, names: &Names, timeout: Duration) -> Topology {
+/// How a reader finds a log's topics, and how it reads them.
+fn topology(schemas: &Arc<KafkaSchemas>, names: &Names, config: &KafkaLogConfig) -> Topology {
     Topology {
         schemas: schemas.clone(),
         records_topic: names.records.clone(),
-        timeout,
+        timeout: config.timeout.0,
+        from_beginning: config.seek == Seek::Beginning,
+        dense: dense_offsets(config),
     }
+}
+
+/// Whether the log's offsets are dense: each one committed once, none compacted away.
+fn dense_offsets(config: &KafkaLogConfig) -> bool {
+    config.transactions && !config.topics.cleanup_policy.compacts()
 }
 
 #[async_trait]
@@ -431,17 +461,16 @@ impl ChangeLog for KafkaLog {
     }
 
     fn reader(&self, from: u64) -> Result<Box<dyn LogReader>> {
-        let consumer = consumer(
-            &self.inner.connection,
-            &format!("siphon-{}-reader", self.inner.pipeline),
-            true,
-        )?;
+        let client_id = format!("siphon-{}-reader", self.inner.pipeline);
+        let probe = consumer(&self.inner.connection, &client_id, true)?;
+        let consumer = consumer(&self.inner.connection, &client_id, false)?;
         Ok(Box::new(OrderedReader::open(
+            &probe,
             consumer,
             topology(
                 &self.inner.schemas.store,
                 &self.inner.names,
-                self.inner.config.timeout.0,
+                &self.inner.config,
             ),
             from,
             self.inner.durable.subscribe(),
@@ -466,6 +495,7 @@ impl ChangeLog for KafkaLog {
                             &helper,
                             &log.inner.names.records,
                             log.inner.config.timeout.0,
+                            log.inner.config.seek == Seek::Beginning,
                         )
                         .map(Some)
                     }
@@ -496,8 +526,7 @@ impl ChangeLog for KafkaLog {
         LogPromises {
             total_order: true,
             // Compaction, and records written again without transactions, leave gaps.
-            dense_offsets: self.inner.config.transactions
-                && !self.inner.config.topics.cleanup_policy.compacts(),
+            dense_offsets: dense_offsets(&self.inner.config),
             transaction_marks: true,
         }
     }

@@ -101,6 +101,10 @@ pub(crate) struct Topology {
     pub records_topic: String,
     /// The longest wait for the brokers.
     pub timeout: Duration,
+    /// Start every partition at its beginning (see `Seek::Beginning`).
+    pub from_beginning: bool,
+    /// The log's offsets are dense: a missing one is an error, never a gap to pass.
+    pub dense: bool,
 }
 
 /// Where the reading thread hands over what it polled: a bounded queue (which
@@ -141,6 +145,11 @@ pub(crate) struct OrderedReader {
     timeout: Duration,
     /// The log's end can no longer be followed (its watch is gone).
     durable_closed: bool,
+    /// Its offsets are dense (see [`Topology::dense`]).
+    dense: bool,
+    /// Offsets the log committed that no partition delivered although each was read to its
+    /// end: an error for the reader's caller.
+    missing: Option<(u64, u64)>,
     _thread: ThreadGuard,
 }
 
@@ -164,8 +173,11 @@ impl Drop for ThreadGuard {
 
 impl OrderedReader {
     /// A reader of every partition of the log's topics from offset `from`: each partition is
-    /// positioned at its first record at or after `from`. Blocks while it finds them.
+    /// positioned at its first record at or after `from` (found with `probe`, which reports
+    /// partition ends; `consumer` reads, and has read nothing yet, so that the positions it
+    /// reports are its own). Blocks while it finds them.
     pub fn open(
+        probe: &PartitionConsumer,
         consumer: PartitionConsumer,
         topology: Topology,
         from: u64,
@@ -177,10 +189,15 @@ impl OrderedReader {
         let mut assignment = TopicPartitionList::new();
         let mut starts = HashMap::new();
         for tp in &partitions {
-            let offset = locate(&consumer, tp, from, topology.timeout)?;
+            let offset = if topology.from_beginning {
+                Offset::Beginning
+            } else {
+                locate(probe, tp, from, topology.timeout)?
+            };
             assignment
                 .add_partition_offset(&tp.0, tp.1, offset)
                 .map_err(|e| kafka_error("assigning partitions", &e))?;
+            tracing::debug!(topic = %tp.0, partition = tp.1, from, ?offset, "kafka reader starts");
             starts.insert(tp.clone(), offset);
         }
         consumer
@@ -194,6 +211,7 @@ impl OrderedReader {
         };
         let (requests, requests_rx) = std::sync::mpsc::channel();
         let timeout = topology.timeout;
+        let topology_dense = topology.dense;
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let thread_stop = stop.clone();
         let assigned = starts;
@@ -227,6 +245,8 @@ impl OrderedReader {
             check_in_flight: None,
             timeout,
             durable_closed: false,
+            dense: topology_dense,
+            missing: None,
             _thread: ThreadGuard(stop),
         })
     }
@@ -255,6 +275,15 @@ impl OrderedReader {
                 assigned,
             } => {
                 let end_then = self.check_in_flight.take().unwrap_or(0);
+                tracing::debug!(
+                    next = self.next,
+                    durable = *self.durable.borrow(),
+                    heads = ?self.heads.peek(),
+                    exhausted = exhausted.len(),
+                    assigned = assigned.len(),
+                    partitions = self.queues.len(),
+                    "kafka reader check"
+                );
                 self.topics_known = (at, wall_ms);
                 for tp in assigned {
                     self.queues.entry(tp).or_default();
@@ -272,8 +301,13 @@ impl OrderedReader {
                         .queues
                         .values()
                         .all(|q| q.exhausted == Some((at, wall_ms)))
+                    && end_then > self.next
                 {
-                    self.next = self.next.max(end_then);
+                    if self.dense {
+                        self.missing = Some((self.next, end_then));
+                    } else {
+                        self.next = end_then;
+                    }
                 }
             }
             Fetched::Failed(e) => return Err(e),
@@ -309,9 +343,15 @@ impl OrderedReader {
             }
             // At or below the next offset: the next one, or one handed out already (dropped
             // below).
-            let go = offset <= self.next || self.may_pass_gap(record, *polled);
-            if !go {
-                return None;
+            if offset > self.next {
+                if !self.may_pass_gap(record, *polled) {
+                    return None;
+                }
+                if self.dense {
+                    // Dense offsets have no gap: the brokers did not deliver them.
+                    self.missing = Some((self.next, offset));
+                    return None;
+                }
             }
             self.heads.pop();
             let queue = self.queues.get_mut(&tp).expect("a head has a queue");
@@ -408,6 +448,11 @@ impl LogReader for OrderedReader {
         let deadline = Instant::now() + self.timeout;
         let mut out = Vec::new();
         loop {
+            if let Some((first, end)) = self.missing.take() {
+                return Err(Error::transient(format!(
+                    "kafka: the change log committed offsets {first}..{end}, but no partition delivered them although each was read to its end (a broker whose read_committed fetches drop records past an aborted transaction does this: noida-db 0.2.3 does; set seek = \"beginning\" for it); reading again"
+                )));
+            }
             loop {
                 match self.fetched.try_recv() {
                     Ok(fetched) => self.take(fetched)?,

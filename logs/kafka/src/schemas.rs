@@ -29,6 +29,8 @@ pub struct KafkaSchemas {
     /// Reads versions registered since by the writer, in a process that does not write.
     follower: Option<Mutex<PartitionConsumer>>,
     timeout: Duration,
+    /// Every read starts at the topic's beginning (see `Seek::Beginning`).
+    from_beginning: bool,
 }
 
 impl std::fmt::Debug for KafkaSchemas {
@@ -80,12 +82,14 @@ impl KafkaSchemas {
         consumer: PartitionConsumer,
         follow: bool,
         timeout: Duration,
+        from_beginning: bool,
     ) -> Result<Self> {
         let schemas = KafkaSchemas {
             topic: topic.to_owned(),
             inner: Mutex::default(),
             follower: Some(Mutex::new(consumer)),
             timeout,
+            from_beginning,
         };
         schemas.read_new()?;
         Ok(KafkaSchemas {
@@ -100,7 +104,11 @@ impl KafkaSchemas {
             return Ok(());
         };
         let consumer = follower.lock().unwrap();
-        let start = self.inner.lock().unwrap().read_to;
+        let start = if self.from_beginning {
+            0
+        } else {
+            self.inner.lock().unwrap().read_to
+        };
         let mut found = Vec::new();
         let mut topics = Vec::new();
         let mut next = start;

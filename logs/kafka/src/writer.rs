@@ -65,9 +65,22 @@ impl Writer {
             return Err(Error::permanent(why.clone()));
         }
         let first = self.next_offset;
-        let result = self
-            .send(records)
-            .and_then(|()| if commit { self.commit() } else { Ok(()) });
+        let started = Instant::now();
+        let count = records.len();
+        let result = self.send(records).and_then(|()| {
+            let sent = started.elapsed();
+            if commit {
+                self.commit()?;
+            }
+            tracing::debug!(
+                records = count,
+                commit,
+                sent_us = sent.as_micros() as u64,
+                total_us = started.elapsed().as_micros() as u64,
+                "kafka append"
+            );
+            Ok(())
+        });
         match result {
             Ok(()) => Ok(first..self.next_offset),
             Err(e) => {
@@ -149,7 +162,7 @@ impl Writer {
 
     /// The Kafka records of one log record: an event's Debezium records, or a record that is
     /// not an event as itself in the records topic.
-    fn encode(&self, record: &LogRecord, out: &mut Vec<OutRecord>) -> Result<()> {
+    fn encode(&mut self, record: &LogRecord, out: &mut Vec<OutRecord>) -> Result<()> {
         if Event::is_encoded(&record.value) {
             let event = Event::decode(&record.value, &*self.schemas, &*self.positions)?;
             let headers = RecordHeaders {

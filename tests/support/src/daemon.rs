@@ -36,7 +36,11 @@ impl Daemon {
         let child = Command::new(binary)
             .args(["run", "--config"])
             .arg(config)
-            .env("RUST_LOG", "info")
+            // SIPHON_TEST_LOG (a RUST_LOG filter) makes the daemons of a test say more.
+            .env(
+                "RUST_LOG",
+                std::env::var("SIPHON_TEST_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()?;
