@@ -550,3 +550,146 @@ async fn kill_9_of_the_source_daemon_writes_every_change_to_kafka_exactly_once()
         "no kill left an aborted Kafka transaction ({uncommitted} records read uncommitted, {committed} committed): the test missed its moments"
     );
 }
+
+/// A second daemon for the same pipeline fences the first: the first, paused (a zombie) while
+/// the second starts, finds on waking that it may not write any more and stops its source
+/// with an error saying so; the second takes over the slot and the log; the topics hold
+/// every change once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_daemon_for_the_pipeline_fences_the_first() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let broker = KafkaBroker::start().unwrap();
+    let db = postgres().await.unwrap();
+    db.execute(
+        "create table counters (id int primary key, n bigint not null);
+         insert into counters select g, 0 from generate_series(1, 30) g;
+         create table ledger (id bigserial primary key, note text not null);",
+    )
+    .await
+    .unwrap();
+    let first = Setup::with_log(
+        &pg_source(&db),
+        &kafka_log(&broker, "seek = \"beginning\""),
+        0,
+        "",
+    );
+    let mut a = first.start();
+    common::wait_status(
+        &a,
+        Duration::from_secs(60),
+        "the snapshot in the log",
+        |s| s[0]["log"]["end_offset"].as_u64() >= Some(30),
+    )
+    .await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let big_open = Arc::new(AtomicBool::new(false));
+    let writer = spawn_writer(db.url.clone(), stop.clone(), big_open.clone());
+    common::wait_status(&a, Duration::from_secs(60), "the log growing", |s| {
+        s[0]["log"]["end_offset"].as_u64() > Some(2000)
+    })
+    .await;
+
+    // The first daemon freezes; a second one for the same pipeline starts meanwhile, with a
+    // copy of its data directory (as a replacement on another machine would have).
+    a.signal("STOP").unwrap();
+    let second_dir = tempfile::tempdir().unwrap();
+    let copied = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(first.dir.path().join("data"))
+        .arg(second_dir.path())
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let second_port = siphon_test_support::free_port();
+    let config = std::fs::read_to_string(&first.config)
+        .unwrap()
+        .replace(
+            &first.dir.path().join("data").display().to_string(),
+            &second_dir.path().join("data").display().to_string(),
+        )
+        .replace(
+            &first.out_dir().display().to_string(),
+            &second_dir.path().join("out").display().to_string(),
+        )
+        .replace(
+            &format!("127.0.0.1:{}", first.admin_port),
+            &format!("127.0.0.1:{second_port}"),
+        );
+    let second_config = second_dir.path().join("siphon.toml");
+    std::fs::write(&second_config, config).unwrap();
+    let b = siphon_test_support::Daemon::start(
+        std::path::Path::new(common::BIN),
+        &second_config,
+        second_port,
+        &second_dir.path().join("daemon.log"),
+    )
+    .unwrap();
+    // The second one's log is open (it fenced the first) once its admin API answers.
+    common::wait_status(&b, Duration::from_secs(60), "the second daemon up", |s| {
+        s[0]["log"]["end_offset"].as_u64() > Some(2000)
+    })
+    .await;
+    a.signal("CONT").unwrap();
+    let fenced = common::wait_status(
+        &a,
+        Duration::from_secs(60),
+        "the first daemon fenced",
+        |s| s[0]["source"]["state"] == "failed",
+    )
+    .await;
+    let why = fenced[0]["source"]["last_error"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        why.contains("another producer took over transactional.id"),
+        "the first daemon's source: {why}"
+    );
+    // The second carries on: the slot is free now, and the writer's changes keep coming.
+    let taken_over = common::wait_status(
+        &b,
+        Duration::from_secs(90),
+        "the second daemon streaming",
+        |s| s[0]["source"]["state"] == "running",
+    )
+    .await[0]["log"]["end_offset"]
+        .as_u64()
+        .unwrap();
+    common::wait_status(
+        &b,
+        Duration::from_secs(90),
+        "the second daemon writing",
+        |s| s[0]["log"]["end_offset"].as_u64() > Some(taken_over + 1000),
+    )
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    writer.await.unwrap();
+    let position = current_lsn(&db).await;
+    common::wait_applied(&b, "out", &position, Duration::from_secs(90)).await;
+    drop(a);
+
+    let client = db.client().await.unwrap();
+    let counters: BTreeMap<i64, i64> = client
+        .query("select id::int8, n from counters", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let history = per_key_history(&topic_records(&broker, "demo.public.counters"));
+    for (id, n) in &counters {
+        let seen: Vec<i64> = history[id]
+            .iter()
+            .map(|row| row.as_ref().unwrap()["n"].as_i64().unwrap())
+            .collect();
+        assert_eq!(seen, (0..=*n).collect::<Vec<_>>(), "counter {id}");
+    }
+    let ledger_rows = client
+        .query_one("select count(*) from ledger", &[])
+        .await
+        .unwrap()
+        .get::<_, i64>(0);
+    let ledger = per_key_history(&topic_records(&broker, "demo.public.ledger"));
+    assert_eq!(ledger.len() as i64, ledger_rows);
+    assert!(ledger.values().all(|h| h.len() == 1), "a ledger row twice");
+}

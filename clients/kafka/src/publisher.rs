@@ -187,12 +187,10 @@ impl Publisher {
     /// caller gives it) keeps where it lands ([`Publisher::remembered`], once flushed). Waits
     /// only while librdkafka's queue is full.
     pub fn send(&mut self, record: &OutRecord, remember: Option<u64>) -> Result<()> {
-        if let Delivery::Transactional { id } = &self.delivery
-            && !self.open
-        {
+        if self.transactional() && !self.open {
             self.producer
                 .begin_transaction()
-                .map_err(|e| self.transaction_error(id, "beginning a transaction", &e))?;
+                .map_err(|e| self.error("beginning a transaction", &e))?;
             self.open = true;
         }
         let headers = record.headers.to_owned_headers();
@@ -226,7 +224,7 @@ impl Publisher {
                     self.producer.poll(Duration::from_millis(5));
                 }
                 Err((e, _)) => {
-                    return Err(kafka_error(&format!("producing to {}", record.topic), &e));
+                    return Err(self.error(&format!("producing to {}", record.topic), &e));
                 }
             }
         }
@@ -236,8 +234,7 @@ impl Publisher {
     pub fn flush(&mut self) -> Result<()> {
         self.drain()?;
         match self.producer.context().failed.lock().unwrap().take() {
-            Some(e) if is_fenced(&e) => Err(fenced(self.id())),
-            Some(e) => Err(kafka_error("producing", &e)),
+            Some(e) => Err(self.error("producing", &e)),
             None => Ok(()),
         }
     }
@@ -254,9 +251,9 @@ impl Publisher {
     /// acknowledgement. On an error nothing since the last commit may be taken as written
     /// (the transaction was aborted): the caller starts again from its last commit.
     pub fn commit(&mut self) -> Result<()> {
-        let Delivery::Transactional { id } = self.delivery.clone() else {
+        if !self.transactional() {
             return self.flush();
-        };
+        }
         if !self.open {
             return Ok(());
         }
@@ -281,8 +278,8 @@ impl Publisher {
                     tracing::warn!(error = %t, attempt, "committing a Kafka transaction; retrying");
                 }
                 Err(e) => {
-                    let error = self.transaction_error(&id, "committing a transaction", &e);
-                    if !is_fenced(&e) {
+                    let error = self.error("committing a transaction", &e);
+                    if error.is_transient() {
                         self.abort();
                     }
                     self.open = false;
@@ -330,9 +327,24 @@ impl Publisher {
         }
     }
 
-    fn transaction_error(&self, id: &str, what: &str, e: &KafkaError) -> Error {
+    /// `e`, met while doing `what`, as siphon's error. Once librdkafka has met a fatal error
+    /// every call fails with `Fatal`: the fatal error itself says why (another producer
+    /// fenced this one, most often).
+    fn error(&self, what: &str, e: &KafkaError) -> Error {
         if is_fenced(e) {
-            return fenced(id);
+            return fenced(self.id());
+        }
+        if let Some((code, reason)) = self.producer.client().fatal_error() {
+            use RDKafkaErrorCode as C;
+            if matches!(
+                code,
+                C::ProducerFenced | C::InvalidProducerEpoch | C::Fenced
+            ) {
+                return fenced(self.id());
+            }
+            return Error::permanent(format!(
+                "kafka: {what}: the producer failed for good: {reason}"
+            ));
         }
         match e {
             // Abortable: the transaction is gone, the producer usable; starting again helps.
