@@ -317,6 +317,9 @@ async fn wait(
                 Err(e @ WaitError::NoPipeline(_)) => {
                     return (StatusCode::NOT_FOUND, e.to_string()).into_response();
                 }
+                Err(e @ WaitError::Unsupported(_)) => {
+                    return (StatusCode::NOT_IMPLEMENTED, e.to_string()).into_response();
+                }
                 Err(e) => return bad(e.to_string()),
             }
         }
@@ -348,7 +351,7 @@ async fn wait(
             (StatusCode::NOT_FOUND, e.to_string()).into_response()
         }
         Err(e @ WaitError::BadPoint(_)) => bad(e.to_string()),
-        Err(e @ WaitError::NoTotalOrder(_)) => {
+        Err(e @ WaitError::Unsupported(_)) => {
             (StatusCode::NOT_IMPLEMENTED, e.to_string()).into_response()
         }
     }

@@ -132,6 +132,9 @@ pub trait ConfiguredLog: Send + Sync + Debug {
 
     /// The log read-only beside its writer; `None` where none was made yet.
     fn open_existing(&self, ctx: &LogContext) -> siphon_core::Result<Option<Arc<dyn ChangeLog>>>;
+
+    /// Whether daemons other than its writer read it (see [`LogKind::SHARED`]).
+    fn shared(&self) -> bool;
 }
 
 /// A configured sink.
@@ -268,6 +271,10 @@ impl<K: LogKind> ConfiguredLog for Configured<K> {
 
     fn open_existing(&self, ctx: &LogContext) -> siphon_core::Result<Option<Arc<dyn ChangeLog>>> {
         K::open_existing(&self.0, ctx)
+    }
+
+    fn shared(&self) -> bool {
+        K::SHARED
     }
 }
 

@@ -145,10 +145,16 @@ async fn duckdb_rows(path: &std::path::Path) -> Rows {
     rows
 }
 
-/// The `[pipelines.demo.log]` body of a Kafka log on `broker`.
+/// The `[pipelines.demo.log]` body of a Kafka log on `broker`, its tables' topics of three
+/// partitions.
 fn kafka_log(broker: &KafkaBroker, extra: &str) -> String {
+    kafka_log_of(broker, 3, extra)
+}
+
+/// The `[pipelines.demo.log]` body of a Kafka log on `broker`.
+fn kafka_log_of(broker: &KafkaBroker, partitions: u32, extra: &str) -> String {
     format!(
-        "kind = \"kafka\"\nbrokers = \"{}\"\ntopics = {{ partitions = 3 }}\n{extra}",
+        "kind = \"kafka\"\nbrokers = \"{}\"\ntopics = {{ partitions = {partitions} }}\n{extra}",
         broker.brokers()
     )
 }
@@ -574,7 +580,7 @@ async fn a_second_daemon_for_the_pipeline_fences_the_first() {
         0,
         "",
     );
-    let mut a = first.start();
+    let a = first.start();
     common::wait_status(
         &a,
         Duration::from_secs(60),
@@ -692,4 +698,261 @@ async fn a_second_daemon_for_the_pipeline_fences_the_first() {
     let ledger = per_key_history(&topic_records(&broker, "demo.public.ledger"));
     assert_eq!(ledger.len() as i64, ledger_rows);
     assert!(ledger.values().all(|h| h.len() == 1), "a ledger row twice");
+}
+
+/// The group test's tables.
+const GROUP_TABLES: &[&str] = &["t1", "t2", "t3", "t4"];
+
+/// (table, id) → (v, n), as text.
+type GroupRows = BTreeMap<(String, i64), (String, String)>;
+
+async fn group_rows_pg(client: &tokio_postgres::Client) -> GroupRows {
+    let mut rows = GroupRows::new();
+    for table in GROUP_TABLES {
+        let found = client
+            .query(
+                &format!("select id::int8, v, n::text from public.{table}"),
+                &[],
+            )
+            .await
+            .unwrap_or_default();
+        for r in found {
+            rows.insert(((*table).to_owned(), r.get(0)), (r.get(1), r.get(2)));
+        }
+    }
+    rows
+}
+
+async fn group_rows_redis(cache: &RedisKeyspace) -> GroupRows {
+    let mut conn = cache.conn().await.unwrap();
+    let mut rows = GroupRows::new();
+    for table in GROUP_TABLES {
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{}{table}:*", cache.prefix))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        for key in keys {
+            let fields: BTreeMap<String, String> = redis::cmd("HGETALL")
+                .arg(&key)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            let id: i64 = key.rsplit(':').next().unwrap().parse().unwrap();
+            rows.insert(
+                ((*table).to_owned(), id),
+                (
+                    fields.get("v").cloned().unwrap_or_default(),
+                    fields.get("n").cloned().unwrap_or_default(),
+                ),
+            );
+        }
+    }
+    rows
+}
+
+/// A daemon that runs pipeline `demo`'s sinks only, as a member of their consumer groups.
+struct Member {
+    dir: tempfile::TempDir,
+    config: std::path::PathBuf,
+    port: u16,
+}
+
+impl Member {
+    fn new(broker: &KafkaBroker, cache: &RedisKeyspace, target: &PgDatabase) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let port = siphon_test_support::free_port();
+        let config = dir.path().join("siphon.toml");
+        std::fs::write(
+            &config,
+            format!(
+                r#"
+data_dir = "{data}"
+shutdown_timeout = "10s"
+
+[admin]
+listen = "127.0.0.1:{port}"
+
+[pipelines.demo.log]
+{log}
+
+[pipelines.demo.sinks.cache]
+kind = "redis"
+url = "{redis}"
+prefix = "{prefix}"
+batch_size = 50
+consumer_group = true
+
+[pipelines.demo.sinks.warehouse]
+kind = "postgres"
+url = "{target}"
+batch_size = 50
+consumer_group = true
+"#,
+                data = dir.path().join("data").display(),
+                log = kafka_log_of(broker, 1, ""),
+                redis = cache.url,
+                prefix = cache.prefix,
+                target = target.url,
+            ),
+        )
+        .unwrap();
+        Member { dir, config, port }
+    }
+
+    fn start(&self) -> siphon_test_support::Daemon {
+        siphon_test_support::Daemon::start(
+            std::path::Path::new(common::BIN),
+            &self.config,
+            self.port,
+            &self.dir.path().join("daemon.log"),
+        )
+        .unwrap()
+    }
+
+    /// The tables this member was last given, from its log.
+    fn tables(&self) -> String {
+        let log = std::fs::read_to_string(self.dir.path().join("daemon.log")).unwrap_or_default();
+        log.lines()
+            .rfind(|l| l.contains("this member reads these tables"))
+            .unwrap_or_default()
+            .to_owned()
+    }
+}
+
+/// Two daemons that run the sinks only, in one consumer group, split the tables of a
+/// PostgreSQL pipeline whose source another daemon runs; one of them is killed -9 midway and
+/// started again, and takes its tables back. The Redis cache and the PostgreSQL mirror end
+/// equal to the source tables, row by row.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_sink_only_daemons_in_a_consumer_group_split_the_tables() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let broker = KafkaBroker::start().unwrap();
+    let db = postgres().await.unwrap();
+    let target = postgres().await.unwrap();
+    let cache = redis().await.unwrap();
+    for table in GROUP_TABLES {
+        db.execute(&format!(
+            "create table {table} (id int primary key, v text not null, n bigint not null);
+             insert into {table} select g, 'row ' || g, 0 from generate_series(1, 200) g;"
+        ))
+        .await
+        .unwrap();
+    }
+    let source = Setup::with_log(&pg_source(&db), &kafka_log_of(&broker, 1, ""), 0, "");
+    let s = source.start();
+    common::wait_status(
+        &s,
+        Duration::from_secs(60),
+        "the snapshot in the log",
+        |st| st[0]["log"]["end_offset"].as_u64() >= Some(800),
+    )
+    .await;
+
+    let (one, two) = (
+        Member::new(&broker, &cache, &target),
+        Member::new(&broker, &cache, &target),
+    );
+    let mut first = one.start();
+    let second = two.start();
+    // A writer of transactions across the tables: updates, inserts, deletes.
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (url, stop) = (db.url.clone(), stop.clone());
+        tokio::spawn(async move {
+            let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            tokio::spawn(conn);
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let (a, b) = (
+                    GROUP_TABLES[i as usize % 4],
+                    GROUP_TABLES[(i as usize + 1) % 4],
+                );
+                let id = 201 + i as i64;
+                client
+                    .batch_execute(&format!(
+                        "begin;
+                         update {a} set n = n + 1, v = 'seen {i}' where id % 7 = {m};
+                         insert into {b} values ({id}, 'new {i}', {i});
+                         delete from {a} where id = {gone};
+                         commit;",
+                        m = i % 7,
+                        gone = 1 + (i * 13) % 200,
+                    ))
+                    .await
+                    .unwrap();
+                i += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            i
+        })
+    };
+    // Both members take tables; then the first is killed and the second takes them over.
+    let both = std::time::Instant::now();
+    while !(one.tables().contains("demo.public.") && two.tables().contains("demo.public.")) {
+        assert!(
+            both.elapsed() < Duration::from_secs(120),
+            "the members did not split the tables: {:?} / {:?}\n{}\n{}",
+            one.tables(),
+            two.tables(),
+            first.log(),
+            second.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let held = one.tables();
+    first.kill_9().unwrap();
+    // Restarted (as an orchestrator would), the member takes its tables back: the group
+    // knows it by the member id in its data directory. (noida-db never expires a member whose
+    // session ended, so the other one could not take them over meanwhile.)
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    first = one.start();
+    let back = std::time::Instant::now();
+    while one.tables() == held || !one.tables().contains("demo.public.") {
+        assert!(
+            back.elapsed() < Duration::from_secs(120),
+            "the restarted member did not take its tables back: {:?}\n{}",
+            one.tables(),
+            first.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, Ordering::Relaxed);
+    let transactions = writer.await.unwrap();
+    assert!(transactions > 20, "the writer committed {transactions}");
+
+    // The stores follow to the source's rows (no wait endpoint for a consumer group's
+    // member: polled, with a deadline that follows their progress).
+    let want = group_rows_pg(&db.client().await.unwrap()).await;
+    let mirror = target.client().await.unwrap();
+    let mut last = (
+        GroupRows::new(),
+        GroupRows::new(),
+        std::time::Instant::now(),
+    );
+    loop {
+        let (mirrored, cached) = (group_rows_pg(&mirror).await, group_rows_redis(&cache).await);
+        if mirrored == want && cached == want {
+            break;
+        }
+        if (mirrored.clone(), cached.clone()) != (last.0.clone(), last.1.clone()) {
+            last = (mirrored, cached, std::time::Instant::now());
+        }
+        assert!(
+            last.2.elapsed() < Duration::from_secs(60),
+            "the stores stopped short of the source: mirror {} rows, cache {} rows, source {} rows\n{}",
+            last.0.len(),
+            last.1.len(),
+            want.len(),
+            second.log()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    drop(first);
+    drop(s);
 }

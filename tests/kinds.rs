@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 /// `kind = "counter"`: events 0..count, each a row `{id, n}` of `test.counted`, one a
 /// transaction. Its positions and points are its own: an event's number, and `count=N` in
 /// the read-your-writes API (event N is in the log).
+#[derive(Debug)]
 struct Counter;
 
 /// A counter event's position: its number.
@@ -172,6 +173,7 @@ impl Source for CounterSource {
 }
 
 /// `kind = "memory"`: a log in this process's memory, one per directory.
+#[derive(Debug)]
 struct Memory;
 
 #[derive(Debug, Clone, Deserialize)]
@@ -200,6 +202,7 @@ impl LogKind for Memory {
 }
 
 /// `kind = "collect"`: keeps every event it applies, by its `name`, for the test to read.
+#[derive(Debug)]
 struct Collect;
 
 #[derive(Debug, Clone, Deserialize)]
@@ -298,7 +301,7 @@ name = "seen"
         &kinds(),
     )
     .unwrap();
-    assert_eq!(config.pipelines["counted"].source.kind(), "counter");
+    assert_eq!(config.pipelines["counted"].source_kind(), "counter");
     assert_eq!(config.pipelines["counted"].log.kind(), "memory");
     let cancel = CancellationToken::new();
     let daemon = tokio::spawn(siphon::daemon::run(config, cancel.clone()));

@@ -17,7 +17,7 @@ use crate::sink::Sink;
 use crate::source::Source;
 
 /// What every kind has: its name and its settings.
-pub trait Kind: Send + Sync + 'static {
+pub trait Kind: Send + Sync + Debug + 'static {
     /// Its name in the configuration: `kind = "…"`.
     const NAME: &'static str;
 
@@ -96,6 +96,11 @@ impl Debug for LogContext {
 
 /// A kind of change log.
 pub trait LogKind: Kind {
+    /// Whether daemons other than its writer read it, each keeping its own place (a broker's
+    /// log): a daemon may then run a pipeline's sinks without its source, and sinks may read
+    /// it as members of a consumer group.
+    const SHARED: bool = false;
+
     /// The pipeline's log, for its one writer (the daemon running its source).
     fn open(config: &Self::Config, ctx: &LogContext) -> Result<Arc<dyn ChangeLog>>;
 

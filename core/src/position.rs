@@ -158,7 +158,7 @@ fn serde_bytes_buf<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<u8>
 }
 
 /// Reads the positions of events of the connectors it knows.
-pub trait PositionDecoder: Send + Sync {
+pub trait PositionDecoder: Send + Sync + Debug {
     /// The position of an event of `connector` (its `source.connector`) stored as `bytes`;
     /// `None` for a connector it does not know or bytes that do not decode.
     fn decode(&self, connector: &str, bytes: &[u8]) -> Option<SourcePosition>;

@@ -14,7 +14,7 @@ pub(super) async fn check(config: &Config, connect: bool) -> anyhow::Result<Exit
             .collect();
         println!(
             "  pipeline {name}: source {} → sinks {}",
-            p.source.kind(),
+            p.source_kind(),
             sinks.join(", ")
         );
     }
@@ -23,12 +23,13 @@ pub(super) async fn check(config: &Config, connect: bool) -> anyhow::Result<Exit
     }
     let mut failed = 0;
     for (name, p) in &config.pipelines {
-        let mut source = p.source.build(name);
-        report(
-            &mut failed,
-            &format!("{name}: source {}", p.source.kind()),
-            source.check().await,
-        );
+        if let Some(source) = &p.source {
+            report(
+                &mut failed,
+                &format!("{name}: source {}", source.kind()),
+                source.build(name).check().await,
+            );
+        }
         for (sink_name, s) in &p.sinks {
             let result = match s.spec.build(name, sink_name) {
                 Ok(mut sink) => sink.check().await,

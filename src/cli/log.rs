@@ -51,7 +51,7 @@ pub(super) async fn tail(
             .map_err(|e| anyhow::anyhow!("--debezium {e}"))?;
     }
     let log = open(config, pipeline)?;
-    let positions = config.pipeline(pipeline)?.source.positions();
+    let positions = config.pipeline(pipeline)?.positions();
     let start = log.start_offset();
     let from = from
         .unwrap_or_else(|| log.durable_end().saturating_sub(10))

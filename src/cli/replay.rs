@@ -105,13 +105,16 @@ pub(super) async fn replay(
         eprintln!(
             "the daemon is not running: replaying {pipeline}/{sink} from offset {from} offline"
         );
-        let mut source = p.source.build(pipeline);
-        let tables = match source.tables().await {
-            Ok(t) => t,
-            Err(e) => {
-                tracing::warn!(error = %e, "the source cannot list its tables; the sink opens without them");
-                Vec::new()
-            }
+        let tables = match &p.source {
+            Some(source) => match source.build(pipeline).tables().await {
+                Ok(t) => t,
+                Err(e) => {
+                    tracing::warn!(error = %e, "the source cannot list its tables; the sink opens without them");
+                    Vec::new()
+                }
+            },
+            // The source runs elsewhere: the tables the log has schemas of.
+            None => Vec::new(),
         };
         let mut progress: Option<Progress> = None;
         let status = crate::runtime::replay_offline(

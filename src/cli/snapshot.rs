@@ -23,7 +23,7 @@ pub(super) async fn run(
     let p = config.pipeline(pipeline)?;
     if control.is_none() {
         // Refused here, with the reason, rather than skipped by the source later.
-        let captured = p.source.build(pipeline).tables().await?;
+        let captured = p.source(pipeline)?.build(pipeline).tables().await?;
         for table in tables {
             match captured.iter().find(|t| t.name == *table) {
                 None => anyhow::bail!(

@@ -41,7 +41,7 @@ pub(super) fn offline_statuses(config: &Config) -> anyhow::Result<Vec<PipelineSt
         };
         let mut status = PipelineStatus {
             name: name.clone(),
-            source: offline(p.source.kind()),
+            source: offline(p.source_kind()),
             log,
             ..Default::default()
         };

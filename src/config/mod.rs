@@ -106,12 +106,38 @@ fn default_listen() -> SocketAddr {
 /// One pipeline: a source, its change log, and the sinks that follow it.
 #[derive(Debug, Clone)]
 pub struct PipelineConfig {
-    /// Where changes come from.
-    pub source: SourceSpec,
+    /// Where changes come from; `None` for a daemon that runs the pipeline's sinks only,
+    /// reading a log another daemon writes (a log several processes read: Kafka).
+    pub source: Option<SourceSpec>,
     /// The change log.
     pub log: LogSpec,
     /// Sinks by name.
     pub sinks: BTreeMap<String, SinkConfig>,
+}
+
+impl PipelineConfig {
+    /// The source's kind, or `none` for a pipeline whose source runs elsewhere.
+    pub fn source_kind(&self) -> &'static str {
+        self.source.as_ref().map_or("none", SourceSpec::kind)
+    }
+
+    /// What reads the positions of the pipeline's events: its source's kind, or every source
+    /// kind of this build where the source runs elsewhere.
+    pub fn positions(&self) -> std::sync::Arc<dyn siphon_core::position::PositionDecoder> {
+        match &self.source {
+            Some(source) => source.positions(),
+            None => std::sync::Arc::new(Kinds::builtin()),
+        }
+    }
+
+    /// The source, or an error saying that this pipeline runs its sinks only.
+    pub fn source(&self, pipeline: &str) -> anyhow::Result<&SourceSpec> {
+        self.source.as_ref().ok_or_else(|| {
+            anyhow::anyhow!(
+                "pipeline {pipeline} has no [source] here: this configuration runs its sinks only"
+            )
+        })
+    }
 }
 
 /// A sink: its kind's settings and the settings every sink has.
@@ -148,6 +174,11 @@ pub struct DeliveryConfig {
     /// for a store of current rows, `fail` for one that keeps every event (a history table,
     /// event files), whose past the new log cannot give back.
     pub on_other_log: Option<OnOtherLog>,
+    /// Read the log as a member of the consumer group `siphon.<pipeline>.<sink>`, which
+    /// shares its tables with every daemon that runs this sink (a log several processes read:
+    /// Kafka), so that a sink scales out. A member applies each of its tables in log order;
+    /// a source transaction that spans tables of different members is applied in parts.
+    pub consumer_group: bool,
 }
 
 /// What a sink does when its store followed another change log.
@@ -182,6 +213,7 @@ impl DeliveryConfig {
         "exclude_columns",
         "on_error",
         "on_other_log",
+        "consumer_group",
     ];
 
     /// The tables and columns this sink takes.
@@ -200,6 +232,7 @@ impl Default for DeliveryConfig {
             exclude_columns: Vec::new(),
             on_error: OnError::Fail,
             on_other_log: None,
+            consumer_group: false,
         }
     }
 }
@@ -229,7 +262,8 @@ fn default_shutdown_timeout() -> HumanDuration {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawPipeline {
-    source: config::Value,
+    #[serde(default)]
+    source: Option<config::Value>,
     #[serde(default)]
     log: Option<config::Value>,
     #[serde(default)]
@@ -284,7 +318,7 @@ impl Config {
         if raw.pipelines.is_empty() {
             return Err(ConfigError::new(
                 "pipelines",
-                "no pipeline is configured; add a [pipelines.NAME.source] table",
+                "no pipeline is configured; add a [pipelines.NAME.source] table (or, for a daemon that runs a pipeline's sinks only, its [pipelines.NAME.log] and sinks)",
             ));
         }
         raw.admin.resolved_token()?;
@@ -292,8 +326,20 @@ impl Config {
         for (name, p) in raw.pipelines {
             check_name(&format!("pipelines.{name}"), &name)?;
             let prefix = format!("pipelines.{name}");
-            let source = SourceSpec::parse(kinds, &format!("{prefix}.source"), p.source)?;
+            let source = p
+                .source
+                .map(|value| SourceSpec::parse(kinds, &format!("{prefix}.source"), value))
+                .transpose()?;
             let log = LogSpec::parse(kinds, &format!("{prefix}.log"), p.log)?;
+            if source.is_none() && !log.shared() {
+                return Err(ConfigError::new(
+                    format!("{prefix}.source"),
+                    format!(
+                        "required key is missing: this pipeline's {} log is written and read by the daemon that runs its source; a daemon runs a pipeline's sinks alone only on a log that several daemons read (kind = \"kafka\")",
+                        log.kind()
+                    ),
+                ));
+            }
             if p.sinks.is_empty() {
                 return Err(ConfigError::new(
                     format!("{prefix}.sinks"),
@@ -305,6 +351,15 @@ impl Config {
                 let key = format!("{prefix}.sinks.{sink_name}");
                 check_name(&key, &sink_name)?;
                 let (delivery, rest) = split_delivery(&key, value)?;
+                if delivery.consumer_group && !log.shared() {
+                    return Err(ConfigError::new(
+                        format!("{key}.consumer_group"),
+                        format!(
+                            "a {} log is read by the one daemon that writes it; consumer groups need a log that several daemons read (kind = \"kafka\")",
+                            log.kind()
+                        ),
+                    ));
+                }
                 sinks.insert(
                     sink_name,
                     SinkConfig {
@@ -334,7 +389,7 @@ impl Config {
         LogContext {
             pipeline: pipeline.to_owned(),
             dir: self.pipeline_dir(pipeline).join("log"),
-            positions: p.source.positions(),
+            positions: p.positions(),
         }
     }
 

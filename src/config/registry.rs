@@ -135,6 +135,11 @@ impl LogSpec {
         self.0.kind()
     }
 
+    /// Whether daemons other than its writer read it (see `LogKind::SHARED`).
+    pub fn shared(&self) -> bool {
+        self.0.shared()
+    }
+
     /// Opens the pipeline's log for its one writer (the daemon running its source).
     pub fn open(&self, ctx: &LogContext) -> siphon_core::Result<Arc<dyn ChangeLog>> {
         self.0.open(ctx)

@@ -233,7 +233,7 @@ fn a_mysql_source_parses_and_its_errors_name_the_key() {
     let source = "[pipelines.shop.source]\nkind = \"mysql\"\nurl = \"mysql://root@127.0.0.1:3306\"\ntables = [\"shop.*\"]\n";
     let sink = "[pipelines.shop.sinks.out]\nkind = \"stdout\"\n";
     let c = Config::from_toml(&format!("{source}{sink}")).unwrap();
-    assert_eq!(c.pipelines["shop"].source.kind(), "mysql");
+    assert_eq!(c.pipelines["shop"].source_kind(), "mysql");
     let e = error_of(&format!("{source}snapshot = \"sometimes\"\n{sink}"));
     assert!(
         e.message.contains("when_needed"),
@@ -243,4 +243,18 @@ fn a_mysql_source_parses_and_its_errors_name_the_key() {
         "[pipelines.shop.source]\nkind = \"mysql\"\nurl = \"mysql://root@127.0.0.1:3306\"\ntables = [\"nodot\"]\n{sink}"
     ));
     assert!(e.message.contains("database.table"), "{e}");
+}
+
+#[test]
+fn sinks_alone_and_consumer_groups_need_a_log_several_daemons_read() {
+    let e = error_of(&format!("{MINIMAL}consumer_group = true\n"));
+    assert_eq!(e.key, "pipelines.shop.sinks.out.consumer_group", "{e}");
+    assert!(e.message.contains("kind = \"kafka\""), "{e}");
+    let sinks_alone = "[pipelines.shop.log]\nkind = \"kafka\"\nbrokers = \"127.0.0.1:9092\"\n\
+        [pipelines.shop.sinks.out]\nkind = \"stdout\"\nconsumer_group = true\n";
+    let c = Config::from_toml(sinks_alone).unwrap_or_else(|e| panic!("{e}"));
+    let p = &c.pipelines["shop"];
+    assert!(p.source.is_none());
+    assert_eq!(p.source_kind(), "none");
+    assert!(p.sinks["out"].delivery.consumer_group);
 }

@@ -52,8 +52,10 @@ pub enum SinkCommand {
 #[derive(Debug)]
 pub struct PipelineHandle {
     name: String,
-    /// The configured source: it reads its events' positions and its points.
-    source: crate::config::SourceSpec,
+    /// The configured source: it names its points. `None` where it runs elsewhere.
+    source: Option<crate::config::SourceSpec>,
+    /// Reads the positions of the pipeline's events.
+    positions: Arc<dyn siphon_core::position::PositionDecoder>,
     log: Arc<dyn ChangeLog>,
     source_metrics: siphon_core::source::SourceMetrics,
     status: Mutex<PipelineStatus>,
@@ -70,6 +72,8 @@ struct SinkControl {
     progress: watch::Receiver<SinkProgress>,
     /// Cuts the sink's linger short: a read-your-writes wait is waiting for it.
     hurry: Arc<tokio::sync::Notify>,
+    /// It reads the log as a member of a consumer group.
+    group: bool,
 }
 
 impl PipelineHandle {

@@ -37,11 +37,27 @@ pub(super) fn start(
     mode: StartMode,
 ) -> anyhow::Result<Arc<PipelineHandle>> {
     let dir = config.pipeline_dir(name);
-    let log = p.log.open(&config.log_context(name, p))?;
+    // The log's writer is the daemon that runs the source; anything else reads beside it.
+    let writes = matches!(mode, StartMode::Daemon) && p.source.is_some();
+    let ctx = config.log_context(name, p);
+    let log = if writes {
+        p.log.open(&ctx)?
+    } else {
+        p.log.open_existing(&ctx)?.ok_or_else(|| {
+            anyhow::anyhow!(
+                "pipeline {name} has no change log yet ({} log): start the daemon that runs its source first",
+                p.log.kind()
+            )
+        })?
+    };
     let offsets = OffsetStore::open(dir.join("offsets"))?;
+    let mut source_status = ComponentStatus::new(p.source_kind());
+    if p.source.is_none() {
+        source_status.state = super::State::Elsewhere;
+    }
     let mut status = PipelineStatus {
         name: name.to_owned(),
-        source: ComponentStatus::new(p.source.kind()),
+        source: source_status,
         ..Default::default()
     };
     let mut sinks = Vec::new();
@@ -100,6 +116,7 @@ pub(super) fn start(
                 commands: commands_tx,
                 progress: progress_rx,
                 hurry: hurry.clone(),
+                group: sink_config.delivery.consumer_group,
             },
         );
         sinks.push(SinkParts {
@@ -116,6 +133,7 @@ pub(super) fn start(
     let handle = Arc::new(PipelineHandle {
         name: name.to_owned(),
         source: p.source.clone(),
+        positions: p.positions(),
         source_metrics: Default::default(),
         end_at_start: log.durable_end(),
         started_ms: super::now_ms(),
@@ -123,7 +141,26 @@ pub(super) fn start(
         status: Mutex::new(status),
         sinks: controls,
     });
+    // Without a source here, the sinks open on the tables the log has schemas of.
+    let logged_tables = || {
+        let mut tables: BTreeMap<siphon_core::TableName, TableInfo> = BTreeMap::new();
+        for schema in log.schemas().all() {
+            tables.insert(
+                schema.name(),
+                TableInfo {
+                    name: schema.name(),
+                    key_columns: schema
+                        .key
+                        .iter()
+                        .map(|&i| schema.columns[i].name.to_string())
+                        .collect(),
+                },
+            );
+        }
+        tables.into_values().collect::<Vec<_>>()
+    };
     let tables_rx = match mode {
+        StartMode::Daemon if p.source.is_none() => watch::channel(Some(logged_tables())).1,
         StartMode::Daemon => {
             let (tables_tx, tables_rx) = watch::channel(None);
             let ctx = SourceContext {
@@ -133,8 +170,9 @@ pub(super) fn start(
                 cancel: cancel.clone(),
                 metrics: handle.source_metrics.clone(),
             };
+            let source = p.source.as_ref().expect("a source");
             tasks.spawn(source_task::run(
-                p.source.build(name),
+                source.build(name),
                 ctx,
                 handle.clone(),
                 tables_tx,
@@ -144,9 +182,16 @@ pub(super) fn start(
             }
             tables_rx
         }
+        StartMode::SinkOnly { tables, .. } if tables.is_empty() => {
+            watch::channel(Some(logged_tables())).1
+        }
         StartMode::SinkOnly { tables, .. } => watch::channel(Some(tables)).1,
     };
     for parts in sinks {
+        let group = parts
+            .delivery
+            .consumer_group
+            .then(|| format!("siphon.{name}.{}", parts.name));
         tasks.spawn(sink_task::run(sink_task::SinkTask {
             dead_letter: dir
                 .join("dead-letter")
@@ -165,6 +210,8 @@ pub(super) fn start(
             progress: parts.progress,
             hurry: parts.hurry,
             damaged_cursor: parts.damaged_cursor,
+            group,
+            group_positions: None,
         }));
     }
     Ok(handle)

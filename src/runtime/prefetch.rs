@@ -56,18 +56,21 @@ impl Drop for Prefetch {
 }
 
 impl Prefetch {
-    /// Starts reading `batcher`'s batches for a sink whose events pass through `stages`.
+    /// Starts reading `batcher`'s batches for a sink whose events pass through `stages`; the
+    /// batches are `ordered` (the log's one order, see `SinkBatch::ordered`) or a consumer
+    /// group's share of the log.
     pub fn start(
         mut batcher: Batcher,
         stages: Stages,
         log: Arc<dyn ChangeLog>,
         positions: Arc<dyn PositionDecoder>,
+        ordered: bool,
     ) -> Self {
         let (tx, rx) = mpsc::channel(1);
         let task = tokio::spawn(async move {
             loop {
                 let fetched = match batcher.next().await {
-                    Ok(records) => match decode(&records, &stages, &*log, &*positions) {
+                    Ok(records) => match decode(&records, &stages, &*log, &*positions, ordered) {
                         Some(fetched) => fetched,
                         None => continue,
                     },
@@ -98,6 +101,7 @@ fn decode(
     stages: &Stages,
     log: &dyn ChangeLog,
     positions: &dyn PositionDecoder,
+    ordered: bool,
 ) -> Option<Fetched> {
     let schemas = log.schemas();
     let (first, last) = (records.first()?, records.last()?);
@@ -109,7 +113,8 @@ fn decode(
             records: Vec::with_capacity(records.len()),
             end: last.offset + 1,
             ends_transaction: last.flags.contains(RecordFlags::TXN_END)
-                || !log.promises().whole_transactions(),
+                || !(ordered && log.promises().whole_transactions()),
+            ordered,
         },
     };
     for r in records {

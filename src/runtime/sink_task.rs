@@ -11,10 +11,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use siphon_core::Error;
-use siphon_core::log::{ChangeLog, LogId};
+use siphon_core::log::{ChangeLog, GroupPositions, LogId, LogReader};
 use siphon_core::offsets::{LostRecords, OffsetStore, SinkCursor};
 use siphon_core::sink::routing::Routing;
-use siphon_core::sink::{Sink, SinkRecord, StoreCursor};
+use siphon_core::sink::{Sink, SinkBatch, SinkRecord, StoreCursor};
 use siphon_core::source::TableInfo;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
@@ -49,6 +49,10 @@ pub(super) struct SinkTask {
     /// Why the saved cursor could not be read, when it could not: then only the store's own
     /// cursor, a rebuild or a replay says where to start.
     pub damaged_cursor: Option<String>,
+    /// The consumer group it reads the log as a member of (`consumer_group = true`).
+    pub group: Option<String>,
+    /// Where that group remembers what this member's store applied (once open).
+    pub group_positions: Option<Arc<dyn GroupPositions>>,
 }
 
 /// What the task does next.
@@ -185,6 +189,11 @@ impl SinkTask {
         } else {
             State::Starting
         });
+        if let Some(group) = self.group.clone() {
+            return self
+                .open_in_group(tables, from, reset, &group, backoff)
+                .await;
+        }
         if let Some(from) = from {
             let start = self.log.start_offset();
             if from < start {
@@ -304,18 +313,114 @@ impl SinkTask {
             s.component.last_error = None;
         });
         tracing::info!(sink = %self.name, from = next, replay = from.is_some(), "sink reading the log");
-        Ok(Prefetch::start(
+        Ok(self.prefetch(reader, true))
+    }
+
+    /// Reads batches from `reader` for the sink, `ordered` (the log's one order) or as a
+    /// consumer group's member.
+    fn prefetch(&self, reader: Box<dyn LogReader>, ordered: bool) -> Prefetch {
+        Prefetch::start(
             Batcher::new(
                 reader,
                 self.delivery.batch_size,
                 self.delivery.linger.0,
                 self.hurry.clone(),
-                self.log.promises().whole_transactions(),
+                ordered && self.log.promises().whole_transactions(),
             ),
             self.routing.stages(),
             self.log.clone(),
-            self.handle.source.positions(),
-        ))
+            self.handle.positions.clone(),
+            ordered,
+        )
+    }
+
+    /// Opens the sink as a member of consumer group `group`: the group, not the store's
+    /// cursor, says where each table is read from. A replay goes back to the start of the
+    /// tables this member holds (with the other members stopped, of all of them); a store
+    /// that followed another log, or lost its cursor, is not rebuilt by one member alone.
+    async fn open_in_group(
+        &mut self,
+        tables: &[TableInfo],
+        from: Option<u64>,
+        reset: bool,
+        group: &str,
+        mut backoff: Backoff,
+    ) -> Result<Prefetch, (Stop, String)> {
+        let p = self.handle.name.clone();
+        if from.is_some_and(|from| from != 0) {
+            return Err((
+                Stop::Idle,
+                self.fail(&format!(
+                    "sink {} reads the log as a member of consumer group {group}, which replays from the start only: `siphon replay {p} {} --from 0`",
+                    self.name, self.name
+                )),
+            ));
+        }
+        if reset {
+            self.reset_store(tables, &mut backoff).await?;
+        }
+        let stored = self.open_store(tables, None, &mut backoff).await?;
+        let had_applied = self.progress.borrow().committed > 0 && from.is_none();
+        let lost = match &stored {
+            Some(c) if self.belongs_elsewhere(c) => Some(format!(
+                "the store's cursor belongs to another change log than this pipeline's ({})",
+                self.log.id()
+            )),
+            None if had_applied && self.sink.keeps_cursor() => {
+                Some("the store has lost this sink's cursor (wiped or replaced)".to_owned())
+            }
+            _ => None,
+        };
+        if let Some(why) = lost {
+            return Err((
+                Stop::Idle,
+                self.fail(&format!(
+                    "{why}: in consumer group {group} it is rebuilt by one member with the others stopped: `siphon replay {p} {} --from 0 --reset`",
+                    self.name
+                )),
+            ));
+        }
+        let reader = loop {
+            let log = self.log.clone();
+            let name = group.to_owned();
+            let from_start = from == Some(0);
+            let opened = tokio::task::spawn_blocking(move || log.group_reader(&name, from_start))
+                .await
+                .unwrap_or_else(|e| {
+                    Some(Err(Error::permanent(format!("the group reader task: {e}"))))
+                });
+            match opened {
+                Some(Ok(reader)) => break reader,
+                Some(Err(e)) if e.is_transient() => {
+                    tracing::warn!(sink = %self.name, error = %e, "sink cannot join its consumer group yet; retrying");
+                    self.update(|s| s.component.retrying(&e));
+                    if sleep_unless_cancelled(&self.cancel, backoff.next_delay()).await {
+                        return Err((Stop::Shutdown, "shutting down".into()));
+                    }
+                }
+                Some(Err(e)) => return Err((Stop::Idle, self.fail(&e.to_string()))),
+                None => {
+                    return Err((
+                        Stop::Idle,
+                        self.fail(&format!(
+                            "consumer_group: pipeline {p}'s change log is read by one process only (the file log); consumer groups need a log that many processes read (kind = \"kafka\")"
+                        )),
+                    ));
+                }
+            }
+        };
+        self.group_positions = Some(reader.positions.clone());
+        self.damaged_cursor = None;
+        self.update(|s| {
+            s.component.state = if from.is_some() {
+                State::Replaying
+            } else {
+                State::Running
+            };
+            s.component.last_error = None;
+        });
+        tracing::info!(sink = %self.name, group, replay = from.is_some(), "sink reading the log as a member of a consumer group");
+        Ok(self.prefetch(reader.reader, false))
     }
 
     /// Clears what the sink owns in its store, retrying transient errors.
@@ -533,6 +638,9 @@ impl SinkTask {
         }
         let elapsed = started.elapsed();
         self.retry_backoff.reset();
+        if let Some(positions) = self.group_positions.clone() {
+            return self.applied_in_group(&*positions, &batch, last_append_ms, elapsed);
+        }
         let next = batch.end;
         // What a store holding a transaction open applied is not durable yet: the cursor
         // saved here, and what the log keeps, stay at its last commit.
@@ -583,6 +691,35 @@ impl SinkTask {
             if !replaying {
                 s.component.state = State::Running;
             }
+        });
+        Ok(())
+    }
+
+    /// A consumer group's member applied a batch: the group remembers where its tables got
+    /// to. Its progress is the highest offset it applied (other members hold the rest).
+    fn applied_in_group(
+        &mut self,
+        positions: &dyn GroupPositions,
+        batch: &SinkBatch,
+        last_append_ms: i64,
+        elapsed: std::time::Duration,
+    ) -> Result<(), Stop> {
+        if batch.end > 0
+            && let Err(e) = positions.applied_through(batch.end - 1)
+        {
+            tracing::warn!(sink = %self.name, error = %e, "the consumer group did not take this member's positions; its tables are read again from the last ones it took");
+        }
+        self.progress.send_modify(|p| {
+            p.next_offset = p.next_offset.max(batch.end);
+            p.committed = p.next_offset;
+        });
+        self.update(|s| {
+            s.last_applied_append_ms = last_append_ms;
+            s.records_applied += batch.records.len() as u64;
+            s.batches += 1;
+            s.last_batch_records = batch.records.len();
+            s.last_batch_ms = elapsed.as_secs_f64() * 1000.0;
+            s.component.state = State::Running;
         });
         Ok(())
     }

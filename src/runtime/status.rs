@@ -28,6 +28,8 @@ pub enum State {
     Stopped,
     /// Not running (read from the data directory while the daemon is down).
     Offline,
+    /// Run by another daemon (a pipeline whose sinks alone run here).
+    Elsewhere,
 }
 
 /// A source or sink: its state, and its errors.
@@ -177,7 +179,7 @@ pub struct PipelineStatus {
 impl PipelineStatus {
     /// Whether the source and every sink are working.
     pub fn is_ready(&self) -> bool {
-        self.source.state == State::Running
+        matches!(self.source.state, State::Running | State::Elsewhere)
             && self
                 .sinks
                 .values()

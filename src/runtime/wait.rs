@@ -59,13 +59,9 @@ pub enum WaitError {
     /// The time ran out; where things stood.
     #[error("timed out")]
     TimedOut(Box<WaitState>),
-    /// The pipeline's log cannot say where a point is applied: a wait maps the point to one
-    /// log offset, which needs one total order and dense offsets.
-    #[error(
-        "pipeline {0:?}'s change log has no single order of its records (a partitioned log), so \
-         a wait cannot map a source position to what a sink applied"
-    )]
-    NoTotalOrder(String),
+    /// This daemon cannot say when the point is applied: why.
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 impl Runtime {
@@ -76,12 +72,17 @@ impl Runtime {
             .pipelines
             .get(pipeline)
             .ok_or_else(|| WaitError::NoPipeline(pipeline.into()))?;
-        match handle.source.parse_point(param, text) {
+        let Some(source) = &handle.source else {
+            return Err(WaitError::Unsupported(format!(
+                "pipeline {pipeline}'s source runs in another daemon, which knows where the log holds a source position: wait on that daemon's admin API"
+            )));
+        };
+        match source.parse_point(param, text) {
             Some(Ok(point)) => Ok(point),
             Some(Err(why)) => Err(WaitError::BadPoint(why)),
             None => Err(WaitError::BadPoint(format!(
                 "pipeline {pipeline}'s source ({}) names no point by {param}=",
-                handle.source.kind()
+                source.kind()
             ))),
         }
     }
@@ -106,7 +107,14 @@ impl Runtime {
             })?;
         let promises = handle.log.promises();
         if !(promises.total_order && promises.dense_offsets) {
-            return Err(WaitError::NoTotalOrder(pipeline.into()));
+            return Err(WaitError::Unsupported(format!(
+                "pipeline {pipeline:?}'s change log has no single dense order of its records, so a wait cannot map a source position to what a sink applied"
+            )));
+        }
+        if control.group {
+            return Err(WaitError::Unsupported(format!(
+                "sink {sink:?} reads the log as a member of a consumer group, which shares the log's tables with other daemons: no one member knows when everything up to a point is applied"
+            )));
         }
 
         let state = |reached: &Reached, needed: Option<u64>, source_at: Option<Instant>| {

@@ -7,6 +7,7 @@
 mod record;
 
 use std::ops::Range;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -188,6 +189,38 @@ pub trait ChangeLog: Send + Sync + std::fmt::Debug + 'static {
 
     /// What this log promises beyond every log's promises.
     fn promises(&self) -> LogPromises;
+
+    /// A reader of this log as a member of consumer group `group`, which shares the log's
+    /// tables with the other processes that read as its members; `None` for a log read by
+    /// one process only (the file log). A member's stretches are not in the log's one order
+    /// ([`crate::sink::SinkBatch::ordered`] is false): each table's records come in order.
+    /// `from_start` moves the group's positions back to the start of every table first (a
+    /// replay from offset 0), which the log refuses while other members are reading.
+    fn group_reader(&self, group: &str, from_start: bool) -> Option<Result<GroupReader>> {
+        let _ = (group, from_start);
+        None
+    }
+}
+
+/// A reader that shares a log with the other members of a consumer group (a partitioned log
+/// that other processes read too): the group's members split the log's tables between them,
+/// each table read by one member in log order, and remember in the log where each member got
+/// to once its store applied it. See [`ChangeLog::group_reader`].
+#[derive(Debug)]
+pub struct GroupReader {
+    /// The records of the tables this member holds now, each table in log order.
+    pub reader: Box<dyn LogReader>,
+    /// Where the group remembers what this member's store applied.
+    pub positions: Arc<dyn GroupPositions>,
+}
+
+/// Where a consumer group keeps what its members' stores applied.
+pub trait GroupPositions: Send + Sync + std::fmt::Debug {
+    /// The store applied every record this member's reader handed out up to and including
+    /// the one at `offset`: the group remembers their positions (a member that takes a table
+    /// over reads on from there). Positions of tables the member no longer holds are
+    /// forgotten.
+    fn applied_through(&self, offset: u64) -> Result<()>;
 }
 
 /// Reads a log in order from a position.

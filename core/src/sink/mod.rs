@@ -42,6 +42,12 @@ pub struct SinkBatch {
     pub end: u64,
     /// The stretch ends a source transaction: a store that keeps one open commits here.
     pub ends_transaction: bool,
+    /// The stretch continues this sink's reading of the log in the log's one order: the
+    /// store's cursor is a position in it, and a record below it is applied already. `false`
+    /// for a member of a consumer group sharing a partitioned log: each table's records come
+    /// in log order, the tables interleaved (and shared with other members), so the store
+    /// applies every record and skips none by its cursor.
+    pub ordered: bool,
 }
 
 impl SinkBatch {
@@ -51,6 +57,7 @@ impl SinkBatch {
             end: records.last().map_or(0, |r| r.offset + 1),
             records,
             ends_transaction: true,
+            ordered: true,
         }
     }
 }
@@ -90,7 +97,9 @@ impl SinkRecord {
 ///   there, with its cursor at the batch's `end` (even when the batch has no record of its
 ///   own, every record of the stretch being routed away);
 /// - while [`Sink::holds_transaction`] says a store transaction is open, what `apply`
-///   returned for is not durable: the log keeps it until a batch commits it.
+///   returned for is not durable: the log keeps it until a batch commits it;
+/// - a batch that is not [`SinkBatch::ordered`] (a consumer group's share of the log) is
+///   applied whole: no record of it is skipped because the store's cursor is past it.
 #[async_trait]
 pub trait Sink: Send {
     /// Reaches the store and checks that this sink can write to it, without changing anything

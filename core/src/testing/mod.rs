@@ -237,6 +237,9 @@ pub async fn run_compliance_suite<H: SinkHarness>(mut make: impl AsyncFnMut() ->
         ("open transaction rolls back", |h| {
             Box::pin(an_open_transaction_rolls_back_on_reopen(h))
         }),
+        ("a consumer group's stretches skip nothing", |h| {
+            Box::pin(a_group_stretch_below_the_cursor_is_applied(h))
+        }),
     ];
     for (name, check) in checks {
         let mut h = make().await;
@@ -490,6 +493,34 @@ async fn tables_are_kept_apart(h: &mut impl SinkHarness) {
     if let Some(ids) = h.state_of(OTHER_TABLE).await.ids() {
         assert_eq!(ids, [1, 2], "a truncate of one table touched another");
         assert_eq!(h.state().await.ids().unwrap(), Vec::<i64>::new());
+    }
+}
+
+/// A member of a consumer group gets stretches out of the log's one order: another table's
+/// records below what the store applied last (its cursor) are applied all the same.
+async fn a_group_stretch_below_the_cursor_is_applied(h: &mut impl SinkHarness) {
+    let unordered = |records: Vec<SinkRecord>| SinkBatch {
+        ordered: false,
+        ..SinkBatch::whole(records)
+    };
+    h.sink()
+        .apply(&unordered(vec![create(20, TABLE, 1, "late")]))
+        .await
+        .expect("apply a stretch of one table");
+    h.sink()
+        .apply(&unordered(vec![
+            create(5, OTHER_TABLE, 1, "early"),
+            create(6, OTHER_TABLE, 2, "early too"),
+        ]))
+        .await
+        .expect("apply another table's earlier stretch");
+    if let Some(ids) = h.state_of(OTHER_TABLE).await.ids() {
+        assert_eq!(
+            ids,
+            [1, 2],
+            "records below the store's cursor, in a stretch out of the log's order, were skipped"
+        );
+        assert_eq!(h.state().await.ids().unwrap(), [1]);
     }
 }
 

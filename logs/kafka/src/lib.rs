@@ -31,6 +31,7 @@
 mod checkpoint;
 mod config;
 mod consume;
+mod group;
 mod reader;
 mod schemas;
 mod writer;
@@ -43,8 +44,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use siphon_core::kind::{Kind, LogContext, LogKind};
 use siphon_core::log::{
-    ChangeLog, Consumer, LogId, LogPromises, LogReader, LogRecord, LogStats, MaintenanceReport,
-    NewRecord,
+    ChangeLog, Consumer, GroupReader, LogId, LogPromises, LogReader, LogRecord, LogStats,
+    MaintenanceReport, NewRecord,
 };
 use siphon_core::schema::{SchemaId, SchemaLookup, SchemaStore, TableSchema};
 use siphon_core::{Error, Result};
@@ -68,6 +69,8 @@ pub struct KafkaLog {
 
 struct Inner {
     config: KafkaLogConfig,
+    /// The directory siphon keeps for the log (this daemon's member id).
+    dir: std::path::PathBuf,
     connection: Connection,
     names: Names,
     pipeline: String,
@@ -242,6 +245,7 @@ impl KafkaLog {
         let log = KafkaLog {
             inner: Arc::new(Inner {
                 config: config.clone(),
+                dir: ctx.dir.clone(),
                 connection,
                 names,
                 pipeline: pipeline.clone(),
@@ -286,6 +290,7 @@ impl KafkaLog {
         let log = KafkaLog {
             inner: Arc::new(Inner {
                 config: config.clone(),
+                dir: ctx.dir.clone(),
                 connection,
                 names,
                 pipeline: pipeline.clone(),
@@ -522,6 +527,22 @@ impl ChangeLog for KafkaLog {
         }
     }
 
+    fn group_reader(&self, group: &str, from_start: bool) -> Option<Result<GroupReader>> {
+        let member_id = match group::member_id(&self.inner.dir) {
+            Ok(id) => id,
+            Err(e) => return Some(Err(e)),
+        };
+        let membership = group::Membership {
+            connection: self.inner.connection.clone(),
+            client_id: format!("siphon-{}-member", self.inner.pipeline),
+            member_id,
+            schemas: self.inner.schemas.store.clone(),
+            records_topic: self.inner.names.records.clone(),
+            timeout: self.inner.config.timeout.0,
+        };
+        Some(group::join(membership, group, from_start))
+    }
+
     fn promises(&self) -> LogPromises {
         LogPromises {
             total_order: true,
@@ -550,6 +571,8 @@ impl Kind for KafkaLogKind {
 }
 
 impl LogKind for KafkaLogKind {
+    const SHARED: bool = true;
+
     fn open(config: &KafkaLogConfig, ctx: &LogContext) -> Result<Arc<dyn ChangeLog>> {
         Ok(Arc::new(KafkaLog::open(config, ctx)?))
     }

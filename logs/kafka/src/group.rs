@@ -1,0 +1,387 @@
+//! Reading the log as a member of a Kafka consumer group (`consumer_group = true` on a sink):
+//! the group's members split the log's topics — one a table, each of one partition — so
+//! that each table is read in log order by one member, and a sink scales out over daemons
+//! and machines. The group remembers in Kafka (its committed offsets) where each table got
+//! to once the member's store applied it; a member that takes a table over reads on from
+//! there, applying again (idempotently) what the store had applied after the last commit.
+//!
+//! One partition a table is what keeps a table's records in order across a rebalance: a
+//! truncate lands after the rows before it, a key change's two halves together. A topic of
+//! more partitions is refused with the reason.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use rdkafka::config::{FromClientConfigAndContext, RDKafkaLogLevel};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use siphon_core::log::{GroupPositions, GroupReader, LogReader, LogRecord};
+use siphon_core::{Error, Result};
+use siphon_kafka::config::Connection;
+use siphon_kafka::{Quiet, kafka_error};
+use tokio::sync::Notify;
+
+use crate::consume::{Tp, log_record};
+use crate::schemas::KafkaSchemas;
+
+/// How often a member looks for tables (topics) that appeared.
+const TOPIC_REFRESH: Duration = Duration::from_secs(5);
+
+/// A member's consumer: logs rebalances.
+#[derive(Debug, Default)]
+struct Member;
+
+impl ClientContext for Member {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        Quiet.log(level, fac, message);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        Quiet.error(error, reason);
+    }
+}
+
+impl ConsumerContext for Member {
+    fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Assign(tpl) => {
+                let tables: Vec<String> = tpl
+                    .elements()
+                    .iter()
+                    .map(|e| e.topic().to_owned())
+                    .collect();
+                tracing::info!(tables = ?tables, "consumer group: this member reads these tables");
+            }
+            Rebalance::Revoke(tpl) => {
+                tracing::info!(count = tpl.count(), "consumer group: tables handed back");
+            }
+            Rebalance::Error(e) => tracing::warn!(error = %e, "consumer group rebalance"),
+        }
+    }
+}
+
+type MemberConsumer = BaseConsumer<Member>;
+
+/// What the member handed out, in the order it did, until the store applied it.
+type Handed = Arc<Mutex<VecDeque<(u64, Tp, i64)>>>;
+
+/// A polled record, or the consumer's failure.
+enum Polled {
+    Record(Tp, i64, Option<LogRecord>),
+    Failed(Error),
+}
+
+/// The log's catalog and settings, which a member subscribes by.
+pub(crate) struct Membership {
+    pub connection: Connection,
+    pub client_id: String,
+    /// This daemon's name in its groups (Kafka's static membership): a daemon that
+    /// restarts takes its tables back at once, without a rebalance of the others.
+    pub member_id: String,
+    pub schemas: Arc<KafkaSchemas>,
+    pub records_topic: String,
+    pub timeout: Duration,
+}
+
+/// The member id kept in `dir` (made the first time): the same daemon, with the same data
+/// directory, is the same member.
+pub(crate) fn member_id(dir: &std::path::Path) -> Result<String> {
+    let path = dir.join("member-id");
+    match std::fs::read_to_string(&path) {
+        Ok(id) if !id.trim().is_empty() => return Ok(id.trim().to_owned()),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(Error::io("read", &path)(e)),
+    }
+    std::fs::create_dir_all(dir).map_err(Error::io("create", dir))?;
+    let id = format!("siphon-{}", siphon_core::log::LogId::random());
+    siphon_core::fsutil::write_atomic(&path, id.as_bytes())?;
+    Ok(id)
+}
+
+/// The tables a member subscribes to: every topic of the catalog, each of one partition.
+fn topics(consumer: &MemberConsumer, membership: &Membership) -> Result<BTreeSet<String>> {
+    membership.schemas.refresh()?;
+    let topics: BTreeSet<String> = membership.schemas.topics().into_iter().collect();
+    let metadata = consumer
+        .fetch_metadata(None, membership.timeout)
+        .map_err(|e| kafka_error("reading the cluster's topics", &e))?;
+    for topic in metadata.topics() {
+        if topics.contains(topic.name()) && topic.partitions().len() > 1 {
+            return Err(Error::permanent(format!(
+                "consumer_group: topic {} has {} partitions; a consumer group shares the log by table, and a table read by several members could see its truncates and key changes out of order: give each table's topic one partition (topics.partitions = 1, the default), or read this sink without consumer_group",
+                topic.name(),
+                topic.partitions().len()
+            )));
+        }
+    }
+    Ok(topics)
+}
+
+/// Moves group `group`'s positions back to the start of every table. Kafka takes a commit
+/// from outside a group only while it has no member: with one reading, it is refused.
+fn rewind(membership: &Membership, group: &str) -> Result<()> {
+    let mut config = membership.connection.client_config(&membership.client_id)?;
+    config
+        .set("group.id", group)
+        .set("enable.auto.commit", "false");
+    let consumer: BaseConsumer<Member> = BaseConsumer::from_config_and_context(&config, Member)
+        .map_err(|e| kafka_error("creating a consumer", &e))?;
+    let mut positions = TopicPartitionList::new();
+    for topic in topics(&consumer, membership)? {
+        let (low, _) = match consumer.fetch_watermarks(&topic, 0, membership.timeout) {
+            Ok(marks) => marks,
+            Err(e) if crate::consume::is_unknown_topic(&e) => continue,
+            Err(e) => return Err(kafka_error(&format!("reading the extent of {topic}"), &e)),
+        };
+        positions
+            .add_partition_offset(&topic, 0, Offset::Offset(low))
+            .map_err(|e| kafka_error("listing positions", &e))?;
+    }
+    if positions.count() == 0 {
+        return Ok(());
+    }
+    consumer.commit(&positions, CommitMode::Sync).map_err(|e| {
+        Error::permanent(format!(
+            "consumer group {group}: its positions cannot be moved back to the start ({e}): stop the group's other members first"
+        ))
+    })
+}
+
+/// Joins group `group` and reads the tables it gives this member.
+pub(crate) fn join(membership: Membership, group: &str, from_start: bool) -> Result<GroupReader> {
+    if from_start {
+        rewind(&membership, group)?;
+    }
+    let mut config = membership.connection.client_config(&membership.client_id)?;
+    config
+        .set("group.id", group)
+        .set("isolation.level", "read_committed")
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        // A table the group never read starts at its beginning.
+        .set("auto.offset.reset", "earliest")
+        // Tables, not partitions, are what is shared: spread them over the members (range,
+        // the default, gives a one-partition topic always to the same member).
+        .set("partition.assignment.strategy", "roundrobin")
+        .set("group.instance.id", &membership.member_id)
+        .set("session.timeout.ms", "10000")
+        .set("heartbeat.interval.ms", "1000")
+        .set("fetch.wait.max.ms", "50")
+        .set("queued.max.messages.kbytes", "16384")
+        .set("receive.message.max.bytes", "2147483647");
+    let consumer: Arc<MemberConsumer> = Arc::new(
+        BaseConsumer::from_config_and_context(&config, Member)
+            .map_err(|e| kafka_error("creating a consumer", &e))?,
+    );
+    let subscribed = topics(&consumer, &membership)?;
+    subscribe(&consumer, &subscribed)?;
+    let (tx, rx) = std::sync::mpsc::sync_channel(256);
+    let notify = Arc::new(Notify::new());
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let (consumer, notify, stop) = (consumer.clone(), notify.clone(), stop.clone());
+        std::thread::Builder::new()
+            .name("siphon-kafka-member".into())
+            .spawn(move || poll_loop(&consumer, &membership, subscribed, &tx, &notify, &stop))
+            .map_err(|e| Error::permanent(format!("starting a Kafka reader thread: {e}")))?;
+    }
+    let handed = Handed::default();
+    Ok(GroupReader {
+        reader: Box::new(MemberReader {
+            rx,
+            notify,
+            handed: handed.clone(),
+            next: 0,
+            stop,
+        }),
+        positions: Arc::new(MemberPositions { consumer, handed }),
+    })
+}
+
+fn subscribe(consumer: &MemberConsumer, topics: &BTreeSet<String>) -> Result<()> {
+    if topics.is_empty() {
+        return Ok(());
+    }
+    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+    consumer
+        .subscribe(&names)
+        .map_err(|e| kafka_error("joining the consumer group", &e))
+}
+
+/// Polls (which also serves the group's rebalances) and hands records over; subscribes to
+/// tables that appear.
+fn poll_loop(
+    consumer: &MemberConsumer,
+    membership: &Membership,
+    mut subscribed: BTreeSet<String>,
+    tx: &std::sync::mpsc::SyncSender<Polled>,
+    notify: &Notify,
+    stop: &AtomicBool,
+) {
+    let mut names: HashMap<String, Arc<str>> = HashMap::new();
+    let mut refreshed = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        if refreshed.elapsed() >= TOPIC_REFRESH {
+            refreshed = Instant::now();
+            match topics(consumer, membership) {
+                Ok(now) if now != subscribed => {
+                    tracing::info!(tables = now.len(), "consumer group: new tables to read");
+                    if let Err(e) = subscribe(consumer, &now) {
+                        tracing::warn!(error = %e, "consumer group: subscribing to new tables");
+                    } else {
+                        subscribed = now;
+                    }
+                }
+                Ok(_) => {}
+                Err(e) if e.is_transient() => {
+                    tracing::warn!(error = %e, "consumer group: looking for new tables");
+                }
+                Err(e) => {
+                    let _ = tx.send(Polled::Failed(e));
+                    notify.notify_one();
+                    return;
+                }
+            }
+        }
+        let polled = match consumer.poll(Duration::from_millis(100)) {
+            None => continue,
+            Some(Ok(message)) => {
+                let topic = names
+                    .entry(message.topic().to_owned())
+                    .or_insert_with(|| message.topic().into())
+                    .clone();
+                Polled::Record(
+                    (topic, message.partition()),
+                    message.offset(),
+                    log_record(&message, &membership.records_topic),
+                )
+            }
+            Some(Err(KafkaError::PartitionEOF(_))) => continue,
+            Some(Err(e)) => {
+                let error = kafka_error("reading the change log in a consumer group", &e);
+                if error.is_transient() {
+                    tracing::warn!(%error, "consumer group");
+                    continue;
+                }
+                Polled::Failed(error)
+            }
+        };
+        let failed = matches!(polled, Polled::Failed(_));
+        let sent = tx.send(polled).is_ok();
+        notify.notify_one();
+        if !sent || failed {
+            return;
+        }
+    }
+    consumer.unsubscribe();
+}
+
+/// The member's records, each table's in log order.
+struct MemberReader {
+    rx: std::sync::mpsc::Receiver<Polled>,
+    notify: Arc<Notify>,
+    handed: Handed,
+    /// One past the highest offset handed out.
+    next: u64,
+    stop: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for MemberReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemberReader")
+            .field("next", &self.next)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for MemberReader {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+#[async_trait]
+impl LogReader for MemberReader {
+    fn read_available(&mut self, max: usize) -> Result<Vec<LogRecord>> {
+        let mut out = Vec::new();
+        while out.len() < max {
+            match self.rx.try_recv() {
+                Ok(Polled::Record(tp, offset, record)) => {
+                    let Some(record) = record else { continue };
+                    self.next = self.next.max(record.offset + 1);
+                    self.handed
+                        .lock()
+                        .unwrap()
+                        .push_back((record.offset, tp, offset));
+                    out.push(record);
+                }
+                Ok(Polled::Failed(e)) => return Err(e),
+                Err(std::sync::mpsc::TryRecvError::Empty) => break,
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                    return Err(Error::transient("kafka: the group reader's thread stopped"));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn wait(&mut self) -> Result<()> {
+        tokio::select! {
+            () = self.notify.notified() => {}
+            () = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+        Ok(())
+    }
+
+    fn position(&self) -> u64 {
+        self.next
+    }
+}
+
+/// Where the group remembers what this member's store applied.
+struct MemberPositions {
+    consumer: Arc<MemberConsumer>,
+    handed: Handed,
+}
+
+impl std::fmt::Debug for MemberPositions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemberPositions").finish_non_exhaustive()
+    }
+}
+
+impl GroupPositions for MemberPositions {
+    fn applied_through(&self, offset: u64) -> Result<()> {
+        let mut applied: HashMap<Tp, i64> = HashMap::new();
+        {
+            let mut handed = self.handed.lock().unwrap();
+            while let Some((seq, tp, kafka_offset)) = handed.pop_front() {
+                let next = applied.entry(tp).or_insert(kafka_offset + 1);
+                *next = (*next).max(kafka_offset + 1);
+                if seq == offset {
+                    break;
+                }
+            }
+        }
+        if applied.is_empty() {
+            return Ok(());
+        }
+        let mut positions = TopicPartitionList::new();
+        for ((topic, partition), next) in &applied {
+            positions
+                .add_partition_offset(topic, *partition, Offset::Offset(*next))
+                .map_err(|e| kafka_error("listing positions", &e))?;
+        }
+        // A table handed to another member meanwhile is refused here; that member reads it
+        // on from the last position the group took, which costs only records applied again.
+        self.consumer
+            .commit(&positions, CommitMode::Async)
+            .map_err(|e| kafka_error("committing the group's positions", &e))
+    }
+}
