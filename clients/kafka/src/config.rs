@@ -4,10 +4,12 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use serde::Deserialize;
 use siphon_core::Secret;
 use siphon_core::tls::TlsMode;
+use siphon_core::units::HumanDuration;
 use siphon_format::debezium::Modes;
 
 /// The brokers to bootstrap from: `"host:9092,host2:9092"` or a list.
@@ -372,6 +374,252 @@ impl Connection {
                     "client: set {key:?} with [tls] and [sasl] instead (they keep secrets out of logs)"
                 ));
             }
+        }
+        Ok(())
+    }
+}
+
+/// Compression of the record batches siphon produces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Compression {
+    /// None.
+    None,
+    /// gzip.
+    Gzip,
+    /// Snappy.
+    Snappy,
+    /// LZ4 (the default: cheap, and it halves JSON).
+    #[default]
+    Lz4,
+    /// Zstandard.
+    Zstd,
+}
+
+impl Compression {
+    /// librdkafka's `compression.type`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Compression::None => "none",
+            Compression::Gzip => "gzip",
+            Compression::Snappy => "snappy",
+            Compression::Lz4 => "lz4",
+            Compression::Zstd => "zstd",
+        }
+    }
+}
+
+/// Where a reader of siphon's topics starts each partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Seek {
+    /// At the first record it needs (found by a search over the partition's offsets).
+    #[default]
+    Offset,
+    /// At the partition's beginning, skipping what it does not need, and every read of
+    /// siphon's own topics (positions, schemas) from their beginning too: for brokers whose
+    /// `read_committed` fetches drop records past an aborted transaction (noida-db 0.2.3).
+    Beginning,
+}
+
+/// What the Kafka log and the Kafka sink are both set up with: the cluster, the topics
+/// siphon creates, the producer, and the records' format. Each kind's configuration holds
+/// these keys beside its own ([`kafka_config!`] declares them), and hands them out as this.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KafkaSettings {
+    /// The brokers to bootstrap from.
+    pub brokers: Brokers,
+    /// TLS to the brokers, if any.
+    pub tls: Option<KafkaTls>,
+    /// SASL PLAIN or SCRAM, if any.
+    pub sasl: Option<KafkaSasl>,
+    /// librdkafka properties passed as they are.
+    pub client: BTreeMap<String, String>,
+    /// The first part of each table's topic (unset: the pipeline's name).
+    pub topic_prefix: Option<String>,
+    /// How the topics siphon creates are made.
+    pub topics: TopicSettings,
+    /// Write in Kafka transactions (else with an idempotent producer).
+    pub transactions: bool,
+    /// The producer's `transactional.id`, if set.
+    pub transactional_id: Option<String>,
+    /// JSON or Avro.
+    pub format: RecordFormat,
+    /// JSON: wrap keys and values with their schema.
+    pub schemas: bool,
+    /// Fill each event's `transaction` block.
+    pub transaction_metadata: bool,
+    /// Debezium's handling modes for values.
+    pub debezium: Modes,
+    /// The schema registry, for Avro.
+    pub registry: Option<RegistryConfig>,
+    /// Compression of produced batches.
+    pub compression: Compression,
+    /// The longest wait for the brokers in one operation.
+    pub timeout: HumanDuration,
+    /// Where readers start a partition.
+    pub seek: Seek,
+}
+
+/// `true`, for the keys that default to it.
+pub fn yes() -> bool {
+    true
+}
+
+/// The default `timeout`.
+pub fn default_timeout() -> HumanDuration {
+    HumanDuration(Duration::from_secs(30))
+}
+
+/// Declares a Kafka component's settings (`#[serde(deny_unknown_fields)]`, so that a
+/// misspelt key is an error naming it): the keys every Kafka component has, documented here
+/// once, then the component's own, and `fn kafka()` handing the shared ones out as
+/// [`KafkaSettings`].
+#[macro_export]
+macro_rules! kafka_config {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $( $(#[$field_meta:meta])* pub $field:ident : $ty:ty, )*
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct $name {
+            /// The brokers to bootstrap from: `"host:9092,host2:9092"` or a list.
+            pub brokers: $crate::config::Brokers,
+            /// TLS to the brokers (`[….tls]`); unset: plaintext.
+            #[serde(default)]
+            pub tls: Option<$crate::config::KafkaTls>,
+            /// SASL PLAIN or SCRAM (`[….sasl]`); unset: none.
+            #[serde(default)]
+            pub sasl: Option<$crate::config::KafkaSasl>,
+            /// librdkafka properties passed as they are (`"linger.ms" = "10"`).
+            #[serde(default)]
+            pub client: std::collections::BTreeMap<String, String>,
+            /// The first part of each table's topic, `<topic_prefix>.<schema>.<table>`
+            /// (Debezium's `topic.prefix`). Unset: the pipeline's name.
+            #[serde(default)]
+            pub topic_prefix: Option<String>,
+            /// How the topics siphon creates are made (`[….topics]`).
+            #[serde(default)]
+            pub topics: $crate::config::TopicSettings,
+            /// Write in Kafka transactions, each with siphon's position (exactly once).
+            /// `false`: an idempotent producer, for brokers without transactions; a crash
+            /// may then write records again (at least once).
+            #[serde(default = "siphon_kafka::config::yes")]
+            pub transactions: bool,
+            /// The producer's `transactional.id`: a second siphon started with it fences the
+            /// first. Unset: `siphon.<pipeline>` for the log, `siphon.<pipeline>.<sink>` for
+            /// a sink.
+            #[serde(default)]
+            pub transactional_id: Option<String>,
+            /// How keys and values are written: "json" (Debezium's JSON, the default) or
+            /// "avro".
+            #[serde(default)]
+            pub format: $crate::config::RecordFormat,
+            /// JSON: wrap keys and values as `{"schema":…,"payload":…}` (Kafka Connect's
+            /// JsonConverter with `schemas.enable = true`, its default).
+            #[serde(default = "siphon_kafka::config::yes")]
+            pub schemas: bool,
+            /// Fill each event's `transaction` block (Debezium's
+            /// `provide.transaction.metadata`).
+            #[serde(default)]
+            pub transaction_metadata: bool,
+            /// Debezium's handling modes for values (as for the file sink).
+            #[serde(default)]
+            pub debezium: siphon_format::debezium::Modes,
+            /// The schema registry for `format = "avro"` (`[….registry]`).
+            #[serde(default)]
+            pub registry: Option<$crate::config::RegistryConfig>,
+            /// Compression of produced batches: "none", "gzip", "snappy", "lz4" (the
+            /// default), "zstd".
+            #[serde(default)]
+            pub compression: $crate::config::Compression,
+            /// The longest wait for the brokers in one operation.
+            #[serde(default = "siphon_kafka::config::default_timeout")]
+            pub timeout: siphon_core::units::HumanDuration,
+            /// Where readers start a partition: "offset" (at the first record they need; the
+            /// default) or "beginning" (for brokers whose `read_committed` fetches past an
+            /// aborted transaction drop records, as noida-db 0.2.3's do).
+            #[serde(default)]
+            pub seek: $crate::config::Seek,
+            $( $(#[$field_meta])* pub $field : $ty, )*
+        }
+
+        impl $name {
+            /// The settings every Kafka component has.
+            pub fn kafka(&self) -> $crate::config::KafkaSettings {
+                $crate::config::KafkaSettings {
+                    brokers: self.brokers.clone(),
+                    tls: self.tls.clone(),
+                    sasl: self.sasl.clone(),
+                    client: self.client.clone(),
+                    topic_prefix: self.topic_prefix.clone(),
+                    topics: self.topics.clone(),
+                    transactions: self.transactions,
+                    transactional_id: self.transactional_id.clone(),
+                    format: self.format,
+                    schemas: self.schemas,
+                    transaction_metadata: self.transaction_metadata,
+                    debezium: self.debezium,
+                    registry: self.registry.clone(),
+                    compression: self.compression,
+                    timeout: self.timeout,
+                    seek: self.seek,
+                }
+            }
+        }
+    };
+}
+
+impl KafkaSettings {
+    /// How to reach the cluster.
+    pub fn connection(&self) -> Connection {
+        Connection {
+            brokers: self.brokers.clone(),
+            tls: self.tls.clone(),
+            sasl: self.sasl.clone(),
+            client: self.client.clone(),
+        }
+    }
+
+    /// How records are written.
+    pub fn encoding(&self) -> Encoding {
+        Encoding {
+            format: self.format,
+            schemas: self.schemas,
+            transaction_metadata: self.transaction_metadata,
+            modes: self.debezium,
+            registry: self.registry.clone(),
+        }
+    }
+
+    /// The first part of table topics, for pipeline `pipeline`.
+    pub fn prefix(&self, pipeline: &str) -> String {
+        self.topic_prefix
+            .clone()
+            .unwrap_or_else(|| pipeline.to_owned())
+    }
+
+    /// Checks what serde cannot; the message names the key.
+    pub fn validate(&self) -> Result<(), String> {
+        self.connection().validate()?;
+        self.encoding().validate()?;
+        self.topics.validate()?;
+        if let Some(prefix) = &self.topic_prefix
+            && (prefix.is_empty()
+                || !prefix
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+        {
+            return Err(format!(
+                "topic_prefix: {prefix:?} is not a topic name part (ASCII letters, digits, '.', '_', '-')"
+            ));
+        }
+        if self.timeout.0 < Duration::from_secs(1) {
+            return Err("timeout: use at least 1s".into());
         }
         Ok(())
     }

@@ -6,6 +6,7 @@
 mod admin;
 mod client;
 pub mod config;
+pub mod consume;
 mod context;
 mod error;
 pub mod headers;

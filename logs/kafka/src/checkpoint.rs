@@ -18,7 +18,7 @@ use siphon_core::{Error, Result};
 use siphon_kafka::headers::RecordHeaders;
 use siphon_kafka::{OutRecord, Place, kafka_error};
 
-use crate::consume::{PartitionConsumer, log_record, read_partition};
+use siphon_kafka::consume::{PartitionConsumer, latest_of_key, log_record, read_partition};
 
 /// The key of the one checkpoint record.
 pub(crate) const KEY: &[u8] = b"checkpoint";
@@ -157,54 +157,23 @@ impl Checkpoint {
         })
     }
 
-    /// The latest checkpoint in `topic` (`None` for a topic that has none, or none yet).
-    /// Looks back from the end, further each time, since the topic's end holds the latest
-    /// (reads the whole topic `from_beginning`).
+    /// The latest checkpoint in `topic` (`None` for a topic that has none, or none yet);
+    /// reads the whole topic `from_beginning`.
     pub fn latest(
         consumer: &PartitionConsumer,
         topic: &str,
         timeout: Duration,
         from_beginning: bool,
     ) -> Result<Option<Checkpoint>> {
-        let mut back = if from_beginning { i64::MAX / 2 } else { 16 };
-        loop {
-            let mut latest = None;
-            let mut reached_start = false;
-            let (low, high) = match consumer.fetch_watermarks(topic, 0, timeout) {
-                Ok(marks) => marks,
-                Err(e) if crate::consume::is_unknown_topic(&e) => return Ok(None),
-                Err(e) => return Err(kafka_error(&format!("reading the extent of {topic}"), &e)),
-            };
-            if high - back <= low {
-                reached_start = true;
-            }
-            read_partition(
-                consumer,
-                topic,
-                0,
-                Offset::Offset((high - back).max(low)),
-                timeout,
-                |message| {
-                    if message.key() == Some(KEY)
-                        && let Some(payload) = message.payload()
-                    {
-                        latest =
-                            Some(serde_json::from_slice::<Checkpoint>(payload).map_err(|e| {
-                                Error::Corrupt {
-                                    path: topic.into(),
-                                    position: message.offset() as u64,
-                                    reason: format!("a checkpoint that does not decode: {e}"),
-                                }
-                            })?);
-                    }
-                    Ok(())
-                },
-            )?;
-            if latest.is_some() || reached_start {
-                return Ok(latest);
-            }
-            back *= 8;
-        }
+        latest_of_key(consumer, topic, KEY, timeout, from_beginning)?
+            .map(|payload| {
+                serde_json::from_slice(&payload).map_err(|e| Error::Corrupt {
+                    path: topic.into(),
+                    position: 0,
+                    reason: format!("a checkpoint that does not decode: {e}"),
+                })
+            })
+            .transpose()
     }
 }
 

@@ -26,8 +26,8 @@ use siphon_kafka::config::Connection;
 use siphon_kafka::{Quiet, kafka_error};
 use tokio::sync::Notify;
 
-use crate::consume::{Tp, log_record};
 use crate::schemas::KafkaSchemas;
+use siphon_kafka::consume::{Tp, log_record};
 
 /// How often a member looks for tables (topics) that appeared.
 const TOPIC_REFRESH: Duration = Duration::from_secs(5);
@@ -136,7 +136,7 @@ fn rewind(membership: &Membership, group: &str) -> Result<()> {
     for topic in topics(&consumer, membership)? {
         let (low, _) = match consumer.fetch_watermarks(&topic, 0, membership.timeout) {
             Ok(marks) => marks,
-            Err(e) if crate::consume::is_unknown_topic(&e) => continue,
+            Err(e) if siphon_kafka::consume::is_unknown_topic(&e) => continue,
             Err(e) => return Err(kafka_error(&format!("reading the extent of {topic}"), &e)),
         };
         positions

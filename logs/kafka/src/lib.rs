@@ -30,7 +30,6 @@
 
 mod checkpoint;
 mod config;
-mod consume;
 mod group;
 mod reader;
 mod schemas;
@@ -53,13 +52,14 @@ use siphon_kafka::config::Connection;
 use siphon_kafka::{Delivery, Publisher, RecordEncoder, TopicSpec, Topics};
 use tokio::sync::watch;
 
-pub use config::{Compression, KafkaLogConfig, Names, Seek};
+pub use config::{KafkaLogConfig, Names};
 pub use schemas::KafkaSchemas;
+pub use siphon_kafka::config::Seek;
 
 use self::checkpoint::{Checkpoint, LastRecord};
-use self::consume::consumer;
 use self::reader::{OrderedReader, Topology};
 use self::writer::Writer;
+use siphon_kafka::consume::{self, consumer};
 
 /// A Kafka change log, opened for its writer or read-only. Cheap to clone.
 #[derive(Clone, Debug)]
@@ -146,7 +146,7 @@ impl KafkaLog {
         config.validate().map_err(Error::Config)?;
         let pipeline = &ctx.pipeline;
         let names = config.names(pipeline);
-        let connection = config.connection();
+        let connection = config.kafka().connection();
         let timeout = config.timeout.0;
         let delivery = if config.transactions {
             Delivery::Transactional {
@@ -194,7 +194,7 @@ impl KafkaLog {
         };
         let encoder = RecordEncoder::new(
             names.prefix.clone(),
-            config.encoding(),
+            config.kafka().encoding(),
             config.topics.cleanup_policy.compacts(),
         )?;
         let helper = consumer(&connection, &format!("siphon-{pipeline}-open"), true)?;
@@ -270,7 +270,7 @@ impl KafkaLog {
         config.validate().map_err(Error::Config)?;
         let pipeline = &ctx.pipeline;
         let names = config.names(pipeline);
-        let connection = config.connection();
+        let connection = config.kafka().connection();
         let timeout = config.timeout.0;
         let helper = consumer(&connection, &format!("siphon-{pipeline}-open"), true)?;
         let from_beginning = config.seek == Seek::Beginning;

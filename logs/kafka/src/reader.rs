@@ -38,8 +38,8 @@ use siphon_core::{Error, Result};
 use siphon_kafka::kafka_error;
 use tokio::sync::{Notify, watch};
 
-use crate::consume::{PartitionConsumer, Tp, first_at_or_after, log_record};
 use crate::schemas::KafkaSchemas;
+use siphon_kafka::consume::{PartitionConsumer, Tp, first_at_or_after, log_record};
 
 /// How long a transaction can stay open, and then some for clocks that differ: a record
 /// older than this before a check was committed before it.

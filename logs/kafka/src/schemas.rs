@@ -20,7 +20,7 @@ use siphon_core::{Error, Result};
 use siphon_kafka::OutRecord;
 use siphon_kafka::headers::RecordHeaders;
 
-use crate::consume::{PartitionConsumer, read_partition};
+use siphon_kafka::consume::{PartitionConsumer, read_partition};
 
 /// The schemas of one Kafka log.
 pub struct KafkaSchemas {

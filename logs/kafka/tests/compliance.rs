@@ -8,7 +8,7 @@ use siphon_core::kind::{LogContext, LogKind};
 use siphon_core::log::ChangeLog;
 use siphon_core::position::NoDecoder;
 use siphon_core::testing::log::{LogUnderTest, assert_log_compliance};
-use siphon_kafka::config::{Brokers, TopicSettings};
+use siphon_kafka::config::TopicSettings;
 use siphon_log_kafka::{KafkaLogConfig, KafkaLogKind};
 use siphon_test_support::KafkaBroker;
 
@@ -50,7 +50,7 @@ fn config(broker: &KafkaBroker, transactions: bool) -> KafkaLogConfig {
         partitions: 3,
         ..TopicSettings::default()
     };
-    config.brokers = Brokers::One(broker.brokers());
+
     config
 }
 

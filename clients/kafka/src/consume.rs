@@ -1,8 +1,12 @@
-//! Consumers of the log's topics that read chosen partitions (no consumer group), and what
-//! they read records as.
+//! Consumers that read chosen partitions (no consumer group) of the topics siphon writes,
+//! and what they read records as.
 
 use std::time::{Duration, Instant};
 
+use crate::config::Connection;
+use crate::context::Quiet;
+use crate::error::kafka_error;
+use crate::headers::SiphonHeaders;
 use rdkafka::config::FromClientConfigAndContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -10,23 +14,16 @@ use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::{Offset, TopicPartitionList};
 use siphon_core::log::LogRecord;
 use siphon_core::{Error, Result};
-use siphon_kafka::config::Connection;
-use siphon_kafka::headers::SiphonHeaders;
-use siphon_kafka::{Quiet, kafka_error};
 
 /// A topic and partition.
-pub(crate) type Tp = (std::sync::Arc<str>, i32);
+pub type Tp = (std::sync::Arc<str>, i32);
 
 /// A consumer of chosen partitions.
-pub(crate) type PartitionConsumer = BaseConsumer<Quiet>;
+pub type PartitionConsumer = BaseConsumer<Quiet>;
 
 /// A consumer that sees only committed records (`read_committed`), of partitions it is
 /// assigned; `eof` makes it report the end of each (for reading a partition to its end).
-pub(crate) fn consumer(
-    connection: &Connection,
-    client_id: &str,
-    eof: bool,
-) -> Result<PartitionConsumer> {
+pub fn consumer(connection: &Connection, client_id: &str, eof: bool) -> Result<PartitionConsumer> {
     let mut config = connection.client_config(client_id)?;
     config
         // librdkafka's consumer needs a group even to read assigned partitions; this one
@@ -50,7 +47,7 @@ pub(crate) fn consumer(
 /// Reads `topic`'s partition `partition` from `start` to its end as it is now (what a
 /// `read_committed` reader sees), handing each message to `each`. A topic that does not
 /// exist reads as empty. Blocks: the consumer must have been made with `eof`.
-pub(crate) fn read_partition(
+pub fn read_partition(
     consumer: &PartitionConsumer,
     topic: &str,
     partition: i32,
@@ -104,7 +101,7 @@ pub(crate) fn read_partition(
 }
 
 /// Whether a Kafka error says the topic or partition does not exist.
-pub(crate) fn is_unknown_topic(e: &KafkaError) -> bool {
+pub fn is_unknown_topic(e: &KafkaError) -> bool {
     matches!(
         e.rdkafka_error_code(),
         Some(
@@ -118,7 +115,7 @@ pub(crate) fn is_unknown_topic(e: &KafkaError) -> bool {
 /// A record of the log as a reader gets it: an event record (its `siphon.event` header), or
 /// a record that is not an event (in `records_topic`: the Kafka key and value). `None` for a
 /// tombstone or a record siphon did not write.
-pub(crate) fn log_record(message: &BorrowedMessage<'_>, records_topic: &str) -> Option<LogRecord> {
+pub fn log_record(message: &BorrowedMessage<'_>, records_topic: &str) -> Option<LogRecord> {
     let siphon = SiphonHeaders::read(message.headers()?);
     let offset = siphon.offset?;
     let (key, value) = match siphon.event {
@@ -142,7 +139,7 @@ pub(crate) fn log_record(message: &BorrowedMessage<'_>, records_topic: &str) -> 
 /// The first record of a partition at or after Kafka offset `at`, below `end`: its Kafka
 /// offset and siphon offset. Blocks. `consumer` must report partition ends (`eof`): a
 /// consumer's position is no answer, since it may still be that of an earlier assignment.
-pub(crate) fn first_at_or_after(
+pub fn first_at_or_after(
     consumer: &PartitionConsumer,
     tp: &Tp,
     at: i64,
@@ -201,7 +198,7 @@ pub(crate) fn first_at_or_after(
 
 /// The highest siphon offset in a partition (of its last record), searched back from its end.
 /// Blocks.
-pub(crate) fn last_offset(
+pub fn last_offset(
     consumer: &PartitionConsumer,
     tp: &Tp,
     timeout: Duration,
@@ -227,4 +224,45 @@ pub(crate) fn last_offset(
         back *= 2;
     }
     Ok(None)
+}
+
+/// The value of the latest record of `key` in partition 0 of `topic` (`None` where it has
+/// none, or the topic is missing): looked for back from the end, further each time, since
+/// the end holds the latest (the whole partition `from_beginning`, for brokers whose
+/// `read_committed` fetches go wrong past an aborted transaction). Blocks.
+pub fn latest_of_key(
+    consumer: &PartitionConsumer,
+    topic: &str,
+    key: &[u8],
+    timeout: Duration,
+    from_beginning: bool,
+) -> Result<Option<Vec<u8>>> {
+    let mut back = if from_beginning { i64::MAX / 2 } else { 16 };
+    loop {
+        let (low, high) = match consumer.fetch_watermarks(topic, 0, timeout) {
+            Ok(marks) => marks,
+            Err(e) if is_unknown_topic(&e) => return Ok(None),
+            Err(e) => return Err(kafka_error(&format!("reading the extent of {topic}"), &e)),
+        };
+        let mut latest = None;
+        read_partition(
+            consumer,
+            topic,
+            0,
+            Offset::Offset((high.saturating_sub(back)).max(low)),
+            timeout,
+            |message| {
+                if message.key() == Some(key)
+                    && let Some(payload) = message.payload()
+                {
+                    latest = Some(payload.to_vec());
+                }
+                Ok(())
+            },
+        )?;
+        if latest.is_some() || high.saturating_sub(back) <= low {
+            return Ok(latest);
+        }
+        back = back.saturating_mul(8);
+    }
 }
