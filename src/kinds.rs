@@ -39,6 +39,8 @@ impl Kinds {
         ];
         #[cfg(feature = "duckdb")]
         sinks.push(sink::<siphon_sink_duckdb::DuckdbKind>());
+        #[cfg(feature = "kafka")]
+        sinks.push(sink::<siphon_sink_kafka::KafkaSinkKind>());
         sinks.extend([
             sink::<siphon_sink_file::StdoutKind>(),
             sink::<siphon_sink_file::FileKind>(),

@@ -956,3 +956,85 @@ async fn two_sink_only_daemons_in_a_consumer_group_split_the_tables() {
     drop(first);
     drop(s);
 }
+
+/// The Kafka sink, on the embedded log, killed -9 again and again while it publishes: read
+/// back `read_committed`, its topics hold every event of the log once (each log offset once,
+/// the events the generator made): each restart goes on from the cursor its last committed
+/// transaction holds.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_kafka_sink_publishes_every_event_once_through_kill_9() {
+    let broker = KafkaBroker::start().unwrap();
+    let events = 6000;
+    let sink = format!(
+        r#"
+[pipelines.demo.sinks.kafka]
+kind = "kafka"
+brokers = "{}"
+seek = "beginning"
+batch_size = 200
+"#,
+        broker.brokers()
+    );
+    let setup = Setup::new(events, "1ms", &sink);
+    let mut d = setup.start();
+    for round in 1..=5u64 {
+        common::wait_status(&d, Duration::from_secs(90), "the sink publishing", |s| {
+            s[0]["sinks"]["kafka"]["next_offset"].as_u64() >= Some(round * events / 7)
+        })
+        .await;
+        d.kill_9().unwrap();
+        d = setup.start();
+    }
+    common::wait_status(&d, Duration::from_secs(90), "every event published", |s| {
+        s[0]["sinks"]["kafka"]["next_offset"].as_u64() == Some(events)
+    })
+    .await;
+    d.signal("TERM").unwrap();
+    assert!(
+        d.wait(Duration::from_secs(30)).unwrap().success(),
+        "{}",
+        d.log()
+    );
+
+    let generator = setup.generator();
+    let mut published: BTreeMap<u64, serde_json::Value> = BTreeMap::new();
+    for topic in ["demo.demo.orders", "demo.demo.customers"] {
+        for (_, _, value, offset) in topic_records(&broker, topic) {
+            let Some(value) = value else { continue }; // a tombstone
+            let offset = offset.expect("a log offset on every record");
+            let previous = published.insert(offset, serde_json::from_slice(&value).unwrap());
+            assert!(previous.is_none(), "log offset {offset} published twice");
+        }
+    }
+    assert_eq!(
+        published.keys().copied().collect::<Vec<_>>(),
+        (0..events).collect::<Vec<_>>(),
+        "every log offset once"
+    );
+    for (offset, value) in &published {
+        let want = siphon_format::envelope::JsonFormat {
+            schemas: true,
+            transactions: false,
+            modes: Default::default(),
+        }
+        .encode(&generator.event(*offset));
+        assert_eq!(
+            value["payload"]["after"], want["payload"]["after"],
+            "offset {offset}"
+        );
+        assert_eq!(
+            value["payload"]["op"], want["payload"]["op"],
+            "offset {offset}"
+        );
+    }
+    let uncommitted: usize = ["demo.demo.orders", "demo.demo.customers"]
+        .iter()
+        .map(|t| {
+            topic_records_with(&broker, t, "read_uncommitted")
+                .iter()
+                .filter(|r| r.2.is_some())
+                .count()
+        })
+        .sum();
+    eprintln!("kafka sink: {events} events published once, {uncommitted} records read uncommitted");
+}

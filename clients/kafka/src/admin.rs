@@ -39,6 +39,51 @@ impl std::fmt::Debug for Topics {
 }
 
 impl Topics {
+    /// Removes every record of those of `topics` that exist (Kafka's DeleteRecords, up to
+    /// each partition's end): a topic that keeps only the latest record of each key refuses
+    /// it, and is left as it is. Blocks.
+    pub fn delete_records(&self, topics: &[String]) -> Result<()> {
+        let metadata = self
+            .admin
+            .inner()
+            .fetch_metadata(None, self.timeout)
+            .map_err(|e| kafka_error("reading the cluster's topics", &e))?;
+        let mut everything = rdkafka::TopicPartitionList::new();
+        for topic in metadata
+            .topics()
+            .iter()
+            .filter(|t| topics.iter().any(|name| name == t.name()))
+        {
+            for partition in topic.partitions() {
+                everything
+                    .add_partition_offset(topic.name(), partition.id(), rdkafka::Offset::End)
+                    .map_err(|e| kafka_error("listing partitions", &e))?;
+            }
+        }
+        if everything.count() == 0 {
+            return Ok(());
+        }
+        let options = AdminOptions::new().operation_timeout(Some(self.timeout));
+        let done = futures_executor::block_on(self.admin.delete_records(&everything, &options))
+            .map_err(|e| kafka_error("deleting records", &e))?;
+        for element in done.elements() {
+            if let Err(e) = element.error() {
+                if e.rdkafka_error_code() == Some(RDKafkaErrorCode::PolicyViolation) {
+                    tracing::info!(
+                        topic = element.topic(),
+                        "a compacted topic keeps its records (Kafka refuses to delete them)"
+                    );
+                } else {
+                    return Err(kafka_error(
+                        &format!("deleting the records of {}", element.topic()),
+                        &e,
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// An admin client of the cluster.
     pub fn connect(connection: &Connection, client_id: &str, timeout: Duration) -> Result<Self> {
         let config = connection.client_config(client_id)?;

@@ -100,6 +100,14 @@ pub fn read_partition(
     Ok(())
 }
 
+/// Reaches the brokers (their metadata), changing nothing: `siphon check --connect`. Blocks.
+pub fn reach_brokers(connection: &Connection, client_id: &str, timeout: Duration) -> Result<()> {
+    consumer(connection, client_id, false)?
+        .fetch_metadata(None, timeout)
+        .map(drop)
+        .map_err(|e| kafka_error("reaching the brokers", &e))
+}
+
 /// Whether a Kafka error says the topic or partition does not exist.
 pub fn is_unknown_topic(e: &KafkaError) -> bool {
     matches!(
@@ -252,16 +260,15 @@ pub fn latest_of_key(
             Offset::Offset((high.saturating_sub(back)).max(low)),
             timeout,
             |message| {
-                if message.key() == Some(key)
-                    && let Some(payload) = message.payload()
-                {
-                    latest = Some(payload.to_vec());
+                if message.key() == Some(key) {
+                    // A tombstone deleted what came before.
+                    latest = Some(message.payload().map(<[u8]>::to_vec));
                 }
                 Ok(())
             },
         )?;
         if latest.is_some() || high.saturating_sub(back) <= low {
-            return Ok(latest);
+            return Ok(latest.flatten());
         }
         back = back.saturating_mul(8);
     }
