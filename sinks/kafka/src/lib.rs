@@ -35,6 +35,6 @@ impl Kind for KafkaSinkKind {
 
 impl SinkKind for KafkaSinkKind {
     fn build(config: &KafkaSinkConfig, pipeline: &str, sink: &str) -> Result<Box<dyn Sink>> {
-        Ok(Box::new(KafkaSink::new(config.clone(), pipeline, sink)?))
+        Ok(Box::new(KafkaSink::new(config, pipeline, sink)?))
     }
 }

@@ -65,7 +65,7 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 
 impl KafkaSink {
     /// Sink `sink` of pipeline `pipeline` (they name its cursor topic and producer).
-    pub fn new(config: KafkaSinkConfig, pipeline: &str, sink: &str) -> Result<Self> {
+    pub fn new(config: &KafkaSinkConfig, pipeline: &str, sink: &str) -> Result<Self> {
         config.validate().map_err(Error::Config)?;
         let settings = config.kafka();
         Ok(KafkaSink {
@@ -73,7 +73,7 @@ impl KafkaSink {
                 .cursor_topic
                 .clone()
                 .unwrap_or_else(|| format!("siphon.{pipeline}.{sink}.cursor")),
-            transactional_id: config
+            transactional_id: settings
                 .transactional_id
                 .clone()
                 .unwrap_or_else(|| format!("siphon.{pipeline}.{sink}")),

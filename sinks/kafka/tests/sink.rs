@@ -93,7 +93,7 @@ async fn the_kafka_sink_keeps_every_promise() {
         Harness {
             brokers: broker.brokers(),
             prefix: pipeline.clone(),
-            sink: KafkaSink::new(config, &pipeline, "out").unwrap(),
+            sink: KafkaSink::new(&config, &pipeline, "out").unwrap(),
         }
     })
     .await;
