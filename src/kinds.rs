@@ -137,6 +137,9 @@ pub trait ConfiguredLog: Send + Sync + Debug {
 
     /// Whether daemons other than its writer read it (see [`LogKind::SHARED`]).
     fn shared(&self) -> bool;
+
+    /// Reaches what the log is kept in (see [`LogKind::check`]). Blocks.
+    fn check(&self) -> siphon_core::Result<()>;
 }
 
 /// A configured sink.
@@ -277,6 +280,10 @@ impl<K: LogKind> ConfiguredLog for Configured<K> {
 
     fn shared(&self) -> bool {
         K::SHARED
+    }
+
+    fn check(&self) -> siphon_core::Result<()> {
+        K::check(&self.0)
     }
 }
 

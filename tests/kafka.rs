@@ -13,7 +13,9 @@ use rdkafka::Message as _;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use siphon_core::sink::Sink as _;
-use siphon_test_support::{KafkaBroker, PgDatabase, RedisKeyspace, postgres, redis};
+use siphon_test_support::{
+    KafkaBroker, PgDatabase, RedisKeyspace, RegistryStandIn, postgres, redis,
+};
 
 /// (table, id) → the row's values as text (`v`, `n`, `note`).
 type Rows = BTreeMap<(String, i64), Vec<Option<String>>>;
@@ -1037,4 +1039,173 @@ batch_size = 200
         })
         .sum();
     eprintln!("kafka sink: {events} events published once, {uncommitted} records read uncommitted");
+}
+
+/// `format = "avro"`: each table version's key and value schemas registered once with the
+/// registry (basic authentication), every record in Confluent's wire format naming its
+/// version; a column added mid-stream is a second version of the value subject, and records
+/// of either version decode with either schema (the added column is optional, its default
+/// null). Every record reads back as the JSON siphon writes of it; `siphon check --connect`
+/// reaches the brokers and the registry, and a wrong password fails it without showing it.
+#[tokio::test(flavor = "multi_thread")]
+async fn avro_records_take_a_schema_version_per_table_version() {
+    let broker = KafkaBroker::start().unwrap();
+    let password = "s3cret-registry-pw";
+    let registry = RegistryStandIn::start_with_user("siphon", password).unwrap();
+    let db = postgres().await.unwrap();
+    db.execute(
+        "create table prices (id int primary key, name text not null, amount numeric(10,2), at timestamptz, tags text[]);
+         insert into prices values (1, 'one', 1.50, '2024-02-29 10:11:12.5+00', '{a,b}'),
+                                   (2, 'two', null, null, null), (3, 'three', -0.01, now(), '{}');",
+    )
+    .await
+    .unwrap();
+    let registry_config = |password: &str| {
+        format!(
+            "format = \"avro\"\nregistry = {{ url = \"{}\", username = \"siphon\", password = \"{password}\" }}",
+            registry.url
+        )
+    };
+    let setup = Setup::with_log(
+        &pg_source(&db),
+        &kafka_log_of(&broker, 1, &registry_config(password)),
+        0,
+        "",
+    );
+    let check = setup.cli(&["check", "--connect"]);
+    let stdout = String::from_utf8_lossy(&check.stdout);
+    assert!(
+        check.status.success() && stdout.contains("ok      demo: log kafka"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+
+    let mut d = setup.start();
+    common::wait_status(&d, Duration::from_secs(60), "the snapshot applied", |s| {
+        common::sink(s)["next_offset"].as_u64() >= Some(3)
+    })
+    .await;
+    let client = db.client().await.unwrap();
+    client
+        .batch_execute(
+            "alter table prices add column note text;
+             insert into prices values (4, 'four', 4.00, now(), '{c}', 'added');
+             update prices set note = 'later', amount = 9.99 where id = 1;
+             delete from prices where id = 2;",
+        )
+        .await
+        .unwrap();
+    common::wait_applied(&d, "out", &current_lsn(&db).await, Duration::from_secs(60)).await;
+    d.signal("TERM").unwrap();
+    assert!(
+        d.wait(Duration::from_secs(30)).unwrap().success(),
+        "{}",
+        d.log()
+    );
+    assert!(
+        !d.log().contains(password),
+        "the daemon's log shows the registry password"
+    );
+
+    let subjects = registry.subjects();
+    assert_eq!(
+        subjects.keys().collect::<Vec<_>>(),
+        ["demo.public.prices-key", "demo.public.prices-value"],
+        "{subjects:#?}"
+    );
+    assert_eq!(
+        subjects["demo.public.prices-key"].len(),
+        1,
+        "the key did not change"
+    );
+    let [v1, v2] = subjects["demo.public.prices-value"].as_slice() else {
+        panic!("two value versions: {subjects:#?}");
+    };
+    assert!(
+        !v1.contains("\"note\"") && v2.contains("\"note\""),
+        "{v1}\n{v2}"
+    );
+
+    // The records, in log order, read back with their own version and with the other.
+    let mut records = topic_records(&broker, "demo.public.prices");
+    records.sort_by_key(|(_, _, _, offset)| *offset);
+    let tail = setup.cli(&["log", "tail", "demo", "--from", "0", "--format", "records"]);
+    assert!(
+        tail.status.success(),
+        "{}",
+        String::from_utf8_lossy(&tail.stderr)
+    );
+    let json: Vec<serde_json::Value> = String::from_utf8_lossy(&tail.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        records.len(),
+        json.len(),
+        "records in the topic and in the log"
+    );
+    let mut versions = std::collections::BTreeSet::new();
+    for ((_, key, value, _), expected) in records.iter().zip(&json) {
+        let (_, key) = registry.decode(key.as_ref().unwrap(), None).unwrap();
+        assert_eq!(key, expected["key"]);
+        let Some(value) = value else {
+            assert!(
+                expected["value"].is_null(),
+                "a tombstone where the log has {expected}"
+            );
+            continue;
+        };
+        let (id, read) = registry.decode(value, None).unwrap();
+        let mut expected = expected["value"].clone();
+        common::zeros_of_a_delete(&read, &mut expected);
+        assert_eq!(
+            read, expected,
+            "the record read back is siphon's JSON of it"
+        );
+        versions.insert(id);
+        let has_note = read["after"].get("note").is_some() || read["before"].get("note").is_some();
+        // With the other version: the column appears as null, or is left out.
+        let other = if has_note { v1 } else { v2 };
+        let (_, resolved) = registry.decode(value, Some(other)).unwrap();
+        let row = if read["after"].is_null() {
+            "before"
+        } else {
+            "after"
+        };
+        for (column, v) in read[row].as_object().unwrap() {
+            if column != "note" {
+                assert_eq!(
+                    &resolved[row][column], v,
+                    "{column} read with the other version"
+                );
+            }
+        }
+        assert_eq!(
+            resolved[row].get("note").is_some(),
+            !has_note,
+            "the other version's columns: {resolved}"
+        );
+    }
+    assert_eq!(versions.len(), 2, "records of both value versions");
+
+    // A wrong password fails the check, naming the registry's answer, not the password.
+    let text = std::fs::read_to_string(&setup.config)
+        .unwrap()
+        .replace(password, "wrong-pw-123");
+    std::fs::write(&setup.config, text).unwrap();
+    let check = setup.cli(&["check", "--connect"]);
+    let out = format!(
+        "{}{}",
+        String::from_utf8_lossy(&check.stdout),
+        String::from_utf8_lossy(&check.stderr)
+    );
+    assert_eq!(check.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("FAILED  demo: log kafka") && out.contains("401"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("wrong-pw-123"),
+        "the check shows the password: {out}"
+    );
 }

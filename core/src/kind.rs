@@ -108,6 +108,13 @@ pub trait LogKind: Kind {
     /// sinks only); `None` where none was made yet.
     fn open_existing(config: &Self::Config, ctx: &LogContext)
     -> Result<Option<Arc<dyn ChangeLog>>>;
+
+    /// Reaches what the log is kept in, changing nothing (`siphon check --connect`): a broker
+    /// log its brokers. A log on local disk has nothing to reach. Blocks.
+    fn check(config: &Self::Config) -> Result<()> {
+        let _ = config;
+        Ok(())
+    }
 }
 
 /// A kind of sink.

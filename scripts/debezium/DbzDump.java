@@ -1,10 +1,13 @@
 import io.debezium.engine.ChangeEvent;
 import io.debezium.engine.DebeziumEngine;
+import io.debezium.engine.format.Avro;
 import io.debezium.engine.format.Json;
+import io.debezium.engine.format.SerializationFormat;
 import java.io.BufferedWriter;
 import java.io.FileWriter;
 import java.util.List;
 import java.util.Properties;
+import java.util.function.Function;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.atomic.AtomicLong;
@@ -17,6 +20,9 @@ import java.util.concurrent.atomic.AtomicLong;
  * Arguments: DB TABLE_INCLUDE_LIST SLOT SNAPSHOT_MODE N OUT_FILE [key=value ...]
  * Extra key=value pairs are Debezium connector properties, e.g. decimal.handling.mode=string
  * time.precision.mode=isostring interval.handling.mode=string converter.schemas.enable=true.
+ * With env DBZ_FORMAT=avro the records go through Confluent's AvroConverter instead (give it
+ * converter.schema.registry.url=…): key and value are then written as hex strings of the
+ * converter's bytes (Confluent's wire format).
  */
 public class DbzDump {
     public static void main(String[] a) throws Exception {
@@ -51,13 +57,29 @@ public class DbzDump {
         AtomicLong seen = new AtomicLong();
         AtomicLong last = new AtomicLong(0);
         BufferedWriter w = new BufferedWriter(new FileWriter(out));
-        DebeziumEngine<ChangeEvent<String, String>> engine = DebeziumEngine.create(Json.class).using(p)
-            .notifying((List<ChangeEvent<String, String>> records, DebeziumEngine.RecordCommitter<ChangeEvent<String, String>> c) -> {
-                for (ChangeEvent<String, String> r : records) {
+        DebeziumEngine<?> engine = "avro".equals(System.getenv("DBZ_FORMAT"))
+            ? engine(Avro.class, p, DbzDump::hex, w, seen, last)
+            : engine(Json.class, p, Function.identity(), w, seen, last);
+        ExecutorService ex = Executors.newSingleThreadExecutor();
+        ex.execute(engine);
+        while (seen.get() < n && (last.get() == 0 || System.currentTimeMillis() - last.get() < idleMs)) Thread.sleep(100);
+        synchronized (w) { w.close(); }
+        System.out.printf("debezium: %d records written to %s%n", seen.get(), out);
+        engine.close();
+        ex.shutdown();
+        System.exit(0);
+    }
+
+    /** The engine writing its records in `format`, each key and value shown as `show` says. */
+    static <T> DebeziumEngine<ChangeEvent<T, T>> engine(Class<? extends SerializationFormat<T>> format, Properties p,
+            Function<T, String> show, BufferedWriter w, AtomicLong seen, AtomicLong last) {
+        return DebeziumEngine.create(format).using(p)
+            .notifying((List<ChangeEvent<T, T>> records, DebeziumEngine.RecordCommitter<ChangeEvent<T, T>> c) -> {
+                for (ChangeEvent<T, T> r : records) {
                     synchronized (w) {
                         try {
-                            w.write("{\"topic\":\"" + r.destination() + "\",\"key\":" + (r.key() == null ? "null" : r.key())
-                                + ",\"value\":" + (r.value() == null ? "null" : r.value()) + "}\n");
+                            w.write("{\"topic\":\"" + r.destination() + "\",\"key\":" + (r.key() == null ? "null" : show.apply(r.key()))
+                                + ",\"value\":" + (r.value() == null ? "null" : show.apply(r.value())) + "}\n");
                         } catch (java.io.IOException e) { throw new RuntimeException(e); }
                     }
                     seen.incrementAndGet();
@@ -69,13 +91,12 @@ public class DbzDump {
                 System.err.println("debezium: engine stopped: " + message);
                 if (error != null) error.printStackTrace();
             }).build();
-        ExecutorService ex = Executors.newSingleThreadExecutor();
-        ex.execute(engine);
-        while (seen.get() < n && (last.get() == 0 || System.currentTimeMillis() - last.get() < idleMs)) Thread.sleep(100);
-        synchronized (w) { w.close(); }
-        System.out.printf("debezium: %d records written to %s%n", seen.get(), out);
-        engine.close();
-        ex.shutdown();
-        System.exit(0);
+    }
+
+    /** Bytes as a JSON string of hex digits. */
+    static String hex(byte[] bytes) {
+        StringBuilder s = new StringBuilder("\"");
+        for (byte b : bytes) s.append(String.format("%02x", b));
+        return s.append('"').toString();
     }
 }

@@ -30,6 +30,15 @@ pub(super) async fn check(config: &Config, connect: bool) -> anyhow::Result<Exit
                 source.build(name).check().await,
             );
         }
+        let log = p.log.clone();
+        let reached = tokio::task::spawn_blocking(move || log.check())
+            .await
+            .unwrap_or_else(|e| Err(siphon_core::Error::permanent(e.to_string())));
+        report(
+            &mut failed,
+            &format!("{name}: log {}", p.log.kind()),
+            reached,
+        );
         for (sink_name, s) in &p.sinks {
             let result = match s.spec.build(name, sink_name) {
                 Ok(mut sink) => sink.check().await,

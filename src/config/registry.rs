@@ -145,6 +145,11 @@ impl LogSpec {
         self.0.open(ctx)
     }
 
+    /// Reaches what the log is kept in, changing nothing (`siphon check --connect`). Blocks.
+    pub fn check(&self) -> siphon_core::Result<()> {
+        self.0.check()
+    }
+
     /// Opens the log read-only, beside its writer; `None` where none was made yet.
     pub fn open_existing(
         &self,

@@ -3,10 +3,11 @@
 
 use std::time::{Duration, Instant};
 
-use crate::config::Connection;
+use crate::config::{Connection, KafkaSettings, RecordFormat};
 use crate::context::Quiet;
 use crate::error::kafka_error;
 use crate::headers::SiphonHeaders;
+use crate::registry::Registry;
 use rdkafka::config::FromClientConfigAndContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -100,12 +101,17 @@ pub fn read_partition(
     Ok(())
 }
 
-/// Reaches the brokers (their metadata), changing nothing: `siphon check --connect`. Blocks.
-pub fn reach_brokers(connection: &Connection, client_id: &str, timeout: Duration) -> Result<()> {
-    consumer(connection, client_id, false)?
+/// Reaches the brokers (their metadata) and, for Avro, the schema registry (its subjects),
+/// changing nothing: `siphon check --connect`. Blocks.
+pub fn reach(settings: &KafkaSettings, client_id: &str) -> Result<()> {
+    let timeout = settings.timeout.0;
+    consumer(&settings.connection(), client_id, false)?
         .fetch_metadata(None, timeout)
-        .map(drop)
-        .map_err(|e| kafka_error("reaching the brokers", &e))
+        .map_err(|e| kafka_error("reaching the brokers", &e))?;
+    match (&settings.format, &settings.registry) {
+        (RecordFormat::Avro, Some(registry)) => Registry::new(registry, timeout)?.check(),
+        _ => Ok(()),
+    }
 }
 
 /// Whether a Kafka error says the topic or partition does not exist.

@@ -1,7 +1,7 @@
 //! What siphon's Kafka log (`logs/kafka`) and Kafka sink (`sinks/kafka`) share: the settings
 //! of a cluster (brokers, TLS, SASL), the topics siphon creates, the Debezium records of an
-//! event with siphon's headers, and the producer that writes them transactionally or
-//! idempotently.
+//! event with siphon's headers (JSON, or Avro with a schema registry), and the producer that
+//! writes them transactionally or idempotently.
 
 mod admin;
 mod client;
@@ -12,6 +12,7 @@ mod error;
 pub mod headers;
 mod publisher;
 mod records;
+pub mod registry;
 
 pub use admin::{TopicSpec, Topics};
 pub use context::Quiet;

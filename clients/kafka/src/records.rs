@@ -1,13 +1,21 @@
 //! The Kafka records of an event, as Debezium writes them: one topic per table
 //! (`<prefix>.<schema>.<table>`), the primary key as the record key, the change event as the
-//! value, a tombstone (the key with no value) after each delete; and siphon's headers on each.
+//! value (Debezium's JSON, or Avro in Confluent's wire format), a tombstone (the key with no
+//! value) after each delete; and siphon's headers on each.
+
+use std::collections::HashMap;
+use std::time::Duration;
 
 use siphon_core::event::{Event, Op};
+use siphon_core::schema::{SchemaId, TableSchema};
 use siphon_core::{Error, Result};
-use siphon_format::envelope::{JsonFormat, SchemaCache};
+use siphon_format::avro::AvroSchema;
+use siphon_format::debezium;
+use siphon_format::envelope::{JsonFormat, SchemaCache, envelope_in};
 
 use crate::config::{Encoding, RecordFormat};
 use crate::headers::RecordHeaders;
+use crate::registry::{self, Registry};
 
 /// One record to produce.
 #[derive(Debug, Clone)]
@@ -55,21 +63,37 @@ pub struct RecordEncoder {
     compacted: bool,
     /// The JSON schemas of each table version, made once.
     schemas: SchemaCache,
+    /// With `format = "avro"`: the registry, and each table version's Avro schemas.
+    avro: Option<AvroRecords>,
 }
 
 impl RecordEncoder {
-    /// An encoder for topics named `<prefix>.<schema>.<table>`, records in `encoding`.
-    pub fn new(prefix: impl Into<String>, encoding: Encoding, compacted: bool) -> Result<Self> {
-        if encoding.format == RecordFormat::Avro {
-            return Err(Error::Config(
-                "format = \"avro\" is not available in this build of the Kafka encoder".into(),
-            ));
-        }
+    /// An encoder for topics named `<prefix>.<schema>.<table>`, records in `encoding`; a
+    /// schema registry's calls wait at most `timeout`.
+    pub fn new(
+        prefix: impl Into<String>,
+        encoding: Encoding,
+        compacted: bool,
+        timeout: Duration,
+    ) -> Result<Self> {
+        let avro = match (&encoding.format, &encoding.registry) {
+            (RecordFormat::Json, _) => None,
+            (RecordFormat::Avro, Some(registry)) => Some(AvroRecords {
+                registry: Registry::new(registry, timeout)?,
+                versions: HashMap::new(),
+            }),
+            (RecordFormat::Avro, None) => {
+                return Err(Error::Config(
+                    "format = \"avro\" needs a schema registry: set registry.url".into(),
+                ));
+            }
+        };
         Ok(RecordEncoder {
             prefix: prefix.into(),
             encoding,
             compacted,
             schemas: SchemaCache::default(),
+            avro,
         })
     }
 
@@ -91,7 +115,14 @@ impl RecordEncoder {
             transactions: self.encoding.transaction_metadata,
             modes: self.encoding.modes,
         };
-        let key = match format.key_bytes(event, &mut self.schemas) {
+        let (key, value) = match &mut self.avro {
+            None => (
+                format.key_bytes(event, &mut self.schemas),
+                format.value_bytes(event, &mut self.schemas),
+            ),
+            Some(avro) => avro.encode(event, &topic, format)?,
+        };
+        let key = match key {
             None if self.compacted => {
                 if event.op != Op::Truncate {
                     return Err(Error::permanent(format!(
@@ -99,12 +130,12 @@ impl RecordEncoder {
                         event.source.table_name()
                     )));
                 }
-                // A compacted topic refuses records without a key: a truncate gets an empty one.
+                // A compacted topic refuses records without a key: a truncate gets an empty
+                // one (JSON's `{}`, also in Avro: a truncate names no row).
                 Some(b"{}".to_vec())
             }
             key => key,
         };
-        let value = format.value_bytes(event, &mut self.schemas);
         let mut out = Vec::with_capacity(2);
         if event.op == Op::Delete && key.is_some() {
             let tombstone = OutRecord {
@@ -135,6 +166,108 @@ impl RecordEncoder {
             });
         }
         Ok(out)
+    }
+}
+
+/// Avro records: each table version's key and value schemas, made and registered once.
+#[derive(Debug)]
+struct AvroRecords {
+    registry: Registry,
+    versions: HashMap<SchemaId, AvroVersion>,
+}
+
+/// A table version's Avro schemas and their ids in the registry (the key's where the table has
+/// a primary key).
+#[derive(Debug)]
+struct AvroVersion {
+    key: Option<(AvroSchema, u32)>,
+    value: (AvroSchema, u32),
+    /// A value that did not fit its Avro type was reported.
+    warned: bool,
+}
+
+impl AvroRecords {
+    /// The event's key (`None` without a primary key) and value in Confluent's wire format.
+    /// Blocks on the registry the first time a table version is met.
+    fn encode(
+        &mut self,
+        event: &Event,
+        topic: &str,
+        format: JsonFormat,
+    ) -> Result<(Option<Vec<u8>>, Vec<u8>)> {
+        let Some(table) = event.schema.as_deref() else {
+            return Err(Error::permanent(format!(
+                "format = \"avro\" needs each table's schema, and the {} source's events of {} have none: use format = \"json\"",
+                event.source.connector,
+                event.source.table_name()
+            )));
+        };
+        if !self.versions.contains_key(&table.id) {
+            let made = self.version(event, table, topic, format)?;
+            self.versions.insert(table.id, made);
+        }
+        let version = self.versions.get_mut(&table.id).expect("made above");
+        // A truncate names no row: no key.
+        let mut mismatched = Vec::new();
+        let key = match (&version.key, debezium::key(event, &format.modes)) {
+            (Some((schema, id)), key) if !key.is_null() => {
+                let mut out = registry::framed(*id, 64);
+                mismatched.extend(schema.write(&key, &mut out));
+                Some(out)
+            }
+            _ => None,
+        };
+        let (schema, id) = &version.value;
+        let mut value = registry::framed(*id, 512);
+        mismatched.extend(schema.write(
+            &envelope_in(event, format.transactions, &format.modes),
+            &mut value,
+        ));
+        if !mismatched.is_empty() && !version.warned {
+            version.warned = true;
+            tracing::warn!(
+                table = %event.source.table_name(),
+                fields = ?mismatched,
+                "a value does not fit its Avro type: written as the type's zero (said once per table version)"
+            );
+        }
+        Ok((key, value))
+    }
+
+    /// Makes a table version's Avro schemas and registers them.
+    fn version(
+        &mut self,
+        event: &Event,
+        table: &TableSchema,
+        topic: &str,
+        format: JsonFormat,
+    ) -> Result<AvroVersion> {
+        let avro = |connect: &serde_json::Value| {
+            AvroSchema::from_connect(connect).map_err(|e| {
+                Error::permanent(format!(
+                    "the Avro schema of {}: {e}",
+                    event.source.table_name()
+                ))
+            })
+        };
+        let key = if table.key.is_empty() {
+            None
+        } else {
+            let schema = avro(&debezium::key_schema(event, table, &format.modes))?;
+            let id = self
+                .registry
+                .register(&registry::subject(topic, true), schema.text())?;
+            Some((schema, id))
+        };
+        let schema = avro(&debezium::envelope_schema(event, table, &format.modes))?;
+        let id = self
+            .registry
+            .register(&registry::subject(topic, false), schema.text())?;
+        Ok(AvroVersion {
+            key,
+            value: (schema, id),
+            warned: false,
+        })
     }
 }
 

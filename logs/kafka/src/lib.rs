@@ -196,6 +196,7 @@ impl KafkaLog {
             names.prefix.clone(),
             config.kafka().encoding(),
             config.topics.cleanup_policy.compacts(),
+            timeout,
         )?;
         let helper = consumer(&connection, &format!("siphon-{pipeline}-open"), true)?;
         let (id, mut next_offset, last) = match &checkpoint {
@@ -572,6 +573,10 @@ impl Kind for KafkaLogKind {
 
 impl LogKind for KafkaLogKind {
     const SHARED: bool = true;
+
+    fn check(config: &KafkaLogConfig) -> Result<()> {
+        siphon_kafka::consume::reach(&config.kafka(), "siphon-check")
+    }
 
     fn open(config: &KafkaLogConfig, ctx: &LogContext) -> Result<Arc<dyn ChangeLog>> {
         Ok(Arc::new(KafkaLog::open(config, ctx)?))

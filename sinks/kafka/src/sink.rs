@@ -9,7 +9,7 @@ use siphon_core::sink::{Sink, SinkBatch, StoreCursor};
 use siphon_core::source::{TableInfo, now_ms};
 use siphon_core::{Error, Result};
 use siphon_kafka::config::{KafkaSettings, Seek};
-use siphon_kafka::consume::{consumer, latest_of_key, reach_brokers};
+use siphon_kafka::consume::{consumer, latest_of_key, reach};
 use siphon_kafka::headers::RecordHeaders;
 use siphon_kafka::{Delivery, OutRecord, Publisher, RecordEncoder, TopicSpec, Topics};
 
@@ -128,6 +128,7 @@ impl KafkaSink {
             self.settings.prefix(&self.pipeline),
             self.settings.encoding(),
             self.settings.topics.cleanup_policy.compacts(),
+            self.timeout(),
         )?;
         Ok(Connected {
             publisher,
@@ -257,10 +258,9 @@ fn send_all(
 #[async_trait]
 impl Sink for KafkaSink {
     async fn check(&mut self) -> Result<()> {
-        let connection = self.settings.connection();
+        let settings = self.settings.clone();
         let client_id = format!("siphon-{}-check", self.pipeline);
-        let timeout = self.timeout();
-        blocking(move || reach_brokers(&connection, &client_id, timeout)).await?
+        blocking(move || reach(&settings, &client_id)).await?
     }
 
     async fn open(&mut self, _tables: &[TableInfo], log: &LogId) -> Result<Option<StoreCursor>> {

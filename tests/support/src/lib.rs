@@ -1,6 +1,6 @@
 //! Test helpers for siphon: the real PostgreSQL, MariaDB and Redis of the machine, a fresh
 //! database (or key prefix) per test so tests run in parallel, a Kafka broker of a test's own
-//! (noida-db), and a daemon process handle.
+//! (noida-db), a schema registry stand-in, and a daemon process handle.
 //!
 //! Endpoints come from `SIPHON_TEST_PG_URL`, `SIPHON_TEST_MYSQL_URL` and
 //! `SIPHON_TEST_REDIS_URL`, with loopback defaults. A missing server fails the test with a
@@ -14,6 +14,7 @@ mod daemon;
 mod disk;
 mod kafka;
 mod private;
+mod registry;
 pub mod search;
 mod services;
 
@@ -21,4 +22,5 @@ pub use daemon::{Daemon, free_port};
 pub use disk::SmallDisk;
 pub use kafka::KafkaBroker;
 pub use private::{PrivateMariadb, PrivatePostgres};
+pub use registry::RegistryStandIn;
 pub use services::{MysqlDatabase, PgDatabase, RedisKeyspace, mysql, postgres, redis};
