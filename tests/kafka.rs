@@ -1209,3 +1209,126 @@ async fn avro_records_take_a_schema_version_per_table_version() {
         "the check shows the password: {out}"
     );
 }
+
+/// Every event a file sink wrote into `dir`, in order.
+fn file_events(dir: &std::path::Path) -> Vec<serde_json::Value> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    files.retain(|p| p.extension().is_some_and(|e| e == "jsonl"));
+    files.sort();
+    files
+        .iter()
+        .flat_map(|f| {
+            std::fs::read_to_string(f)
+                .unwrap_or_default()
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// `siphon replay --from-time` finds the log's first record at or after the time (by Kafka's
+/// time index) and a consumer group's member replays from there: its file sink, which keeps
+/// every event, then holds the events from that offset on a second time, and no other.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_group_member_replays_from_a_time() {
+    let broker = KafkaBroker::start().unwrap();
+    let db = postgres().await.unwrap();
+    db.execute(
+        "create table t (id int primary key, v text not null);
+         insert into t select g, 'one' from generate_series(1, 50) g;",
+    )
+    .await
+    .unwrap();
+    let source = Setup::with_log(&pg_source(&db), &kafka_log_of(&broker, 1, ""), 0, "");
+    let s = source.start();
+    common::wait_status(
+        &s,
+        Duration::from_secs(60),
+        "the snapshot in the log",
+        |st| st[0]["log"]["end_offset"].as_u64() >= Some(50),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let cut = std::time::SystemTime::now();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    db.execute("update t set v = 'two'").await.unwrap();
+    common::wait_status(
+        &s,
+        Duration::from_secs(60),
+        "the updates in the log",
+        |st| st[0]["log"]["end_offset"].as_u64() >= Some(100),
+    )
+    .await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let port = siphon_test_support::free_port();
+    let config = dir.path().join("siphon.toml");
+    let events = dir.path().join("events");
+    std::fs::write(
+        &config,
+        format!(
+            "data_dir = \"{data}\"\n[admin]\nlisten = \"127.0.0.1:{port}\"\n[pipelines.demo.log]\n{log}\n[pipelines.demo.sinks.events]\nkind = \"file\"\npath = \"{events}\"\nconsumer_group = true\n",
+            data = dir.path().join("data").display(),
+            log = kafka_log_of(&broker, 1, ""),
+            events = events.display(),
+        ),
+    )
+    .unwrap();
+    let member = siphon_test_support::Daemon::start(
+        std::path::Path::new(common::BIN),
+        &config,
+        port,
+        &dir.path().join("daemon.log"),
+    )
+    .unwrap();
+    let wait_for = |n: usize, what: &str| {
+        let (events, what) = (events.clone(), what.to_owned());
+        async move {
+            let mut last = (0, std::time::Instant::now());
+            loop {
+                let count = file_events(&events).len();
+                if count >= n {
+                    return;
+                }
+                if count != last.0 {
+                    last = (count, std::time::Instant::now());
+                }
+                assert!(
+                    last.1.elapsed() < Duration::from_secs(60),
+                    "{what}: {count} events of {n}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    wait_for(100, "the member's first reading").await;
+
+    let at = humantime::format_rfc3339_millis(cut).to_string();
+    let replay = std::process::Command::new(common::BIN)
+        .args(["replay", "demo", "events", "--from-time", &at, "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&replay.stderr).into_owned();
+    assert!(replay.status.success(), "{said}\n{}", member.log());
+    assert!(said.contains("is at offset 50"), "{said}");
+    wait_for(150, "the replay").await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let written = file_events(&events);
+    assert_eq!(
+        written.len(),
+        150,
+        "the events, then those from offset 50 again\n{}",
+        member.log()
+    );
+    assert_eq!(
+        written[100..],
+        written[50..100],
+        "the replay from offset 50"
+    );
+    drop(member);
+    drop(s);
+}

@@ -14,7 +14,8 @@ use siphon_core::log::{ChangeLog, LogRecord, RecordFlags};
 use super::TailFormat;
 use crate::config::Config;
 
-fn open(config: &Config, pipeline: &str) -> anyhow::Result<Arc<dyn ChangeLog>> {
+/// The pipeline's log, read-only beside the daemon.
+pub(super) fn open(config: &Config, pipeline: &str) -> anyhow::Result<Arc<dyn ChangeLog>> {
     let p = config.pipeline(pipeline)?;
     let ctx = config.log_context(pipeline, p);
     p.log.open_existing(&ctx)?.ok_or_else(|| {

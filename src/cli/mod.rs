@@ -62,8 +62,16 @@ enum Command {
         /// The sink to rebuild.
         sink: String,
         /// The offset to re-apply from (0: the whole log).
-        #[arg(long)]
-        from: u64,
+        #[arg(
+            long,
+            required_unless_present = "from_time",
+            conflicts_with = "from_time"
+        )]
+        from: Option<u64>,
+        /// Re-apply from the first record the log took at or after this time: RFC 3339
+        /// (`2026-12-03T10:00:00Z`, UTC) or a span back from now (`90m`, `2h`).
+        #[arg(long, value_parser = replay::parse_time)]
+        from_time: Option<i64>,
         /// Clear what the sink owns in its store first.
         #[arg(long)]
         reset: bool,
@@ -193,8 +201,16 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             pipeline,
             sink,
             from,
+            from_time,
             reset,
-        } => replay::replay(&config, &pipeline, &sink, from, reset).await,
+        } => {
+            let from = match (from, from_time) {
+                (Some(offset), _) => replay::From::Offset(offset),
+                (None, Some(time_ms)) => replay::From::Time(time_ms),
+                (None, None) => anyhow::bail!("replay: give --from or --from-time"),
+            };
+            replay::replay(&config, &pipeline, &sink, from, reset).await
+        }
         Command::Log(LogCommand::Tail {
             pipeline,
             from,

@@ -58,11 +58,41 @@ impl Progress {
     }
 }
 
+/// Where a replay starts.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum From {
+    /// At this offset.
+    Offset(u64),
+    /// At the first record the log took at or after this time (ms since the epoch).
+    Time(i64),
+}
+
+/// A time as `--from-time` takes it: RFC 3339 (UTC where it names no zone) or a span back
+/// from now; ms since the epoch.
+pub(super) fn parse_time(text: &str) -> Result<i64, String> {
+    let at = match humantime::parse_rfc3339_weak(text.trim()) {
+        Ok(at) => at,
+        Err(_) => {
+            let span = humantime::parse_duration(text.trim()).map_err(|_| {
+                format!(
+                    "{text:?} is neither a time (2026-12-03T10:00:00Z) nor a span back from now (90m, 2h)"
+                )
+            })?;
+            std::time::SystemTime::now()
+                .checked_sub(span)
+                .ok_or_else(|| format!("{text:?} reaches back before 1970"))?
+        }
+    };
+    at.duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .map_err(|_| format!("{text:?} is before 1970"))
+}
+
 pub(super) async fn replay(
     config: &Config,
     pipeline: &str,
     sink: &str,
-    from: u64,
+    from: From,
     reset: bool,
 ) -> anyhow::Result<ExitCode> {
     let p = config.pipeline(pipeline)?;
@@ -72,6 +102,20 @@ pub(super) async fn replay(
             p.sinks.keys().cloned().collect::<Vec<_>>().join(", ")
         );
     }
+    let from = match from {
+        From::Offset(offset) => offset,
+        From::Time(time_ms) => {
+            let log = super::log::open(config, pipeline)?;
+            let offset = tokio::task::spawn_blocking(move || log.offset_at_time(time_ms)).await??;
+            eprintln!(
+                "the first record the log took at or after {} is at offset {offset}",
+                humantime::format_rfc3339_millis(
+                    std::time::UNIX_EPOCH + std::time::Duration::from_millis(time_ms.max(0) as u64)
+                )
+            );
+            offset
+        }
+    };
     let client = AdminClient::new(config)?;
     let started = Instant::now();
     let applied = if client.is_up().await {

@@ -335,9 +335,9 @@ impl SinkTask {
     }
 
     /// Opens the sink as a member of consumer group `group`: the group, not the store's
-    /// cursor, says where each table is read from. A replay goes back to the start of the
-    /// tables this member holds (with the other members stopped, of all of them); a store
-    /// that followed another log, or lost its cursor, is not rebuilt by one member alone.
+    /// cursor, says where each table is read from. A replay moves the group to the offset in
+    /// every table (with the other members stopped); a store that followed another log, or
+    /// lost its cursor, is not rebuilt by one member alone.
     async fn open_in_group(
         &mut self,
         tables: &[TableInfo],
@@ -347,15 +347,6 @@ impl SinkTask {
         mut backoff: Backoff,
     ) -> Result<Prefetch, (Stop, String)> {
         let p = self.handle.name.clone();
-        if from.is_some_and(|from| from != 0) {
-            return Err((
-                Stop::Idle,
-                self.fail(&format!(
-                    "sink {} reads the log as a member of consumer group {group}, which replays from the start only: `siphon replay {p} {} --from 0`",
-                    self.name, self.name
-                )),
-            ));
-        }
         if reset {
             self.reset_store(tables, &mut backoff).await?;
         }
@@ -383,8 +374,7 @@ impl SinkTask {
         let reader = loop {
             let log = self.log.clone();
             let name = group.to_owned();
-            let from_start = from == Some(0);
-            let opened = tokio::task::spawn_blocking(move || log.group_reader(&name, from_start))
+            let opened = tokio::task::spawn_blocking(move || log.group_reader(&name, from))
                 .await
                 .unwrap_or_else(|e| {
                     Some(Err(Error::permanent(format!("the group reader task: {e}"))))

@@ -190,16 +190,40 @@ pub trait ChangeLog: Send + Sync + std::fmt::Debug + 'static {
     /// What this log promises beyond every log's promises.
     fn promises(&self) -> LogPromises;
 
+    /// The offset of the first record the log took at or after `time_ms` (ms since the
+    /// epoch), or the durable end where it took none since: where a replay "from a time"
+    /// starts. A record's time is when the log took it, which grows with its offset (a
+    /// writer's clock stepped back moves the answer by as much). Blocks.
+    fn offset_at_time(&self, time_ms: i64) -> Result<u64> {
+        offset_at_time_by_search(self, time_ms)
+    }
+
     /// A reader of this log as a member of consumer group `group`, which shares the log's
     /// tables with the other processes that read as its members; `None` for a log read by
     /// one process only (the file log). A member's stretches are not in the log's one order
     /// ([`crate::sink::SinkBatch::ordered`] is false): each table's records come in order.
-    /// `from_start` moves the group's positions back to the start of every table first (a
-    /// replay from offset 0), which the log refuses while other members are reading.
-    fn group_reader(&self, group: &str, from_start: bool) -> Option<Result<GroupReader>> {
-        let _ = (group, from_start);
+    /// `from` moves the group's positions in every table to its first record at or after
+    /// that offset first (a replay; 0: the start), which the log refuses while other members
+    /// are reading.
+    fn group_reader(&self, group: &str, from: Option<u64>) -> Option<Result<GroupReader>> {
+        let _ = (group, from);
         None
     }
+}
+
+/// [`ChangeLog::offset_at_time`] by a binary search over the log's records: one read of a
+/// record per step.
+pub fn offset_at_time_by_search<L: ChangeLog + ?Sized>(log: &L, time_ms: i64) -> Result<u64> {
+    let (mut lo, mut hi) = (log.start_offset(), log.durable_end());
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        match log.reader(mid)?.read_available(1)?.first() {
+            // Records before the first one at or after `mid` are below it too.
+            Some(record) if record.timestamp_ms < time_ms => lo = record.offset + 1,
+            _ => hi = mid,
+        }
+    }
+    Ok(lo)
 }
 
 /// A reader that shares a log with the other members of a consumer group (a partitioned log

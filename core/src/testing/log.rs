@@ -82,6 +82,7 @@ pub async fn run_log_compliance<L: LogUnderTest>(
         "replay rebuilds the current rows",
         replay_rebuilds_the_current_rows
     );
+    check!("records found by time", records_found_by_time);
     if failures.is_empty() {
         Ok(())
     } else {
@@ -308,6 +309,64 @@ async fn reads_past_the_end(under_test: &impl LogUnderTest) -> Verdict {
         "a reader made past the end read {:?}",
         got.iter().map(|r| r.offset).collect::<Vec<_>>()
     );
+    Ok(())
+}
+
+/// `offset_at_time` finds the first record taken at or after a time, from a read-only
+/// opening too, and the end for a time after the last.
+async fn records_found_by_time(under_test: &impl LogUnderTest) -> Verdict {
+    let log = under_test.open().await.map_err(|e| e.to_string())?;
+    let mut appended = Vec::new();
+    for batch in 0..3 {
+        let records = (0..4)
+            .map(|i| record(["a", "b"][i % 2], &format!("{batch}-{i}")))
+            .collect();
+        appended.push(log.append(records).await.map_err(|e| e.to_string())?);
+        // Records' times are milliseconds: batches apart by more.
+        tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+    }
+    let records = read_all(log.as_ref(), 0)?;
+    let time_of = |offset: u64| {
+        records
+            .iter()
+            .find(|r| r.offset == offset)
+            .map(|r| r.timestamp_ms)
+    };
+    let second = appended[1].start;
+    let at = time_of(second).ok_or("the second batch's first record is missing")?;
+    ensure!(
+        time_of(appended[0].end - 1).is_some_and(|t| t < at),
+        "the batches' records were taken at the same millisecond: {records:?}"
+    );
+    let read_only = under_test
+        .open_read_only()
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or("no read-only opening")?;
+    for (which, log) in [("writer", &log), ("read-only", &read_only)] {
+        let find = |t: i64| {
+            let log = log.clone();
+            async move {
+                tokio::task::spawn_blocking(move || log.offset_at_time(t))
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .map_err(|e| e.to_string())
+            }
+        };
+        let cases = [
+            (0, 0),
+            (at, second),
+            (at - 1, second),
+            (i64::MAX, log.durable_end()),
+        ];
+        for (time, want) in cases {
+            let got = find(time).await?;
+            ensure!(
+                got == want,
+                "{which}: the first record at or after {time} ms is at offset {want}, offset_at_time says {got}"
+            );
+        }
+    }
     Ok(())
 }
 

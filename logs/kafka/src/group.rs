@@ -26,6 +26,7 @@ use siphon_kafka::config::Connection;
 use siphon_kafka::{Quiet, kafka_error};
 use tokio::sync::Notify;
 
+use crate::reader::locate;
 use crate::schemas::KafkaSchemas;
 use siphon_kafka::consume::{Tp, log_record};
 
@@ -123,41 +124,20 @@ fn topics(consumer: &MemberConsumer, membership: &Membership) -> Result<BTreeSet
     Ok(topics)
 }
 
-/// Moves group `group`'s positions back to the start of every table. Kafka takes a commit
-/// from outside a group only while it has no member: with one reading, it is refused.
-fn rewind(membership: &Membership, group: &str) -> Result<()> {
-    let mut config = membership.connection.client_config(&membership.client_id)?;
-    config
-        .set("group.id", group)
-        .set("enable.auto.commit", "false");
-    let consumer: BaseConsumer<Member> = BaseConsumer::from_config_and_context(&config, Member)
-        .map_err(|e| kafka_error("creating a consumer", &e))?;
-    let mut positions = TopicPartitionList::new();
-    for topic in topics(&consumer, membership)? {
-        let (low, _) = match consumer.fetch_watermarks(&topic, 0, membership.timeout) {
-            Ok(marks) => marks,
-            Err(e) if siphon_kafka::consume::is_unknown_topic(&e) => continue,
-            Err(e) => return Err(kafka_error(&format!("reading the extent of {topic}"), &e)),
-        };
-        positions
-            .add_partition_offset(&topic, 0, Offset::Offset(low))
-            .map_err(|e| kafka_error("listing positions", &e))?;
-    }
-    if positions.count() == 0 {
-        return Ok(());
-    }
-    consumer.commit(&positions, CommitMode::Sync).map_err(|e| {
-        Error::permanent(format!(
-            "consumer group {group}: its positions cannot be moved back to the start ({e}): stop the group's other members first"
-        ))
-    })
-}
-
-/// Joins group `group` and reads the tables it gives this member.
-pub(crate) fn join(membership: Membership, group: &str, from_start: bool) -> Result<GroupReader> {
-    if from_start {
-        rewind(&membership, group)?;
-    }
+/// Joins group `group` and reads the tables it gives this member; with `from` (a replay),
+/// from each table's first record at or after that offset.
+pub(crate) fn join(membership: Membership, group: &str, from: Option<u64>) -> Result<GroupReader> {
+    let replay = match from {
+        Some(from) => Some(Replay {
+            from,
+            probe: siphon_kafka::consume::consumer(
+                &membership.connection,
+                &membership.client_id,
+                true,
+            )?,
+        }),
+        None => None,
+    };
     let mut config = membership.connection.client_config(&membership.client_id)?;
     config
         .set("group.id", group)
@@ -188,7 +168,17 @@ pub(crate) fn join(membership: Membership, group: &str, from_start: bool) -> Res
         let (consumer, notify, stop) = (consumer.clone(), notify.clone(), stop.clone());
         std::thread::Builder::new()
             .name("siphon-kafka-member".into())
-            .spawn(move || poll_loop(&consumer, &membership, subscribed, &tx, &notify, &stop))
+            .spawn(move || {
+                poll_loop(
+                    &consumer,
+                    &membership,
+                    subscribed,
+                    replay,
+                    &tx,
+                    &notify,
+                    &stop,
+                );
+            })
             .map_err(|e| Error::permanent(format!("starting a Kafka reader thread: {e}")))?;
     }
     let handed = Handed::default();
@@ -214,12 +204,65 @@ fn subscribe(consumer: &MemberConsumer, topics: &BTreeSet<String>) -> Result<()>
         .map_err(|e| kafka_error("joining the consumer group", &e))
 }
 
+/// A replay a member starts once the group gave it its tables.
+struct Replay {
+    /// The siphon offset to read each table from.
+    from: u64,
+    /// A consumer that finds where that is in a partition.
+    probe: siphon_kafka::consume::PartitionConsumer,
+}
+
+impl Replay {
+    /// Moves the member to the first record at or after `from` in each table it was given,
+    /// and commits those positions as the group's (a member that takes a table over later
+    /// reads it from there). `false` while the group gave it nothing yet.
+    fn start(&self, consumer: &MemberConsumer, timeout: Duration) -> Result<bool> {
+        let assigned = consumer
+            .assignment()
+            .map_err(|e| kafka_error("reading the member's tables", &e))?;
+        if assigned.count() == 0 {
+            return Ok(false);
+        }
+        let mut positions = TopicPartitionList::new();
+        for element in assigned.elements() {
+            let tp: Tp = (element.topic().into(), element.partition());
+            let position = match locate(&self.probe, &tp, self.from, timeout)? {
+                // A seek or a commit takes a real offset, not "the beginning".
+                Offset::Beginning => Offset::Offset(
+                    consumer
+                        .fetch_watermarks(&tp.0, tp.1, timeout)
+                        .map_err(|e| kafka_error("reading a table's extent", &e))?
+                        .0,
+                ),
+                position => position,
+            };
+            positions
+                .add_partition_offset(&tp.0, tp.1, position)
+                .map_err(|e| kafka_error("listing positions", &e))?;
+        }
+        consumer
+            .seek_partitions(positions.clone(), timeout)
+            .map_err(|e| kafka_error("moving to the replay's start", &e))?;
+        consumer
+            .commit(&positions, CommitMode::Sync)
+            .map_err(|e| kafka_error("committing the replay's start", &e))?;
+        tracing::info!(
+            from = self.from,
+            tables = positions.count(),
+            "consumer group: this member replays its tables"
+        );
+        Ok(true)
+    }
+}
+
 /// Polls (which also serves the group's rebalances) and hands records over; subscribes to
-/// tables that appear.
+/// tables that appear. With a replay, hands nothing over until it moved to the replay's
+/// start.
 fn poll_loop(
     consumer: &MemberConsumer,
     membership: &Membership,
     mut subscribed: BTreeSet<String>,
+    mut replay: Option<Replay>,
     tx: &std::sync::mpsc::SyncSender<Polled>,
     notify: &Notify,
     stop: &AtomicBool,
@@ -249,7 +292,24 @@ fn poll_loop(
                 }
             }
         }
-        let polled = match consumer.poll(Duration::from_millis(100)) {
+        let polled = consumer.poll(Duration::from_millis(100));
+        if let Some(pending) = &replay {
+            // What it polled before is from where the group was: read again after the move.
+            match pending.start(consumer, membership.timeout) {
+                Ok(true) => replay = None,
+                Ok(false) => {}
+                Err(e) if e.is_transient() => {
+                    tracing::warn!(error = %e, "consumer group: starting the replay");
+                }
+                Err(e) => {
+                    let _ = tx.send(Polled::Failed(e));
+                    notify.notify_one();
+                    return;
+                }
+            }
+            continue;
+        }
+        let polled = match polled {
             None => continue,
             Some(Ok(message)) => {
                 let topic = names

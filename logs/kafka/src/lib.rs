@@ -528,7 +528,51 @@ impl ChangeLog for KafkaLog {
         }
     }
 
-    fn group_reader(&self, group: &str, from_start: bool) -> Option<Result<GroupReader>> {
+    /// Each partition's first record at or after the time, by Kafka's time index (a record's
+    /// Kafka timestamp is when the log took it): the lowest of their siphon offsets.
+    fn offset_at_time(&self, time_ms: i64) -> Result<u64> {
+        let timeout = self.inner.config.timeout.0;
+        let consumer = consumer(
+            &self.inner.connection,
+            &format!("siphon-{}-time", self.inner.pipeline),
+            true,
+        )?;
+        let partitions = reader::log_partitions(
+            &consumer,
+            &topology(
+                &self.inner.schemas.store,
+                &self.inner.names,
+                &self.inner.config,
+            ),
+        )?;
+        let mut wanted = rdkafka::TopicPartitionList::new();
+        for (topic, partition) in &partitions {
+            wanted
+                .add_partition_offset(topic, *partition, rdkafka::Offset::Offset(time_ms))
+                .map_err(|e| siphon_kafka::kafka_error("listing partitions", &e))?;
+        }
+        let found = rdkafka::consumer::Consumer::offsets_for_times(&consumer, wanted, timeout)
+            .map_err(|e| siphon_kafka::kafka_error("finding records by time", &e))?;
+        let mut first = self.durable_end();
+        for tp in &partitions {
+            let Some(rdkafka::Offset::Offset(at)) =
+                found.find_partition(&tp.0, tp.1).map(|e| e.offset())
+            else {
+                // No record at or after the time.
+                continue;
+            };
+            let (_, high) =
+                rdkafka::consumer::Consumer::fetch_watermarks(&consumer, &tp.0, tp.1, timeout)
+                    .map_err(|e| siphon_kafka::kafka_error("reading a partition's extent", &e))?;
+            if let Some((_, offset)) = consume::first_at_or_after(&consumer, tp, at, high, timeout)?
+            {
+                first = first.min(offset);
+            }
+        }
+        Ok(first)
+    }
+
+    fn group_reader(&self, group: &str, from: Option<u64>) -> Option<Result<GroupReader>> {
         let member_id = match group::member_id(&self.inner.dir) {
             Ok(id) => id,
             Err(e) => return Some(Err(e)),
@@ -541,7 +585,7 @@ impl ChangeLog for KafkaLog {
             records_topic: self.inner.names.records.clone(),
             timeout: self.inner.config.timeout.0,
         };
-        Some(group::join(membership, group, from_start))
+        Some(group::join(membership, group, from))
     }
 
     fn promises(&self) -> LogPromises {

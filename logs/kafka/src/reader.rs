@@ -541,13 +541,52 @@ fn partitions_of(
 
 /// Where to start reading a partition for siphon offset `from`: the Kafka offset of its first
 /// record at or after it (searched back from the end, where a reader resuming usually is).
-fn locate(consumer: &PartitionConsumer, tp: &Tp, from: u64, timeout: Duration) -> Result<Offset> {
+/// The answer is checked (the record there is at or after `from`, the one before it below):
+/// an end-of-partition event left from an earlier probe would end a probe early and send the
+/// search too far back; the search then runs again.
+pub(crate) fn locate(
+    consumer: &PartitionConsumer,
+    tp: &Tp,
+    from: u64,
+    timeout: Duration,
+) -> Result<Offset> {
     if from == 0 {
         return Ok(Offset::Beginning);
     }
-    let (low, high) = consumer
-        .fetch_watermarks(&tp.0, tp.1, timeout)
-        .map_err(|e| kafka_error(&format!("reading the extent of {}", tp.0), &e))?;
+    for _ in 0..3 {
+        let (low, high) = consumer
+            .fetch_watermarks(&tp.0, tp.1, timeout)
+            .map_err(|e| kafka_error(&format!("reading the extent of {}", tp.0), &e))?;
+        let found = search(consumer, tp, from, low, high, timeout)?;
+        let at_or_after = first_at_or_after(consumer, tp, found, high, timeout)?;
+        let before = if found > low {
+            first_at_or_after(consumer, tp, found - 1, high, timeout)?
+        } else {
+            None
+        };
+        let here_ok = at_or_after.is_none_or(|(_, seq)| seq >= from);
+        let before_ok = before.is_none_or(|(offset, seq)| offset >= found || seq < from);
+        if here_ok && before_ok {
+            return Ok(Offset::Offset(found));
+        }
+        tracing::debug!(topic = %tp.0, partition = tp.1, from, found, "a partition search gave a wrong answer; searching again");
+    }
+    Err(Error::transient(format!(
+        "kafka: finding siphon offset {from} in {}[{}] gave a different answer each time; trying again",
+        tp.0, tp.1
+    )))
+}
+
+/// The Kafka offset of a partition's first record at or after siphon offset `from`, within
+/// `[low, high]`.
+fn search(
+    consumer: &PartitionConsumer,
+    tp: &Tp,
+    from: u64,
+    low: i64,
+    high: i64,
+    timeout: Duration,
+) -> Result<i64> {
     // The answer lies in [lo, hi]: records before lo are below `from`.
     let mut hi = high;
     let mut lo = low;
@@ -573,7 +612,7 @@ fn locate(consumer: &PartitionConsumer, tp: &Tp, from: u64, timeout: Duration) -
             _ => hi = mid,
         }
     }
-    Ok(Offset::Offset(lo))
+    Ok(lo)
 }
 
 /// The reading thread: polls, and answers requests between polls.
