@@ -58,6 +58,20 @@ enum Bench {
         #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
         url: String,
     },
+    /// The PostgreSQL source into the Kafka log (a noida-db broker started here), with and
+    /// without transactions, vs the file log and rdkafka's own produce loop of the same
+    /// records.
+    Kafka {
+        /// Rows of the single-transaction insert.
+        #[arg(long, default_value_t = 200_000)]
+        rows: u64,
+        /// Rounds, each running every side once (the order alternating).
+        #[arg(long, default_value_t = 4)]
+        rounds: usize,
+        /// Server URL (a database is created and dropped in it).
+        #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
+        url: String,
+    },
     /// The MySQL/MariaDB source vs mariadb-binlog (streaming) and a full scan (snapshot), on
     /// the workload of ../shared/reference/mysql_limit.sh.
     Mysql {
@@ -129,6 +143,7 @@ impl std::fmt::Display for Fsync {
     }
 }
 
+mod kafka;
 mod mysql;
 mod pg;
 mod sinks;
@@ -141,6 +156,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> anyhow::Result<()> {
     match Args::parse().bench {
         Bench::Pg { rows, txns, url } => pg::run(&url, rows, txns)?,
+        Bench::Kafka { rows, rounds, url } => kafka::run(&url, rows, rounds)?,
         Bench::Mysql { rows, small, url } => mysql::run(&url, rows, small)?,
         Bench::Wait {
             rates,

@@ -20,11 +20,11 @@ use siphon_log_file::FileLog;
 use siphon_source_postgres::{PostgresConfig, PostgresSource, SnapshotMode};
 use tokio_util::sync::CancellationToken;
 
-const TABLE: &str = "create table orders (id bigserial primary key, customer_id int not null, city text not null,
+pub(crate) const TABLE: &str = "create table orders (id bigserial primary key, customer_id int not null, city text not null,
   amount numeric(12,2) not null, status text not null, note text, created_at timestamptz not null default now());
   create publication bench_pub for table orders;";
 
-const BULK: &str = "insert into orders (customer_id, city, amount, status, note) select (random()*100000)::int,
+pub(crate) const BULK: &str = "insert into orders (customer_id, city, amount, status, note) select (random()*100000)::int,
   (array['Berlin','Paris','Tokyo','Lima','Oslo'])[1+floor(random()*5)::int], round((random()*1000)::numeric,2), 'paid', md5(g::text)
   from generate_series(1, $ROWS) g";
 
@@ -80,7 +80,7 @@ async fn siphon(
 }
 
 /// [`siphon`] with its log in `dir`.
-async fn siphon_in(
+pub(crate) async fn siphon_in(
     dir: &tempfile::TempDir,
     url: &str,
     slot: &str,
@@ -96,23 +96,7 @@ async fn siphon_in(
         cancel: cancel.clone(),
         metrics: Default::default(),
     };
-    let config = PostgresConfig {
-        url: siphon_core::ConnectionUrl::new(url),
-        password: None,
-        password_file: None,
-        tables: vec!["public.orders".parse().unwrap()],
-        slot: Some(slot.to_owned()),
-        publication: Some("bench_pub".into()),
-        snapshot,
-        snapshot_parallelism: 2,
-        heartbeat_interval: None,
-        status_interval: siphon_core::units::HumanDuration(Duration::from_secs(10)),
-        table_poll_interval: siphon_core::units::HumanDuration(std::time::Duration::from_secs(10)),
-        drop_slot_on_stop: false,
-        tls: None,
-        tls_ca_file: None,
-    };
-    let mut source = PostgresSource::new("bench", config);
+    let mut source = PostgresSource::new("bench", postgres_config(url, slot, snapshot));
     let metrics = ctx.metrics.clone();
     let started = Instant::now();
     let run = tokio::spawn(async move { source.run(&ctx).await });
@@ -125,6 +109,26 @@ async fn siphon_in(
         eprintln!("note: the stream used text tuples, not binary");
     }
     Ok(elapsed)
+}
+
+/// The source's settings for the bench's `orders` table on `slot`.
+pub(crate) fn postgres_config(url: &str, slot: &str, snapshot: SnapshotMode) -> PostgresConfig {
+    PostgresConfig {
+        url: siphon_core::ConnectionUrl::new(url),
+        password: None,
+        password_file: None,
+        tables: vec!["public.orders".parse().unwrap()],
+        slot: Some(slot.to_owned()),
+        publication: Some("bench_pub".into()),
+        snapshot,
+        snapshot_parallelism: 2,
+        heartbeat_interval: None,
+        status_interval: siphon_core::units::HumanDuration(Duration::from_secs(10)),
+        table_poll_interval: siphon_core::units::HumanDuration(Duration::from_secs(10)),
+        drop_slot_on_stop: false,
+        tls: None,
+        tls_ca_file: None,
+    }
 }
 
 pub(crate) fn peak_rss_mib() -> f64 {
@@ -358,6 +362,6 @@ pub(crate) fn report(
     );
 }
 
-fn rate(n: u64, d: Duration) -> f64 {
+pub(crate) fn rate(n: u64, d: Duration) -> f64 {
     n as f64 / d.as_secs_f64()
 }

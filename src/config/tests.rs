@@ -29,6 +29,39 @@ fn the_example_config_loads() {
     assert!(!c.pipelines.is_empty());
 }
 
+/// The commented Kafka pipeline of the example (between `# >>> kafka` and `# <<< kafka`)
+/// loads once uncommented, so that what it documents stays true.
+#[cfg(feature = "kafka")]
+#[test]
+fn the_example_kafka_pipeline_loads_uncommented() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config.example.toml");
+    let text = std::fs::read_to_string(path).unwrap();
+    let block: String = text
+        .lines()
+        .skip_while(|l| !l.starts_with("# >>> kafka"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("# <<< kafka"))
+        .map(|l| {
+            format!(
+                "{}\n",
+                l.strip_prefix("# ").unwrap_or(l.trim_start_matches('#'))
+            )
+        })
+        .collect();
+    assert!(block.contains("kind = \"kafka\""), "{block}");
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("kafka.toml");
+    std::fs::write(
+        &config,
+        format!("data_dir = \"{}\"\n{block}", dir.path().display()),
+    )
+    .unwrap();
+    let c = Config::load(&config).unwrap_or_else(|e| panic!("{e}\n{block}"));
+    let p = &c.pipelines["orders"];
+    assert_eq!(p.log.kind(), "kafka");
+    assert_eq!(p.sinks["topics"].spec.kind(), "kafka");
+}
+
 #[test]
 fn unknown_key_is_named_with_its_pipeline() {
     let e = error_of(&format!(
