@@ -2,8 +2,8 @@
 //! `AvroData` 7.0 (what Debezium 3.6 ships) turns the record's Kafka Connect schema into an
 //! Avro schema and its value into an Avro datum. siphon makes the same Connect schema and
 //! payload as for JSON ([`crate::debezium`]) and converts them here, so that the schema text
-//! registered and the bytes written are Debezium's own (`tests/avro.rs` compares them with the
-//! real converter's):
+//! registered and the bytes written are Debezium's own (`tests/debezium.rs` compares them with
+//! the real converter's):
 //!
 //! - a struct is a record named by its Connect name split at the last dot (`a.b.Value` is
 //!   `Value` in namespace `a.b`), an unnamed one `io.confluent.connect.avro.ConnectDefault`,
@@ -50,8 +50,14 @@ enum Node {
     Float,
     Double,
     Boolean,
-    String,
-    Bytes,
+    /// Text, and the text written where it has none (see [`zero`]).
+    String {
+        zero: &'static str,
+    },
+    /// Bytes, and the bytes written where it has none: a decimal's are its unscaled zero.
+    Bytes {
+        zero: &'static [u8],
+    },
     Array(Box<Node>),
     Record(Vec<Field>),
     /// A union of null and `value`; `null_first` says which branch is 0.
@@ -87,9 +93,8 @@ impl AvroSchema {
 
     /// Appends `value` (a Connect payload of the schema, as Kafka Connect's JSON converter
     /// writes it: bytes in base64) to `out` in Avro's binary encoding. Every value is written:
-    /// a null the schema cannot hold as its type's zero (as Debezium writes the columns a
-    /// delete's old row lacks); a value of another kind than its schema's too, and then its
-    /// field's path is returned, for a warning.
+    /// a null the schema cannot hold as its type's zero, a value of another kind than its
+    /// schema's too, and then its field's path is returned, for a warning.
     #[must_use]
     pub fn write(&self, value: &Json, out: &mut Vec<u8>) -> Vec<String> {
         let mut mismatched = Vec::new();
@@ -156,8 +161,13 @@ impl Builder {
                     "float" => ("float", Node::Float),
                     "double" => ("double", Node::Double),
                     "boolean" => ("boolean", Node::Boolean),
-                    "string" => ("string", Node::String),
-                    "bytes" => ("bytes", Node::Bytes),
+                    "string" => ("string", Node::String { zero: "" }),
+                    "bytes" => (
+                        "bytes",
+                        Node::Bytes {
+                            zero: if name == Some(DECIMAL) { &[0] } else { &[] },
+                        },
+                    ),
                     other => {
                         return Err(format!(
                             "Kafka Connect type {other:?} has no Avro form here"
@@ -331,10 +341,10 @@ fn avro_name(name: &str) -> String {
     }
 }
 
-/// Writes `value` as `node` says. A null where the schema has no null (the NOT NULL columns
-/// of a delete's old row under PostgreSQL's default replica identity, which the source did
-/// not send) is written as the type's zero, as Debezium does; a value of another kind too,
-/// its field's path (`path`, the fields on the way) added to `mismatched`.
+/// Writes `value` as `node` says. A null where the schema has no null is written as the
+/// type's zero (the payload should hold none: the Debezium formatter fills the NOT NULL
+/// columns a delete's old row lacks with Debezium's values); a value of another kind too, its
+/// field's path (`path`, the fields on the way) added to `mismatched`.
 fn write(
     node: &Node,
     value: &Json,
@@ -379,8 +389,8 @@ fn write(
             .map(|f| out.extend_from_slice(&f.to_le_bytes()))
             .is_some(),
         Node::Boolean => value.as_bool().map(|b| out.push(u8::from(b))).is_some(),
-        Node::String => value.as_str().map(|s| bytes(s.as_bytes(), out)).is_some(),
-        Node::Bytes => value
+        Node::String { .. } => value.as_str().map(|s| bytes(s.as_bytes(), out)).is_some(),
+        Node::Bytes { .. } => value
             .as_str()
             .and_then(|s| BASE64.decode(s).ok())
             .map(|b| bytes(&b, out))
@@ -429,9 +439,9 @@ fn write(
 /// record of its fields' defaults or zeros.
 fn zero(node: &Node, out: &mut Vec<u8>) {
     match node {
-        Node::Int | Node::Long | Node::Boolean | Node::String | Node::Bytes | Node::Array(_) => {
-            out.push(0);
-        }
+        Node::Int | Node::Long | Node::Boolean | Node::Array(_) => out.push(0),
+        Node::String { zero } => bytes(zero.as_bytes(), out),
+        Node::Bytes { zero } => bytes(zero, out),
         Node::Float => out.extend_from_slice(&0f32.to_le_bytes()),
         Node::Double => out.extend_from_slice(&0f64.to_le_bytes()),
         Node::Optional { null_first, .. } => varint(if *null_first { 0 } else { 1 }, out),
@@ -483,7 +493,7 @@ mod tests {
     use super::*;
 
     /// A Debezium-like envelope, by `AvroData` 7.0.16's rules (the real converter is compared
-    /// with siphon on real tables in `tests/avro.rs`).
+    /// with siphon on real tables in `tests/debezium.rs`).
     #[test]
     fn an_envelope_converts_as_avro_data_does() {
         let value = json!({
@@ -615,7 +625,7 @@ mod tests {
         ]});
         let schema = AvroSchema::from_connect(&connect).unwrap();
         let mut out = Vec::new();
-        // A delete's old row without its NOT NULL columns: zeros, no warning.
+        // Nulls where the schema holds none: zeros, no warning.
         assert!(
             schema
                 .write(&json!({"n": 7, "s": null}), &mut out)

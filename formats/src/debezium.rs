@@ -139,6 +139,73 @@ const VARBIT: u32 = 1562;
 /// With a schema every column is there, in the table's order, as in Debezium: one the row
 /// lacks (the non-key columns of a delete's old row) is `null`.
 pub fn row(row: &Row, schema: Option<&TableSchema>, modes: &Modes) -> Json {
+    row_with(row, schema, modes, |_, _| Json::Null)
+}
+
+/// [`row`], a NOT NULL column the row lacks — or holds as null: only a row the source did
+/// not send whole can — given the value Debezium invents for it (the type's zero, the
+/// epoch: see [`invented`]), for a format whose schema cannot hold a null there (Avro).
+pub fn row_whole(row: &Row, schema: Option<&TableSchema>, modes: &Modes) -> Json {
+    row_with(row, schema, modes, |column, modes| {
+        if column.nullable {
+            Json::Null
+        } else {
+            invented(column, modes)
+        }
+    })
+}
+
+/// The value Debezium 3.6 writes for a NOT NULL column a row lacks (a delete's old row under
+/// PostgreSQL's default replica identity), as the real Debezium wrote it for each type class
+/// and mode (`tests/debezium.rs`).
+fn invented(column: &Column, modes: &Modes) -> Json {
+    let decimal_zero = |scale: Option<u32>| {
+        let zero = match scale {
+            Some(scale) if scale > 0 => format!("0.{}", "0".repeat(scale as usize)),
+            _ => "0".to_owned(),
+        };
+        let kind = ColumnKind::Decimal {
+            precision: None,
+            scale,
+        };
+        decimal(&zero, Some(&kind), modes.decimal)
+    };
+    match &column.kind {
+        ColumnKind::Bool => json!(false),
+        ColumnKind::Int16 | ColumnKind::Int32 | ColumnKind::Int64 => json!(0),
+        ColumnKind::Float32 | ColumnKind::Float64 => json!(0.0),
+        ColumnKind::Decimal { scale, .. } => decimal_zero(*scale),
+        ColumnKind::Date => value(&Value::Date(0), Some(column), modes),
+        ColumnKind::Time | ColumnKind::Duration => value(&Value::Time(0), Some(column), modes),
+        ColumnKind::Timestamp => value(&Value::Timestamp(0), Some(column), modes),
+        ColumnKind::TimeTz => json!("00:00:00Z"),
+        ColumnKind::TimestampTz => json!("1970-01-01T00:00:00Z"),
+        ColumnKind::Interval => match modes.interval {
+            IntervalMode::String => json!("P0Y0M0DT0H0M0S"),
+            IntervalMode::Numeric => json!(0),
+        },
+        ColumnKind::Array(_) => json!([]),
+        ColumnKind::Other => match column.type_id {
+            MONEY => decimal_zero(Some(2)),
+            OID => json!(0),
+            BIT if column.type_modifier == 1 => json!(false),
+            _ => json!(""),
+        },
+        ColumnKind::Text { .. }
+        | ColumnKind::Bytes
+        | ColumnKind::Json { .. }
+        | ColumnKind::Uuid
+        | ColumnKind::Enum { .. } => json!(""),
+    }
+}
+
+/// A row, a column it lacks or holds as null given `missing`'s value.
+fn row_with(
+    row: &Row,
+    schema: Option<&TableSchema>,
+    modes: &Modes,
+    missing: impl Fn(&Column, &Modes) -> Json,
+) -> Json {
     let Some(schema) = schema else {
         return Json::Object(
             row.iter()
@@ -151,8 +218,11 @@ pub fn row(row: &Row, schema: Option<&TableSchema>, modes: &Modes) -> Json {
             .columns
             .iter()
             .map(|column| {
-                let v = row.get(&column.name).unwrap_or(&Value::Null);
-                (column.name.to_string(), value(v, Some(column), modes))
+                let v = match row.get(&column.name) {
+                    Some(Value::Null) | None => missing(column, modes),
+                    Some(v) => value(v, Some(column), modes),
+                };
+                (column.name.to_string(), v)
             })
             .collect::<Map<_, _>>(),
     )

@@ -120,10 +120,25 @@ pub fn envelope(event: &Event) -> Json {
 /// [`envelope`], with the `transaction` block filled when `transactions` is set, its values
 /// in `modes`.
 pub fn envelope_in(event: &Event, transactions: bool, modes: &Modes) -> Json {
+    envelope_with(event, transactions, modes, debezium::row)
+}
+
+/// [`envelope_in`] for a format whose schema holds no null in a NOT NULL column (Avro): a
+/// column a row lacks there takes the value Debezium invents ([`debezium::row_whole`]).
+pub fn envelope_whole(event: &Event, transactions: bool, modes: &Modes) -> Json {
+    envelope_with(event, transactions, modes, debezium::row_whole)
+}
+
+fn envelope_with(
+    event: &Event,
+    transactions: bool,
+    modes: &Modes,
+    row_json: fn(&Row, Option<&TableSchema>, &Modes) -> Json,
+) -> Json {
     let schema = event.schema.as_deref();
     let row = |r: &Option<Row>| {
         r.as_ref()
-            .map_or(Json::Null, |r| debezium::row(r, schema, modes))
+            .map_or(Json::Null, |r| row_json(r, schema, modes))
     };
     json!({
         "before": row(&event.before),

@@ -204,12 +204,12 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             from_time,
             reset,
         } => {
-            let from = match (from, from_time) {
-                (Some(offset), _) => replay::From::Offset(offset),
-                (None, Some(time_ms)) => replay::From::Time(time_ms),
+            let start = match (from, from_time) {
+                (Some(offset), _) => replay::Start::Offset(offset),
+                (None, Some(time_ms)) => replay::Start::Time(time_ms),
                 (None, None) => anyhow::bail!("replay: give --from or --from-time"),
             };
-            replay::replay(&config, &pipeline, &sink, from, reset).await
+            replay::replay(&config, &pipeline, &sink, start, reset).await
         }
         Command::Log(LogCommand::Tail {
             pipeline,

@@ -60,7 +60,7 @@ impl Progress {
 
 /// Where a replay starts.
 #[derive(Debug, Clone, Copy)]
-pub(super) enum From {
+pub(super) enum Start {
     /// At this offset.
     Offset(u64),
     /// At the first record the log took at or after this time (ms since the epoch).
@@ -92,7 +92,7 @@ pub(super) async fn replay(
     config: &Config,
     pipeline: &str,
     sink: &str,
-    from: From,
+    start: Start,
     reset: bool,
 ) -> anyhow::Result<ExitCode> {
     let p = config.pipeline(pipeline)?;
@@ -102,9 +102,9 @@ pub(super) async fn replay(
             p.sinks.keys().cloned().collect::<Vec<_>>().join(", ")
         );
     }
-    let from = match from {
-        From::Offset(offset) => offset,
-        From::Time(time_ms) => {
+    let from = match start {
+        Start::Offset(offset) => offset,
+        Start::Time(time_ms) => {
             let log = super::log::open(config, pipeline)?;
             let offset = tokio::task::spawn_blocking(move || log.offset_at_time(time_ms)).await??;
             eprintln!(
@@ -117,6 +117,18 @@ pub(super) async fn replay(
         }
     };
     let client = AdminClient::new(config)?;
+    if p.sinks[sink].delivery.consumer_group {
+        // A member holds some tables: its replay has no end to wait for here.
+        anyhow::ensure!(
+            client.is_up().await,
+            "{pipeline}/{sink} reads the log as a member of consumer group siphon.{pipeline}.{sink}: start its daemon, then replay through it"
+        );
+        client.replay(pipeline, sink, from, reset).await?;
+        eprintln!(
+            "{pipeline}/{sink} replays from offset {from} in consumer group siphon.{pipeline}.{sink}: every table's position moves there once the group gave the member its tables (stop the group's other members, or they go on from theirs); `siphon status` shows its progress"
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     let started = Instant::now();
     let applied = if client.is_up().await {
         let until = client.replay(pipeline, sink, from, reset).await?;

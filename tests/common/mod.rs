@@ -351,18 +351,17 @@ pub async fn drain_and_stop(mut d: Daemon, n: u64) {
     assert!(status.success(), "exit status {status}; log:\n{}", d.log());
 }
 
-/// siphon's JSON of a delete (`json`, a record's value) with the NOT NULL columns its old row
-/// lacks (null: PostgreSQL sent the key only) as Avro writes them (`avro`, the same record
-/// read back): the type's zero, since the Avro schema holds no null there.
-pub fn zeros_of_a_delete(avro: &Json, json: &mut Json) {
+/// siphon's JSON of a delete (`json`, a record's value) with the columns `not_null` its old
+/// row lacks (null: PostgreSQL sent the key only) as Avro writes them (`avro`, the same record
+/// read back): a value Debezium invents, since the Avro schema holds no null there.
+pub fn zeros_of_a_delete(avro: &Json, json: &mut Json, not_null: &[&str]) {
     if json["op"] != "d" {
         return;
     }
     if let Some(before) = json["before"].as_object_mut() {
         for (column, v) in before.iter_mut() {
-            let zero = &avro["before"][column];
-            if v.is_null() && (zero == "" || zero == 0) {
-                *v = zero.clone();
+            if v.is_null() && not_null.contains(&column.as_str()) {
+                *v = avro["before"][column].clone();
             }
         }
     }

@@ -307,6 +307,17 @@ impl RegistryConfig {
         if self.password.is_some() && self.username.is_none() {
             return Err("registry.password needs registry.username".into());
         }
+        let authority = self.url.split("://").nth(1).unwrap_or_default();
+        if authority
+            .split('/')
+            .next()
+            .unwrap_or_default()
+            .contains('@')
+        {
+            return Err(
+                "registry.url: give the user and password as registry.username and registry.password, not in the URL (errors show the URL)".into(),
+            );
+        }
         Ok(())
     }
 }
@@ -622,5 +633,26 @@ impl KafkaSettings {
             return Err("timeout: use at least 1s".into());
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_registry_url_holding_a_password_is_refused() {
+        let registry = |url: &str| RegistryConfig {
+            url: url.to_owned(),
+            username: None,
+            password: None,
+            tls_ca_file: None,
+        };
+        let e = registry("https://siphon:pw@registry:8081")
+            .validate()
+            .unwrap_err();
+        assert!(e.starts_with("registry.url:") && !e.contains("pw"), "{e}");
+        assert!(registry("https://registry:8081/path@x").validate().is_ok());
+        assert!(registry("registry:8081").validate().is_err());
     }
 }

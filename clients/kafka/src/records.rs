@@ -11,7 +11,7 @@ use siphon_core::schema::{SchemaId, TableSchema};
 use siphon_core::{Error, Result};
 use siphon_format::avro::AvroSchema;
 use siphon_format::debezium;
-use siphon_format::envelope::{JsonFormat, SchemaCache, envelope_in};
+use siphon_format::envelope::{JsonFormat, SchemaCache, envelope_whole};
 
 use crate::config::{Encoding, RecordFormat};
 use crate::headers::RecordHeaders;
@@ -220,7 +220,7 @@ impl AvroRecords {
         let (schema, id) = &version.value;
         let mut value = registry::framed(*id, 512);
         mismatched.extend(schema.write(
-            &envelope_in(event, format.transactions, &format.modes),
+            &envelope_whole(event, format.transactions, &format.modes),
             &mut value,
         ));
         if !mismatched.is_empty() && !version.warned {

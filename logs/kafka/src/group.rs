@@ -213,10 +213,12 @@ struct Replay {
 }
 
 impl Replay {
-    /// Moves the member to the first record at or after `from` in each table it was given,
-    /// and commits those positions as the group's (a member that takes a table over later
-    /// reads it from there). `false` while the group gave it nothing yet.
-    fn start(&self, consumer: &MemberConsumer, timeout: Duration) -> Result<bool> {
+    /// Once the group gave this member its tables (`false` before): commits, as the group's
+    /// positions, every table's first record at or after `from` — the tables other members
+    /// hold too, so that a member stopped for the replay reads them from there — and moves
+    /// this member to those of its own tables.
+    fn start(&self, consumer: &MemberConsumer, membership: &Membership) -> Result<bool> {
+        let timeout = membership.timeout;
         let assigned = consumer
             .assignment()
             .map_err(|e| kafka_error("reading the member's tables", &e))?;
@@ -224,32 +226,48 @@ impl Replay {
             return Ok(false);
         }
         let mut positions = TopicPartitionList::new();
-        for element in assigned.elements() {
-            let tp: Tp = (element.topic().into(), element.partition());
-            let position = match locate(&self.probe, &tp, self.from, timeout)? {
+        for topic in topics(consumer, membership)? {
+            let tp: Tp = (topic.as_str().into(), 0);
+            let position = match locate(&self.probe, &tp, self.from, timeout) {
                 // A seek or a commit takes a real offset, not "the beginning".
-                Offset::Beginning => Offset::Offset(
-                    consumer
-                        .fetch_watermarks(&tp.0, tp.1, timeout)
-                        .map_err(|e| kafka_error("reading a table's extent", &e))?
-                        .0,
-                ),
-                position => position,
+                Ok(Offset::Beginning) => match consumer.fetch_watermarks(&topic, 0, timeout) {
+                    Ok((low, _)) => Offset::Offset(low),
+                    Err(e) if siphon_kafka::consume::is_unknown_topic(&e) => continue,
+                    Err(e) => return Err(kafka_error("reading a table's extent", &e)),
+                },
+                Ok(position) => position,
+                Err(e) => return Err(e),
             };
             positions
-                .add_partition_offset(&tp.0, tp.1, position)
+                .add_partition_offset(&topic, 0, position)
                 .map_err(|e| kafka_error("listing positions", &e))?;
         }
-        consumer
-            .seek_partitions(positions.clone(), timeout)
+        let mut own = TopicPartitionList::new();
+        for element in assigned.elements() {
+            if let Some(start) = positions.find_partition(element.topic(), element.partition()) {
+                own.add_partition_offset(element.topic(), element.partition(), start.offset())
+                    .map_err(|e| kafka_error("listing positions", &e))?;
+            }
+        }
+        let moved = consumer
+            .seek_partitions(own, timeout)
             .map_err(|e| kafka_error("moving to the replay's start", &e))?;
+        for element in moved.elements() {
+            if let Err(e) = element.error() {
+                return Err(kafka_error(
+                    &format!("moving {} to the replay's start", element.topic()),
+                    &e,
+                ));
+            }
+        }
         consumer
             .commit(&positions, CommitMode::Sync)
             .map_err(|e| kafka_error("committing the replay's start", &e))?;
         tracing::info!(
             from = self.from,
             tables = positions.count(),
-            "consumer group: this member replays its tables"
+            own = moved.count(),
+            "consumer group: the tables' positions moved to the replay's start"
         );
         Ok(true)
     }
@@ -295,7 +313,7 @@ fn poll_loop(
         let polled = consumer.poll(Duration::from_millis(100));
         if let Some(pending) = &replay {
             // What it polled before is from where the group was: read again after the move.
-            match pending.start(consumer, membership.timeout) {
+            match pending.start(consumer, membership) {
                 Ok(true) => replay = None,
                 Ok(false) => {}
                 Err(e) if e.is_transient() => {

@@ -5,7 +5,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use siphon_core::log::LogId;
-use siphon_core::sink::{Sink, SinkBatch, StoreCursor};
+use siphon_core::sink::{Sink, SinkBatch, SinkRecord, StoreCursor};
 use siphon_core::source::{TableInfo, now_ms};
 use siphon_core::{Error, Result};
 use siphon_kafka::config::{KafkaSettings, Seek};
@@ -182,9 +182,11 @@ impl KafkaSink {
         })
     }
 
-    /// Publishes `records` and the cursor `next` in one transaction (or acknowledged in
-    /// turn). On an error nothing of it counts: the producer is back at its last commit.
-    async fn publish(&mut self, records: Vec<OutRecord>, next: Option<u64>) -> Result<()> {
+    /// Publishes the Kafka records of `records` and the cursor `next` in one transaction (or
+    /// acknowledged in turn). On an error nothing of it counts: the producer is back at its
+    /// last commit. The records are made on the blocking thread too: a new table version's
+    /// Avro schemas are registered there.
+    async fn publish(&mut self, records: Vec<SinkRecord>, next: Option<u64>) -> Result<()> {
         let mut connected = match self.connected.take() {
             Some(c) => c,
             None => {
@@ -195,7 +197,8 @@ impl KafkaSink {
         let cursor = self.cursor_record(next)?;
         let spec = self.topic_spec.clone();
         let (connected, result) = blocking(move || {
-            let result = send_all(&mut connected, &records, &cursor, &spec);
+            let result = encode(&mut connected.encoder, &records)
+                .and_then(|records| send_all(&mut connected, &records, &cursor, &spec));
             if result.is_err() {
                 connected.publisher.abort();
             }
@@ -231,6 +234,22 @@ impl KafkaSink {
             cursor: self.cursor,
         }
     }
+}
+
+/// The Kafka records of `records`. Blocks (a new table version's Avro schemas are registered).
+fn encode(encoder: &mut RecordEncoder, records: &[SinkRecord]) -> Result<Vec<OutRecord>> {
+    let mut out = Vec::with_capacity(records.len() + 1);
+    for record in records {
+        let event = &record.event;
+        let headers = RecordHeaders {
+            offset: record.offset,
+            position: Some(event.source.position.commit_point()),
+            txid: event.source.tx_id.map(|id| id.to_string()),
+            ..RecordHeaders::default()
+        };
+        out.extend(encoder.encode(event, headers, event.ts_ms)?);
+    }
+    Ok(out)
 }
 
 /// Sends the records and then the cursor, and commits. Blocks.
@@ -288,24 +307,13 @@ impl Sink for KafkaSink {
         if batch.end <= published {
             return Ok(());
         }
-        let mut out = Vec::with_capacity(batch.records.len() + 1);
-        {
-            let encoder = match &mut self.connected {
-                Some(c) => &mut c.encoder,
-                None => return Err(Error::transient("kafka: the sink is not connected")),
-            };
-            for record in batch.records.iter().filter(|r| r.offset >= published) {
-                let event = &record.event;
-                let headers = RecordHeaders {
-                    offset: record.offset,
-                    position: Some(event.source.position.commit_point()),
-                    txid: event.source.tx_id.map(|id| id.to_string()),
-                    ..RecordHeaders::default()
-                };
-                out.extend(encoder.encode(event, headers, event.ts_ms)?);
-            }
-        }
-        self.publish(out, Some(batch.end)).await
+        let records = batch
+            .records
+            .iter()
+            .filter(|r| r.offset >= published)
+            .cloned()
+            .collect();
+        self.publish(records, Some(batch.end)).await
     }
 
     async fn rewind(&mut self, next: u64) -> Result<()> {
