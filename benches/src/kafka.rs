@@ -163,6 +163,8 @@ fn produce(broker: &KafkaBroker, topic: &str, records: &[Record]) -> anyhow::Res
     Ok(started.elapsed())
 }
 
+/// Runs the bench on the server at `url`: `rows` rows, `rounds` rounds; prints a table row per
+/// round and the ratios' spread.
 pub fn run(url: &str, rows: u64, rounds: usize) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -173,6 +175,12 @@ pub fn run(url: &str, rows: u64, rounds: usize) -> anyhow::Result<()> {
     let db_url = with_db(url, &db);
     let result = (|| -> anyhow::Result<()> {
         psql(&db_url, TABLE)?;
+        let slots: usize = psql(&db_url, "show max_replication_slots")?.parse()?;
+        anyhow::ensure!(
+            rounds * 3 <= slots,
+            "{rounds} rounds need {} replication slots; the server has max_replication_slots = {slots}",
+            rounds * 3
+        );
         for round in 0..rounds {
             for what in ["file", "tx", "idem"] {
                 psql(

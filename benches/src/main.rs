@@ -65,8 +65,9 @@ enum Bench {
         /// Rows of the single-transaction insert.
         #[arg(long, default_value_t = 200_000)]
         rows: u64,
-        /// Rounds, each running every side once (the order alternating).
-        #[arg(long, default_value_t = 4)]
+        /// Rounds, each running every side once (the order alternating); each needs three
+        /// replication slots of the server's max_replication_slots.
+        #[arg(long, default_value_t = 3)]
         rounds: usize,
         /// Server URL (a database is created and dropped in it).
         #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/postgres")]

@@ -159,10 +159,10 @@ impl KafkaLog {
             &connection,
             &format!("siphon-{pipeline}-writer"),
             delivery,
-            &[
-                ("compression.type", config.compression.name().to_owned()),
-                ("linger.ms", "0".to_owned()),
-            ],
+            // librdkafka's linger (5 ms) gathers the records of an append into few requests:
+            // with 0 each record went alone, at 60% of the speed (BENCHMARKS.md); a commit
+            // sends what waits at once.
+            &[("compression.type", config.compression.name().to_owned())],
             timeout,
         )?;
         // Fenced first, then read: what an earlier writer left is settled by now.
