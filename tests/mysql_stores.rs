@@ -363,11 +363,7 @@ batch_size = 40
         "the lake's columns are typed from the MySQL schema record"
     );
 
-    let mut redis_conn = redis::Client::open(cache.url.as_str())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut redis_conn = cache.conn().await.unwrap();
     let mut cached = Rows::new();
     for (table, columns) in COLUMNS {
         let keys: Vec<String> = redis::cmd("KEYS")

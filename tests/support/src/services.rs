@@ -258,10 +258,14 @@ pub async fn redis() -> anyhow::Result<RedisKeyspace> {
 
 impl RedisKeyspace {
     /// A new connection to the server.
+    /// A connection whose answers may take a while: redis' default (500 ms) fails a test's
+    /// reads on a busy machine.
     pub async fn conn(&self) -> anyhow::Result<redis::aio::MultiplexedConnection> {
         let client = redis::Client::open(self.url.as_str())?;
+        let config = redis::AsyncConnectionConfig::new()
+            .set_response_timeout(Some(std::time::Duration::from_secs(60)));
         client
-            .get_multiplexed_async_connection()
+            .get_multiplexed_async_connection_with_config(&config)
             .await
             .map_err(|e| unreachable("Redis", "SIPHON_TEST_REDIS_URL", &self.url, e))
     }
