@@ -84,8 +84,8 @@ async fn kill_9_while_a_writer_runs_loses_and_repeats_nothing() {
         .await
         .unwrap();
     let source = format!(
-        "kind = \"mysql\"\nurl = \"{}\"\ntables = [\"{}.accounts\"]\nheartbeat_interval = \"500ms\"",
-        db.url, db.name
+        "kind = \"mysql\"\nurl = \"{}\"\nserver_id = {}\ntables = [\"{}.accounts\"]\nheartbeat_interval = \"500ms\"",
+        db.url, db.server_id, db.name
     );
     let setup = Setup::with_source(&source, 0, "");
     let mut d = setup.start();
@@ -173,8 +173,8 @@ async fn kill_9_mid_snapshot_takes_the_snapshot_again() {
     .await
     .unwrap();
     let source = format!(
-        "kind = \"mysql\"\nurl = \"{}\"\ntables = [\"{}.accounts\"]",
-        db.url, db.name
+        "kind = \"mysql\"\nurl = \"{}\"\nserver_id = {}\ntables = [\"{}.accounts\"]",
+        db.url, db.server_id, db.name
     );
     let setup = Setup::with_source(&source, 0, "");
     let mut d = setup.start();
@@ -249,8 +249,8 @@ async fn a_table_rebuilt_during_the_snapshot_is_snapshotted_again() {
     .await
     .unwrap();
     let source = format!(
-        "kind = \"mysql\"\nurl = \"{}\"\ntables = [\"{}.*\"]\nheartbeat_interval = \"500ms\"",
-        db.url, db.name
+        "kind = \"mysql\"\nurl = \"{}\"\nserver_id = {}\ntables = [\"{}.*\"]\nheartbeat_interval = \"500ms\"",
+        db.url, db.server_id, db.name
     );
     let setup = Setup::with_source(&source, 0, "");
     let d = setup.start();

@@ -107,8 +107,8 @@ async fn statements_that_remove_rows_remove_them_from_every_store() {
     .await
     .unwrap();
     let source = format!(
-        "kind = \"mysql\"\nurl = \"{}\"\ntables = [\"{}.*\", \"{}.*\"]\nheartbeat_interval = \"500ms\"",
-        db.url, db.name, other.name
+        "kind = \"mysql\"\nurl = \"{}\"\nserver_id = {}\ntables = [\"{}.*\", \"{}.*\"]\nheartbeat_interval = \"500ms\"",
+        db.url, db.server_id, db.name, other.name
     );
     let sinks = format!(
         r#"

@@ -101,8 +101,8 @@ async fn mariadb_tables_reach_redis_postgres_and_duckdb_exactly() {
         .unwrap();
 
     let source = format!(
-        "kind = \"mysql\"\nurl = \"{}\"\ntables = [\"{}.*\"]\nheartbeat_interval = \"500ms\"",
-        db.url, db.name
+        "kind = \"mysql\"\nurl = \"{}\"\nserver_id = {}\ntables = [\"{}.*\"]\nheartbeat_interval = \"500ms\"",
+        db.url, db.server_id, db.name
     );
     let sinks = format!(
         r#"

@@ -85,8 +85,8 @@ async fn odd_mariadb_values_reach_every_store_as_the_table_holds_them() {
     .unwrap();
 
     let source = format!(
-        "kind = \"mysql\"\nurl = \"{}\"\ntables = [\"{}.*\"]\nheartbeat_interval = \"500ms\"",
-        db.url, db.name
+        "kind = \"mysql\"\nurl = \"{}\"\nserver_id = {}\ntables = [\"{}.*\"]\nheartbeat_interval = \"500ms\"",
+        db.url, db.server_id, db.name
     );
     let sinks = format!(
         r#"

@@ -86,8 +86,8 @@ async fn xa_transactions_reach_the_stores_at_their_commit_only() {
     .await
     .unwrap();
     let source = format!(
-        "kind = \"mysql\"\nurl = \"{}\"\ntables = [\"{}.items\"]\nheartbeat_interval = \"500ms\"",
-        db.url, db.name
+        "kind = \"mysql\"\nurl = \"{}\"\nserver_id = {}\ntables = [\"{}.items\"]\nheartbeat_interval = \"500ms\"",
+        db.url, db.server_id, db.name
     );
     let sinks = format!(
         "[pipelines.demo.sinks.cache]\nkind = \"redis\"\nurl = \"{}\"\nprefix = \"{}\"\n",

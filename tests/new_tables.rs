@@ -136,8 +136,8 @@ async fn mariadb_tables_renamed_in_while_running_or_down_are_complete() {
     let db = mysql().await.unwrap();
     let outside = mysql().await.unwrap();
     let source = format!(
-        "kind = \"mysql\"\nurl = \"{}\"\ntables = [\"{}.*\"]\nheartbeat_interval = \"500ms\"",
-        db.url, db.name
+        "kind = \"mysql\"\nurl = \"{}\"\nserver_id = {}\ntables = [\"{}.*\"]\nheartbeat_interval = \"500ms\"",
+        db.url, db.server_id, db.name
     );
     let (name, outside_name) = (db.name.clone(), outside.name.clone());
     let (db, outside) = (SourceDb::Mariadb(db), SourceDb::Mariadb(outside));

@@ -229,8 +229,8 @@ async fn a_mariadb_write_is_read_back_after_waiting_for_its_gtid() {
         .await
         .unwrap();
     let source = format!(
-        "kind = \"mysql\"\nurl = \"{}\"\ntables = [\"{}.accounts\"]\nheartbeat_interval = \"1s\"",
-        db.url, db.name
+        "kind = \"mysql\"\nurl = \"{}\"\nserver_id = {}\ntables = [\"{}.accounts\"]\nheartbeat_interval = \"1s\"",
+        db.url, db.server_id, db.name
     );
     let sinks = format!(
         "[pipelines.demo.sinks.cache]\nkind = \"redis\"\nurl = \"{}\"\nprefix = \"{}\"",

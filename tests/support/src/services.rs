@@ -162,6 +162,10 @@ pub struct MysqlDatabase {
     pub name: String,
     /// A URL connecting to it.
     pub url: String,
+    /// A replica server id of its own, for a pipeline reading it: tests of one binary run at
+    /// once with pipelines of the same name, whose default server ids are the same, and the
+    /// server drops a replica when another registers with its id (error 4052).
+    pub server_id: u32,
     admin_url: String,
 }
 
@@ -185,10 +189,15 @@ async fn mysql_at(admin_url: &str) -> anyhow::Result<MysqlDatabase> {
         .await
         .context("creating the test database")?;
     conn.disconnect().await?;
+    // Apart from the defaults (5400000-5499999): a range per process, an id per database.
+    let server_id = 6_000_000
+        + (std::process::id() % 10_000) * 100
+        + COUNTER.fetch_add(1, Ordering::Relaxed) % 100;
     Ok(MysqlDatabase {
         url: with_database(admin_url, &name),
         name,
         admin_url: admin_url.to_owned(),
+        server_id,
     })
 }
 
