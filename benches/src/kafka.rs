@@ -20,14 +20,11 @@ use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
 use siphon_core::kind::LogContext;
 use siphon_core::log::ChangeLog;
-use siphon_core::offsets::OffsetStore;
-use siphon_core::source::{Source, SourceContext};
 use siphon_log_kafka::{KafkaLog, KafkaLogConfig};
 use siphon_source_postgres::{PostgresKind, SnapshotMode};
 use siphon_test_support::KafkaBroker;
-use tokio_util::sync::CancellationToken;
 
-use crate::pg::{BULK, TABLE, postgres_config, psql, rate, siphon_in, with_db};
+use crate::pg::{BULK, TABLE, psql, rate, run_source, siphon_in, with_db};
 
 /// A record as read back: key, value, headers.
 type Record = (Option<Vec<u8>>, Option<Vec<u8>>, Vec<(String, Vec<u8>)>);
@@ -62,26 +59,7 @@ async fn siphon_kafka(
         positions: Arc::new(PostgresKind),
     };
     let log: Arc<dyn ChangeLog> = Arc::new(KafkaLog::open(&config, &ctx)?);
-    let cancel = CancellationToken::new();
-    let source_ctx = SourceContext {
-        pipeline: pipeline.into(),
-        log: log.clone(),
-        offsets: OffsetStore::open(dir.path().join("offsets"))?,
-        cancel: cancel.clone(),
-        metrics: Default::default(),
-    };
-    let mut source = siphon_source_postgres::PostgresSource::new(
-        pipeline,
-        postgres_config(url, slot, SnapshotMode::Never),
-    );
-    let started = Instant::now();
-    let run = tokio::spawn(async move { source.run(&source_ctx).await });
-    let mut end = log.subscribe();
-    end.wait_for(|e| *e >= records).await?;
-    let elapsed = started.elapsed();
-    cancel.cancel();
-    run.await??;
-    Ok(elapsed)
+    run_source(log, dir.path(), url, slot, SnapshotMode::Never, records).await
 }
 
 /// Every record of partition 0 of `topic`.

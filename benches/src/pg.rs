@@ -88,11 +88,24 @@ pub(crate) async fn siphon_in(
     records: u64,
 ) -> anyhow::Result<Duration> {
     let log = FileLog::open(dir.path().join("log"), Default::default())?;
+    run_source(Arc::new(log), dir.path(), url, slot, snapshot, records).await
+}
+
+/// The source on `slot` into `log` (its offsets in `dir`) until the log holds `records`
+/// records durably; returns the time.
+pub(crate) async fn run_source(
+    log: Arc<dyn ChangeLog>,
+    dir: &std::path::Path,
+    url: &str,
+    slot: &str,
+    snapshot: SnapshotMode,
+    records: u64,
+) -> anyhow::Result<Duration> {
     let cancel = CancellationToken::new();
     let ctx = SourceContext {
         pipeline: "bench".into(),
-        log: Arc::new(log.clone()),
-        offsets: OffsetStore::open(dir.path().join("offsets"))?,
+        log: log.clone(),
+        offsets: OffsetStore::open(dir.join("offsets"))?,
         cancel: cancel.clone(),
         metrics: Default::default(),
     };

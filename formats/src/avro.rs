@@ -34,6 +34,8 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Map, Value as Json, json};
 
+use crate::json::parse_float;
+
 /// An Avro schema made from a Kafka Connect schema: its text, as registered, and how a value
 /// of the Connect schema is written in it.
 #[derive(Debug, Clone)]
@@ -382,10 +384,10 @@ fn write(
             .map(|n| varint(n, out))
             .is_some(),
         #[allow(clippy::cast_possible_truncation)]
-        Node::Float => float(value)
+        Node::Float => parse_float(value)
             .map(|f| out.extend_from_slice(&(f as f32).to_le_bytes()))
             .is_some(),
-        Node::Double => float(value)
+        Node::Double => parse_float(value)
             .map(|f| out.extend_from_slice(&f.to_le_bytes()))
             .is_some(),
         Node::Boolean => value.as_bool().map(|b| out.push(u8::from(b))).is_some(),
@@ -455,20 +457,6 @@ fn zero(node: &Node, out: &mut Vec<u8>) {
                 }
             }
         }
-    }
-}
-
-/// A JSON number, or the text Debezium's JSON gives a float that is not one.
-fn float(value: &Json) -> Option<f64> {
-    match value {
-        Json::Number(n) => n.as_f64(),
-        Json::String(s) => match s.as_str() {
-            "NaN" => Some(f64::NAN),
-            "Infinity" => Some(f64::INFINITY),
-            "-Infinity" => Some(f64::NEG_INFINITY),
-            _ => None,
-        },
-        _ => None,
     }
 }
 

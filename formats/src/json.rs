@@ -300,7 +300,9 @@ fn parse_number<T: std::str::FromStr + TryFrom<i64> + TryFrom<u64>>(json: &Json)
     }
 }
 
-fn parse_float(json: &Json) -> Option<f64> {
+/// A JSON number, or the text Debezium's JSON gives a float that is no number (`"NaN"`,
+/// `"Infinity"`, `"-Infinity"`).
+pub(crate) fn parse_float(json: &Json) -> Option<f64> {
     match json {
         Json::Number(n) => n.as_f64(),
         Json::String(s) => match s.as_str() {
