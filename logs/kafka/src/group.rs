@@ -10,7 +10,7 @@
 //! more partitions is refused with the reason.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -33,9 +33,22 @@ use siphon_kafka::consume::{Tp, log_record};
 /// How often a member looks for tables (topics) that appeared.
 const TOPIC_REFRESH: Duration = Duration::from_secs(5);
 
-/// A member's consumer: logs rebalances.
+/// How long a member giving tables back waits for its store to apply what it handed out.
+const REVOKE_PATIENCE: Duration = Duration::from_secs(60);
+
+/// A member's consumer: logs rebalances, and gives tables back only once its store applied
+/// what it handed out of them. Otherwise a batch still being applied could land after the
+/// table's next member applied newer records — an insert after the delete that follows it —
+/// and a store without per-key versions (Redis) would keep the older row.
 #[derive(Debug, Default)]
-struct Member;
+struct Member {
+    /// What the member handed out and its store has not applied yet.
+    handed: Handed,
+    /// Records polled and not handed out yet (counted under `handed`'s lock when taken).
+    polled: Arc<AtomicUsize>,
+    /// The member is stopping: nothing more will be applied.
+    stop: Arc<AtomicBool>,
+}
 
 impl ClientContext for Member {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
@@ -48,6 +61,34 @@ impl ClientContext for Member {
 }
 
 impl ConsumerContext for Member {
+    fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let Rebalance::Revoke(tpl) = rebalance else {
+            return;
+        };
+        if tpl.count() == 0 {
+            return;
+        }
+        // Everything polled (no poll happens meanwhile: this runs inside one) is handed out
+        // and applied first; a record is taken from the channel and handed out under the
+        // lock, so none is between the two. Nothing is dropped: librdkafka may go on past
+        // what was polled when a table comes back to this member.
+        let settled = || {
+            let handed = self.handed.lock().unwrap();
+            handed.is_empty() && self.polled.load(Ordering::SeqCst) == 0
+        };
+        let started = Instant::now();
+        while !settled() && !self.stop.load(Ordering::Relaxed) {
+            if started.elapsed() > REVOKE_PATIENCE {
+                tracing::warn!(
+                    waited = ?REVOKE_PATIENCE,
+                    "consumer group: tables given back before the store applied what this member read of them"
+                );
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         match rebalance {
             Rebalance::Assign(tpl) => {
@@ -73,7 +114,11 @@ type Handed = Arc<Mutex<VecDeque<(u64, Tp, i64)>>>;
 
 /// A polled record, or the consumer's failure.
 enum Polled {
-    Record(Tp, i64, Option<LogRecord>),
+    Record {
+        tp: Tp,
+        offset: i64,
+        record: Option<LogRecord>,
+    },
     Failed(Error),
 }
 
@@ -155,15 +200,20 @@ pub(crate) fn join(membership: Membership, group: &str, from: Option<u64>) -> Re
         .set("fetch.wait.max.ms", "50")
         .set("queued.max.messages.kbytes", "16384")
         .set("receive.message.max.bytes", "2147483647");
+    let member = Member::default();
+    let (handed, polled, stop) = (
+        member.handed.clone(),
+        member.polled.clone(),
+        member.stop.clone(),
+    );
     let consumer: Arc<MemberConsumer> = Arc::new(
-        BaseConsumer::from_config_and_context(&config, Member)
+        BaseConsumer::from_config_and_context(&config, member)
             .map_err(|e| kafka_error("creating a consumer", &e))?,
     );
     let subscribed = topics(&consumer, &membership)?;
     subscribe(&consumer, &subscribed)?;
     let (tx, rx) = std::sync::mpsc::sync_channel(256);
     let notify = Arc::new(Notify::new());
-    let stop = Arc::new(AtomicBool::new(false));
     {
         let (consumer, notify, stop) = (consumer.clone(), notify.clone(), stop.clone());
         std::thread::Builder::new()
@@ -181,12 +231,12 @@ pub(crate) fn join(membership: Membership, group: &str, from: Option<u64>) -> Re
             })
             .map_err(|e| Error::permanent(format!("starting a Kafka reader thread: {e}")))?;
     }
-    let handed = Handed::default();
     Ok(GroupReader {
         reader: Box::new(MemberReader {
             rx,
             notify,
             handed: handed.clone(),
+            polled,
             next: 0,
             stop,
         }),
@@ -334,11 +384,11 @@ fn poll_loop(
                     .entry(message.topic().to_owned())
                     .or_insert_with(|| message.topic().into())
                     .clone();
-                Polled::Record(
-                    (topic, message.partition()),
-                    message.offset(),
-                    log_record(&message, &membership.records_topic),
-                )
+                Polled::Record {
+                    tp: (topic, message.partition()),
+                    offset: message.offset(),
+                    record: log_record(&message, &membership.records_topic),
+                }
             }
             Some(Err(KafkaError::PartitionEOF(_))) => continue,
             Some(Err(e)) => {
@@ -351,6 +401,9 @@ fn poll_loop(
             }
         };
         let failed = matches!(polled, Polled::Failed(_));
+        if !failed {
+            consumer.context().polled.fetch_add(1, Ordering::SeqCst);
+        }
         let sent = tx.send(polled).is_ok();
         notify.notify_one();
         if !sent || failed {
@@ -365,6 +418,8 @@ struct MemberReader {
     rx: std::sync::mpsc::Receiver<Polled>,
     notify: Arc<Notify>,
     handed: Handed,
+    /// Records polled and not taken from `rx` yet.
+    polled: Arc<AtomicUsize>,
     /// One past the highest offset handed out.
     next: u64,
     stop: Arc<AtomicBool>,
@@ -390,13 +445,14 @@ impl LogReader for MemberReader {
         let mut out = Vec::new();
         while out.len() < max {
             match self.rx.try_recv() {
-                Ok(Polled::Record(tp, offset, record)) => {
+                Ok(Polled::Record { tp, offset, record }) => {
+                    // Taken and handed out at once, as `Member::pre_rebalance` sees them.
+                    let mut handed = self.handed.lock().unwrap();
+                    self.polled.fetch_sub(1, Ordering::SeqCst);
                     let Some(record) = record else { continue };
+                    handed.push_back((record.offset, tp, offset));
+                    drop(handed);
                     self.next = self.next.max(record.offset + 1);
-                    self.handed
-                        .lock()
-                        .unwrap()
-                        .push_back((record.offset, tp, offset));
                     out.push(record);
                 }
                 Ok(Polled::Failed(e)) => return Err(e),

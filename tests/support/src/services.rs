@@ -267,11 +267,12 @@ pub async fn redis() -> anyhow::Result<RedisKeyspace> {
 
 impl RedisKeyspace {
     /// A new connection to the server.
-    /// A connection whose answers may take a while: redis' default (500 ms) fails a test's
-    /// reads on a busy machine.
+    /// A connection that may take a while to make and to answer: redis' defaults (1 s and
+    /// 500 ms) fail a test's reads on a busy machine.
     pub async fn conn(&self) -> anyhow::Result<redis::aio::MultiplexedConnection> {
         let client = redis::Client::open(self.url.as_str())?;
         let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(std::time::Duration::from_secs(60)))
             .set_response_timeout(Some(std::time::Duration::from_secs(60)));
         client
             .get_multiplexed_async_connection_with_config(&config)
