@@ -26,6 +26,10 @@ use super::status::{SinkProgress, SinkStatus, State, needs_replay_message};
 use super::{PipelineHandle, SinkCommand};
 use crate::config::{DeliveryConfig, OnError, OnOtherLog};
 
+/// How long a store's cursor may lie past the log's known end before it is taken for a
+/// position in another log (see `SinkTask::belongs_elsewhere`).
+const END_PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
+
 pub(super) struct SinkTask {
     pub name: String,
     pub sink: Box<dyn Sink>,
@@ -214,7 +218,7 @@ impl SinkTask {
         let stored = loop {
             let stored = self.open_store(tables, from, &mut backoff).await?;
             match stored {
-                Some(c) if from.is_none() && !other_log && self.belongs_elsewhere(&c) => {
+                Some(c) if from.is_none() && !other_log && self.belongs_elsewhere(&c).await => {
                     let message = format!(
                         "the store's cursor (offset {}, change log {}) belongs to another change log than this pipeline's ({}, which ends at {}): the store followed a log that was lost or replaced",
                         c.next_offset,
@@ -353,7 +357,7 @@ impl SinkTask {
         let stored = self.open_store(tables, None, &mut backoff).await?;
         let had_applied = self.progress.borrow().committed > 0 && from.is_none();
         let lost = match &stored {
-            Some(c) if self.belongs_elsewhere(c) => Some(format!(
+            Some(c) if self.belongs_elsewhere(c).await => Some(format!(
                 "the store's cursor belongs to another change log than this pipeline's ({})",
                 self.log.id()
             )),
@@ -464,10 +468,40 @@ impl SinkTask {
     }
 
     /// Whether a store's cursor is a position in another log: it names another identity, or
-    /// lies past this log's end (which no sink of this log can have reached).
-    fn belongs_elsewhere(&self, cursor: &StoreCursor) -> bool {
-        cursor.log.as_ref().is_some_and(|id| id != self.log.id())
-            || cursor.next_offset > self.log.durable_end()
+    /// lies past this log's end (which no sink of this log can have reached) for longer than
+    /// [`END_PATIENCE`]. A log another process writes (Kafka) makes its end known after its
+    /// records: a transaction's commit reaches the records' partitions and the offsets
+    /// topic one by one, so another member may have applied records past the end this
+    /// process has heard of yet.
+    fn belongs_elsewhere(
+        &self,
+        cursor: &StoreCursor,
+    ) -> impl Future<Output = bool> + Send + 'static {
+        let other = cursor.log.as_ref().is_some_and(|id| id != self.log.id());
+        let (mut end, cancel, next) = (
+            self.log.subscribe(),
+            self.cancel.clone(),
+            cursor.next_offset,
+        );
+        let sink = self.name.clone();
+        async move {
+            if other {
+                return true;
+            }
+            if *end.borrow() < next {
+                tracing::info!(
+                    sink,
+                    cursor = next,
+                    end = *end.borrow(),
+                    "the store's cursor lies past the log's end as heard of yet; waiting for the end to reach it"
+                );
+            }
+            let reached = end.wait_for(|end| *end >= next);
+            tokio::select! {
+                reached = tokio::time::timeout(END_PATIENCE, reached) => !matches!(reached, Ok(Ok(_))),
+                () = cancel.cancelled() => false,
+            }
+        }
     }
 
     fn fail(&self, message: &str) -> String {
