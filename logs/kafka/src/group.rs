@@ -137,6 +137,12 @@ pub(crate) struct Membership {
 /// The member id kept in `dir` (made the first time): the same daemon, with the same data
 /// directory, is the same member.
 pub(crate) fn member_id(dir: &std::path::Path) -> Result<String> {
+    // A daemon's sinks join their groups at once; each made an id of its own (and all but
+    // one failed to rename the shared temporary file), so one is made at a time.
+    static MAKING: Mutex<()> = Mutex::new(());
+    let _one_at_a_time = MAKING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let path = dir.join("member-id");
     match std::fs::read_to_string(&path) {
         Ok(id) if !id.trim().is_empty() => return Ok(id.trim().to_owned()),
@@ -517,5 +523,33 @@ impl GroupPositions for MemberPositions {
         self.consumer
             .commit(&positions, CommitMode::Async)
             .map_err(|e| kafka_error("committing the group's positions", &e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::member_id;
+
+    /// The sinks of a daemon join their groups at once: they all get the one member id its
+    /// data directory keeps.
+    #[test]
+    fn sinks_joining_at_once_share_one_member_id() {
+        for _ in 0..20 {
+            let dir = tempfile::tempdir().unwrap();
+            let start = std::sync::Barrier::new(4);
+            let ids: Vec<String> = std::thread::scope(|s| {
+                let joins: Vec<_> = (0..4)
+                    .map(|_| {
+                        s.spawn(|| {
+                            start.wait();
+                            member_id(dir.path()).unwrap()
+                        })
+                    })
+                    .collect();
+                joins.into_iter().map(|j| j.join().unwrap()).collect()
+            });
+            assert!(ids.iter().all(|id| *id == ids[0]), "{ids:?}");
+            assert_eq!(member_id(dir.path()).unwrap(), ids[0]);
+        }
     }
 }
