@@ -753,6 +753,33 @@ async fn group_rows_redis(cache: &RedisKeyspace) -> GroupRows {
     rows
 }
 
+/// The group tests' tables of `rows` rows each, and a daemon running pipeline `demo`'s
+/// source into a Kafka log on `broker`, once their snapshot is in the log (with its status).
+async fn group_tables_in_a_kafka_log(
+    broker: &KafkaBroker,
+    db: &PgDatabase,
+    rows: u64,
+) -> (Setup, siphon_test_support::Daemon, serde_json::Value) {
+    for table in GROUP_TABLES {
+        db.execute(&format!(
+            "create table {table} (id int primary key, v text not null, n bigint not null);
+             insert into {table} select g, 'row ' || g, 0 from generate_series(1, {rows}) g;"
+        ))
+        .await
+        .unwrap();
+    }
+    let source = Setup::with_log(&pg_source(db), &kafka_log_of(broker, 1, ""), 0, "");
+    let s = source.start();
+    let status = common::wait_status(
+        &s,
+        Duration::from_secs(60),
+        "the snapshot in the log",
+        |st| st[0]["log"]["end_offset"].as_u64() >= Some(rows * GROUP_TABLES.len() as u64),
+    )
+    .await;
+    (source, s, status)
+}
+
 /// A daemon that runs pipeline `demo`'s sinks only, as a member of their consumer groups.
 struct Member {
     dir: tempfile::TempDir,
@@ -834,23 +861,7 @@ async fn two_sink_only_daemons_in_a_consumer_group_split_the_tables() {
     let db = postgres().await.unwrap();
     let target = postgres().await.unwrap();
     let cache = redis().await.unwrap();
-    for table in GROUP_TABLES {
-        db.execute(&format!(
-            "create table {table} (id int primary key, v text not null, n bigint not null);
-             insert into {table} select g, 'row ' || g, 0 from generate_series(1, 200) g;"
-        ))
-        .await
-        .unwrap();
-    }
-    let source = Setup::with_log(&pg_source(&db), &kafka_log_of(&broker, 1, ""), 0, "");
-    let s = source.start();
-    common::wait_status(
-        &s,
-        Duration::from_secs(60),
-        "the snapshot in the log",
-        |st| st[0]["log"]["end_offset"].as_u64() >= Some(800),
-    )
-    .await;
+    let (_source, s, _) = group_tables_in_a_kafka_log(&broker, &db, 200).await;
 
     let (one, two) = (
         Member::new(&broker, &cache, &target),
@@ -983,23 +994,7 @@ async fn a_store_cursor_past_the_end_heard_of_is_waited_for() {
     let db = postgres().await.unwrap();
     let target = postgres().await.unwrap();
     let cache = redis().await.unwrap();
-    for table in GROUP_TABLES {
-        db.execute(&format!(
-            "create table {table} (id int primary key, v text not null, n bigint not null);
-             insert into {table} select g, 'row ' || g, 0 from generate_series(1, 50) g;"
-        ))
-        .await
-        .unwrap();
-    }
-    let source = Setup::with_log(&pg_source(&db), &kafka_log_of(&broker, 1, ""), 0, "");
-    let s = source.start();
-    let status = common::wait_status(
-        &s,
-        Duration::from_secs(60),
-        "the snapshot in the log",
-        |st| st[0]["log"]["end_offset"].as_u64() >= Some(200),
-    )
-    .await;
+    let (_source, s, status) = group_tables_in_a_kafka_log(&broker, &db, 50).await;
     let end = status[0]["log"]["end_offset"].as_u64().unwrap();
     let made = s.log();
     let id = made
