@@ -9,10 +9,12 @@
 //! (each key ends with its last value). A replay without `--reset` rewinds the cursor and
 //! re-applies over the current keys.
 
+mod client;
 mod config;
 mod encode;
 mod sink;
 
+pub use client::RedisClient;
 pub use config::{RedisFormat, RedisMode, RedisSinkConfig};
 pub use sink::RedisSink;
 

@@ -3,8 +3,8 @@
 use std::collections::{HashMap, HashSet};
 
 use async_trait::async_trait;
+use redis::RedisError;
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, IntoConnectionInfo, RedisError};
 use siphon_core::log::LogId;
 use siphon_core::sink::changes::{Change, net_changes};
 use siphon_core::sink::routing::NameTemplate;
@@ -12,6 +12,7 @@ use siphon_core::sink::{Sink, SinkBatch, StoreCursor};
 use siphon_core::source::TableInfo;
 use siphon_core::{Error, Result};
 
+use crate::client::RedisClient;
 use crate::config::{KEY_PLACEHOLDERS, RedisFormat, RedisMode, RedisSinkConfig};
 use crate::encode::{Encoder, StoredRow};
 
@@ -32,7 +33,7 @@ pub struct RedisSink {
     cursor: Option<u64>,
     /// The log its cursor is a position in (given at open).
     log: Option<LogId>,
-    conn: Option<MultiplexedConnection>,
+    client: RedisClient,
 }
 
 /// Changes per MULTI/EXEC transaction.
@@ -50,66 +51,20 @@ impl RedisSink {
         };
         Ok(RedisSink {
             cursor_key: format!("{}siphon:cursor:{pipeline}:{sink}", config.prefix),
+            client: RedisClient::new(&config.url, config.password.clone(), config.timeout.0),
             config,
             encoder,
             cursor: None,
             log: None,
-            conn: None,
         })
     }
 
-    /// The connection, made on first use and after a connection error.
     async fn conn(&mut self) -> Result<MultiplexedConnection> {
-        if let Some(conn) = &self.conn {
-            return Ok(conn.clone());
-        }
-        let mut info = self
-            .config
-            .url
-            .expose()
-            .into_connection_info()
-            .map_err(|e| Error::Config(format!("url: {e}")))?;
-        if let Some(password) = &self.config.password {
-            let settings = info
-                .redis_settings()
-                .clone()
-                .set_password(password.expose());
-            info = info.set_redis_settings(settings);
-        }
-        let client = redis::Client::open(info).map_err(|e| self.error(&e, "connecting"))?;
-        let timeout = self.config.timeout.0;
-        let conn = client
-            .get_multiplexed_async_connection_with_config(
-                &AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(timeout))
-                    .set_response_timeout(Some(timeout)),
-            )
-            .await
-            .map_err(|e| self.error(&e, "connecting"))?;
-        self.conn = Some(conn.clone());
-        Ok(conn)
+        self.client.conn().await
     }
 
-    /// Classifies a Redis error; a connection error drops the connection.
     fn error(&mut self, e: &RedisError, what: &str) -> Error {
-        let message = format!("redis {} {what}: {e}", &self.config.url);
-        let connection = e.is_io_error()
-            || e.is_connection_refusal()
-            || e.is_connection_dropped()
-            || e.is_timeout()
-            || e.is_unrecoverable_error();
-        let busy = matches!(
-            e.code(),
-            Some("LOADING" | "BUSY" | "TRYAGAIN" | "MASTERDOWN" | "READONLY" | "CLUSTERDOWN")
-        );
-        if connection {
-            self.conn = None;
-        }
-        if connection || busy {
-            Error::transient(message)
-        } else {
-            Error::permanent(message)
-        }
+        self.client.error(e, what)
     }
 
     /// Applies `changes`, then sets the cursor to `next_cursor` once Redis has acknowledged
