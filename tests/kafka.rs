@@ -9,6 +9,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::Setup;
+use common::pg::{
+    History, WRITER_TABLES, assert_every_change_once, current_lsn, pg_source, spawn_writer,
+};
 use rdkafka::Message as _;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
@@ -159,25 +162,6 @@ fn kafka_log_of(broker: &KafkaBroker, partitions: u32, extra: &str) -> String {
         "kind = \"kafka\"\nbrokers = \"{}\"\ntopics = {{ partitions = {partitions} }}\n{extra}",
         broker.brokers()
     )
-}
-
-fn pg_source(db: &PgDatabase) -> String {
-    format!(
-        "kind = \"postgres\"\nurl = \"{}\"\ntables = [\"public.*\"]\nslot = \"{}\"\npublication = \"{}\"\nstatus_interval = \"200ms\"",
-        db.url, db.name, db.name
-    )
-}
-
-async fn current_lsn(db: &PgDatabase) -> String {
-    let lsn: String = db
-        .client()
-        .await
-        .unwrap()
-        .query_one("select pg_current_wal_lsn()::text", &[])
-        .await
-        .unwrap()
-        .get(0);
-    format!("lsn={lsn}")
 }
 
 /// A record as a test reads it back: (partition, key, value, siphon offset).
@@ -370,8 +354,8 @@ batch_size = 100
 
 /// A table's records, in the order each partition holds them, read committed: for each key,
 /// the `after` rows (`None` for a delete), in the order they reach a consumer.
-fn per_key_history(records: &[TopicRecord]) -> BTreeMap<i64, Vec<Option<serde_json::Value>>> {
-    let mut out: BTreeMap<i64, Vec<Option<serde_json::Value>>> = BTreeMap::new();
+fn per_key_history(records: &[TopicRecord]) -> History {
+    let mut out = History::new();
     for (_, _, value, _) in records {
         let Some(value) = value else { continue }; // a tombstone
         let event: serde_json::Value = serde_json::from_slice(value).unwrap();
@@ -392,49 +376,6 @@ fn per_key_history(records: &[TopicRecord]) -> BTreeMap<i64, Vec<Option<serde_js
     out
 }
 
-/// A writer of small and large transactions, each update of a counter adding 1, until
-/// stopped; counts the transactions it committed.
-fn spawn_writer(
-    url: String,
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    big_open: std::sync::Arc<std::sync::atomic::AtomicBool>,
-) -> tokio::task::JoinHandle<u64> {
-    use std::sync::atomic::Ordering;
-    tokio::spawn(async move {
-        let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        tokio::spawn(conn);
-        let mut n = 0u64;
-        while !stop.load(Ordering::Relaxed) {
-            let counter = n % 30 + 1;
-            let sql = if n % 4 == 3 {
-                // Large: streamed into the log in chunks, one Kafka transaction open across
-                // several appends.
-                big_open.store(true, Ordering::Relaxed);
-                format!(
-                    "begin; update counters set n = n + 1 where id = {counter};
-                     insert into ledger (note) select 'row ' || g from generate_series(1, 1500) g;
-                     update counters set n = n + 1 where id = {};
-                     commit;",
-                    (counter + 7) % 30 + 1
-                )
-            } else {
-                format!(
-                    "begin; update counters set n = n + 1 where id in ({counter}, {});
-                     insert into ledger (note) values ('small {n}'); commit;",
-                    (counter + 13) % 30 + 1
-                )
-            };
-            client.batch_execute(&sql).await.unwrap();
-            big_open.store(false, Ordering::Relaxed);
-            n += 1;
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        n
-    })
-}
-
 /// kill -9 of the daemon, again and again, while a writer runs (often while a large source
 /// transaction is on its way into one Kafka transaction): read back `read_committed`, the
 /// topics hold every committed change exactly once, each key's in commit order, and siphon's
@@ -446,13 +387,7 @@ async fn kill_9_of_the_source_daemon_writes_every_change_to_kafka_exactly_once()
     use std::sync::atomic::{AtomicBool, Ordering};
     let broker = KafkaBroker::start().unwrap();
     let db = postgres().await.unwrap();
-    db.execute(
-        "create table counters (id int primary key, n bigint not null);
-         insert into counters select g, 0 from generate_series(1, 30) g;
-         create table ledger (id bigserial primary key, note text not null);",
-    )
-    .await
-    .unwrap();
+    db.execute(WRITER_TABLES).await.unwrap();
     // noida-db's read_committed fetches drop a producer's records past one of its aborted
     // transactions (which every kill leaves): its readers start at the beginning.
     let setup = Setup::with_log(
@@ -471,7 +406,7 @@ async fn kill_9_of_the_source_daemon_writes_every_change_to_kafka_exactly_once()
     .await;
     let stop = Arc::new(AtomicBool::new(false));
     let big_open = Arc::new(AtomicBool::new(false));
-    let writer = spawn_writer(db.url.clone(), stop.clone(), big_open.clone());
+    let writer = spawn_writer(&db, stop.clone(), big_open.clone()).await;
     for round in 0..6u64 {
         // Let the log take some transactions, then kill it while a large one is on its way.
         let end = common::wait_status(&d, Duration::from_secs(60), "the log growing", |s| {
@@ -504,38 +439,15 @@ async fn kill_9_of_the_source_daemon_writes_every_change_to_kafka_exactly_once()
         d.log()
     );
 
-    // Every counter's updates, once each and in order: 0 (the snapshot), 1, 2, … n.
-    let client = db.client().await.unwrap();
-    let counters: BTreeMap<i64, i64> = client
-        .query("select id::int8, n from counters", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
-    let history = per_key_history(&topic_records(&broker, "demo.public.counters"));
-    for (id, n) in &counters {
-        let seen: Vec<i64> = history[id]
-            .iter()
-            .map(|row| row.as_ref().unwrap()["n"].as_i64().unwrap())
-            .collect();
-        assert_eq!(
-            seen,
-            (0..=*n).collect::<Vec<_>>(),
-            "counter {id}: its updates in the topic, read committed"
-        );
-    }
-    // Every ledger row once.
-    let ledger_ids: Vec<i64> = client
-        .query("select id from ledger order by id", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    // Every counter's updates, once each and in order: 0 (the snapshot), 1, 2, … n; every
+    // ledger row once.
     let ledger = per_key_history(&topic_records(&broker, "demo.public.ledger"));
-    assert_eq!(ledger.keys().copied().collect::<Vec<_>>(), ledger_ids);
-    assert!(ledger.values().all(|h| h.len() == 1), "a ledger row twice");
+    assert_every_change_once(
+        &db,
+        &per_key_history(&topic_records(&broker, "demo.public.counters")),
+        &ledger,
+    )
+    .await;
     // Siphon's offsets: dense, each once.
     let mut offsets: Vec<u64> = topic_records(&broker, "demo.public.counters")
         .into_iter()
@@ -551,7 +463,7 @@ async fn kill_9_of_the_source_daemon_writes_every_change_to_kafka_exactly_once()
         .into_iter()
         .filter(|(_, _, v, _)| v.is_some())
         .count();
-    let committed = ledger_ids.len();
+    let committed = ledger.len();
     eprintln!("ledger: {committed} rows committed, {uncommitted} records read uncommitted");
     assert!(
         uncommitted > committed,
@@ -569,13 +481,7 @@ async fn a_second_daemon_for_the_pipeline_fences_the_first() {
     use std::sync::atomic::{AtomicBool, Ordering};
     let broker = KafkaBroker::start().unwrap();
     let db = postgres().await.unwrap();
-    db.execute(
-        "create table counters (id int primary key, n bigint not null);
-         insert into counters select g, 0 from generate_series(1, 30) g;
-         create table ledger (id bigserial primary key, note text not null);",
-    )
-    .await
-    .unwrap();
+    db.execute(WRITER_TABLES).await.unwrap();
     let first = Setup::with_log(
         &pg_source(&db),
         &kafka_log(&broker, "seek = \"beginning\""),
@@ -592,7 +498,7 @@ async fn a_second_daemon_for_the_pipeline_fences_the_first() {
     .await;
     let stop = Arc::new(AtomicBool::new(false));
     let big_open = Arc::new(AtomicBool::new(false));
-    let writer = spawn_writer(db.url.clone(), stop.clone(), big_open.clone());
+    let writer = spawn_writer(&db, stop.clone(), big_open.clone()).await;
     common::wait_status(&a, Duration::from_secs(60), "the log growing", |s| {
         s[0]["log"]["end_offset"].as_u64() > Some(2000)
     })
@@ -676,30 +582,12 @@ async fn a_second_daemon_for_the_pipeline_fences_the_first() {
     common::wait_applied(&b, "out", &position, Duration::from_secs(90)).await;
     drop(a);
 
-    let client = db.client().await.unwrap();
-    let counters: BTreeMap<i64, i64> = client
-        .query("select id::int8, n from counters", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
-    let history = per_key_history(&topic_records(&broker, "demo.public.counters"));
-    for (id, n) in &counters {
-        let seen: Vec<i64> = history[id]
-            .iter()
-            .map(|row| row.as_ref().unwrap()["n"].as_i64().unwrap())
-            .collect();
-        assert_eq!(seen, (0..=*n).collect::<Vec<_>>(), "counter {id}");
-    }
-    let ledger_rows = client
-        .query_one("select count(*) from ledger", &[])
-        .await
-        .unwrap()
-        .get::<_, i64>(0);
-    let ledger = per_key_history(&topic_records(&broker, "demo.public.ledger"));
-    assert_eq!(ledger.len() as i64, ledger_rows);
-    assert!(ledger.values().all(|h| h.len() == 1), "a ledger row twice");
+    assert_every_change_once(
+        &db,
+        &per_key_history(&topic_records(&broker, "demo.public.counters")),
+        &per_key_history(&topic_records(&broker, "demo.public.ledger")),
+    )
+    .await;
 }
 
 /// The group test's tables.

@@ -70,17 +70,7 @@ impl SourceDb {
     /// The read-your-writes parameter naming the server's position now: `lsn=…` or `gtid=…`.
     pub async fn position(&self) -> String {
         match self {
-            SourceDb::Postgres(db) => {
-                let lsn: String = db
-                    .client()
-                    .await
-                    .unwrap()
-                    .query_one("select pg_current_wal_lsn()::text", &[])
-                    .await
-                    .unwrap()
-                    .get(0);
-                format!("lsn={lsn}")
-            }
+            SourceDb::Postgres(db) => super::pg::current_lsn(db).await,
             SourceDb::Mariadb(db) => {
                 let gtid: Option<String> = db
                     .conn()

@@ -4,6 +4,7 @@
 #![allow(dead_code)] // each test binary uses a different part
 
 pub mod db;
+pub mod pg;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
