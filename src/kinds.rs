@@ -34,6 +34,7 @@ impl Kinds {
     pub fn builtin() -> Kinds {
         let mut sinks: Vec<Box<dyn Entry<dyn ConfiguredSink>>> = vec![
             sink::<siphon_sink_redis::RedisKind>(),
+            sink::<siphon_sink_redis_stream::RedisStreamKind>(),
             sink::<siphon_sink_elasticsearch::ElasticsearchKind>(),
             sink::<siphon_sink_postgres::PostgresSinkKind>(),
         ];

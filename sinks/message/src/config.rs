@@ -1,0 +1,99 @@
+//! The settings every message sink has, declared once.
+
+use siphon_core::sink::routing::NameTemplate;
+use siphon_format::debezium::Modes;
+
+/// The placeholders of `destination`.
+pub const DESTINATION_PLACEHOLDERS: &[&str] = &["prefix", "schema", "table", "op"];
+
+/// The default `destination`: Debezium's topic name.
+pub fn default_destination() -> String {
+    "{prefix}.{schema}.{table}".into()
+}
+
+/// `true`, for serde's defaults.
+pub fn yes() -> bool {
+    true
+}
+
+/// The settings every message sink has, as [`message_config!`] hands them out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MessageSettings {
+    /// Where each event goes (`{prefix}`, `{schema}`, `{table}`, `{op}`).
+    pub destination: String,
+    /// What `{prefix}` stands for; `None`: the pipeline's name.
+    pub prefix: Option<String>,
+    /// Wrap keys and values as `{"schema":…,"payload":…}`.
+    pub schemas: bool,
+    /// Fill each event's `transaction` block.
+    pub transaction_metadata: bool,
+    /// Debezium's handling modes for values.
+    pub debezium: Modes,
+}
+
+impl MessageSettings {
+    /// Checks what serde cannot; the message names the key.
+    pub fn validate(&self) -> Result<(), String> {
+        NameTemplate::parse(&self.destination, DESTINATION_PLACEHOLDERS)
+            .map(drop)
+            .map_err(|e| format!("destination: {e}"))
+    }
+
+    /// Whether every table's events have destinations of their own.
+    pub fn per_table(&self) -> bool {
+        self.destination.contains("{table}")
+    }
+}
+
+/// Declares a message sink's settings (`#[serde(deny_unknown_fields)]`, so that a misspelt
+/// key is an error naming it): the keys every message sink has, documented here once, then
+/// the sink's own, and `fn message()` handing the shared ones out as [`MessageSettings`].
+#[macro_export]
+macro_rules! message_config {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $( $(#[$field_meta:meta])* pub $field:ident : $ty:ty, )*
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct $name {
+            /// Where each event goes: a template of `{prefix}`, `{schema}`, `{table}` and
+            /// `{op}` (c, u, d, r, t). Default: Debezium's `{prefix}.{schema}.{table}`.
+            #[serde(default = "siphon_sink_message::default_destination")]
+            pub destination: String,
+            /// What `{prefix}` stands for (Debezium's `topic.prefix`). Unset: the
+            /// pipeline's name.
+            #[serde(default)]
+            pub prefix: Option<String>,
+            /// Wrap keys and values as `{"schema":…,"payload":…}` (Kafka Connect's
+            /// JsonConverter with `schemas.enable = true`, Debezium Server's default);
+            /// `false`: the payload alone.
+            #[serde(default = "siphon_sink_message::yes")]
+            pub schemas: bool,
+            /// Fill each event's `transaction` block (Debezium's
+            /// `provide.transaction.metadata`).
+            #[serde(default)]
+            pub transaction_metadata: bool,
+            /// Debezium's handling modes for values (as for the file sink).
+            #[serde(default)]
+            pub debezium: siphon_format::debezium::Modes,
+            $( $(#[$field_meta])* pub $field : $ty, )*
+        }
+
+        impl $name {
+            /// The settings every message sink has.
+            pub fn message(&self) -> $crate::MessageSettings {
+                $crate::MessageSettings {
+                    destination: self.destination.clone(),
+                    prefix: self.prefix.clone(),
+                    schemas: self.schemas,
+                    transaction_metadata: self.transaction_metadata,
+                    debezium: self.debezium,
+                }
+            }
+        }
+    };
+}

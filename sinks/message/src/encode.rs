@@ -1,0 +1,158 @@
+//! An event as a message.
+
+use siphon_core::event::Op;
+use siphon_core::log::LogId;
+use siphon_core::sink::SinkRecord;
+use siphon_core::sink::routing::NameTemplate;
+use siphon_core::source::TableInfo;
+use siphon_format::envelope::{JsonFormat, SchemaCache};
+
+use crate::config::{DESTINATION_PLACEHOLDERS, MessageSettings};
+
+/// One event as every message sink sends it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Message {
+    /// The stream, subject or routing key it goes to.
+    pub destination: String,
+    /// Debezium's key JSON (`None` for a table without a primary key).
+    pub key: Option<Vec<u8>>,
+    /// Debezium's envelope JSON.
+    pub value: Vec<u8>,
+    /// The event's id, `<log identity>:<offset>`: the same for the same event however often
+    /// it is sent, and unique across logs (a rebuilt log has another identity).
+    pub id: String,
+    /// The event's offset in the change log (its version).
+    pub offset: u64,
+    /// The source's position of its commit (an LSN, a GTID or binlog position).
+    pub position: String,
+    /// The source transaction's id, if any.
+    pub txid: Option<String>,
+    /// Debezium's operation code: c, u, d, r or t.
+    pub op: &'static str,
+}
+
+/// Makes messages of a pipeline's events.
+#[derive(Debug)]
+pub struct MessageEncoder {
+    destination: NameTemplate,
+    prefix: String,
+    format: JsonFormat,
+    schemas: SchemaCache,
+}
+
+impl MessageEncoder {
+    /// An encoder for pipeline `pipeline`'s events.
+    pub fn new(settings: &MessageSettings, pipeline: &str) -> Result<Self, String> {
+        settings.validate()?;
+        Ok(MessageEncoder {
+            destination: NameTemplate::parse(&settings.destination, DESTINATION_PLACEHOLDERS)
+                .map_err(|e| format!("destination: {e}"))?,
+            prefix: settings
+                .prefix
+                .clone()
+                .unwrap_or_else(|| pipeline.to_owned()),
+            format: JsonFormat {
+                schemas: settings.schemas,
+                transactions: settings.transaction_metadata,
+                modes: settings.debezium,
+            },
+            schemas: SchemaCache::default(),
+        })
+    }
+
+    /// `record` of log `log` as a message.
+    pub fn encode(&mut self, record: &SinkRecord, log: &LogId) -> Message {
+        let event = &record.event;
+        Message {
+            destination: self.render(event.source.namespace(), &event.source.table, event.op),
+            key: self.format.key_bytes(event, &mut self.schemas),
+            value: self.format.value_bytes(event, &mut self.schemas),
+            id: format!("{log}:{}", record.offset),
+            offset: record.offset,
+            position: event.source.position.commit_point(),
+            txid: event.source.tx_id.map(|id| id.to_string()),
+            op: event.op.code(),
+        }
+    }
+
+    /// Every destination `table`'s events can have (one for each operation when the
+    /// template names `{op}`).
+    pub fn destinations_of(&self, table: &TableInfo) -> Vec<String> {
+        let mut all: Vec<String> = [Op::Create, Op::Update, Op::Delete, Op::Read, Op::Truncate]
+            .into_iter()
+            .map(|op| self.render(table.name.namespace(), table.name.table(), op))
+            .collect();
+        all.sort_unstable();
+        all.dedup();
+        all
+    }
+
+    fn render(&self, schema: &str, table: &str, op: Op) -> String {
+        self.destination.render(&[
+            ("prefix", &self.prefix),
+            ("schema", schema),
+            ("table", table),
+            ("op", op.code()),
+        ])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use siphon_core::event::Op;
+    use siphon_core::testing::{compliance_table, event, log_id, record, row};
+
+    use super::*;
+
+    fn settings(destination: &str) -> MessageSettings {
+        MessageSettings {
+            destination: destination.into(),
+            prefix: None,
+            schemas: false,
+            transaction_metadata: false,
+            debezium: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_message_goes_where_its_template_says_with_debeziums_key_and_value() {
+        let mut encoder =
+            MessageEncoder::new(&settings("{prefix}.{schema}.{table}"), "shop").unwrap();
+        let created = event(
+            "compliance",
+            Op::Create,
+            7,
+            None,
+            Some(row(7, "seven", siphon_core::event::Value::Null)),
+        );
+        let message = encoder.encode(&record(41, created), &log_id());
+        assert_eq!(message.destination, "shop.public.compliance");
+        assert_eq!(message.id, format!("{}:41", log_id()));
+        assert_eq!((message.offset, message.op), (41, "c"));
+        let key: serde_json::Value = serde_json::from_slice(&message.key.unwrap()).unwrap();
+        assert_eq!(key, serde_json::json!({ "id": 7 }));
+        let value: serde_json::Value = serde_json::from_slice(&message.value).unwrap();
+        assert_eq!(value["op"], "c");
+        assert_eq!(value["after"]["name"], "seven");
+    }
+
+    #[test]
+    fn a_template_with_op_gives_a_table_a_destination_per_operation() {
+        let encoder = MessageEncoder::new(&settings("cdc:{table}:{op}"), "shop").unwrap();
+        assert_eq!(
+            encoder.destinations_of(&compliance_table()),
+            [
+                "cdc:compliance:c",
+                "cdc:compliance:d",
+                "cdc:compliance:r",
+                "cdc:compliance:t",
+                "cdc:compliance:u"
+            ]
+        );
+        let error = MessageEncoder::new(&settings("{prefix}.{db}"), "shop").unwrap_err();
+        assert!(
+            error.starts_with("destination:") && error.contains("{db}"),
+            "{error}"
+        );
+    }
+}

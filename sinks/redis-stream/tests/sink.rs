@@ -1,0 +1,158 @@
+//! The Redis Streams sink passes the sink compliance suite against the test Redis server:
+//! what it added is read back with XRANGE, each stream in its order.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use siphon_core::sink::Sink;
+use siphon_core::testing::{SinkHarness, StoreState, run_compliance_suite};
+use siphon_sink_redis_stream::{RedisStreamConfig, RedisStreamSink};
+use siphon_test_support::{RedisKeyspace, redis};
+
+struct Harness {
+    cache: RedisKeyspace,
+    prefix: String,
+    sink: RedisStreamSink,
+}
+
+/// A stream entry as XRANGE gives it: its id and its fields.
+type Entry = (String, Vec<(String, Vec<u8>)>);
+
+/// The `value` of each entry of `stream`, in the stream's order.
+async fn values(cache: &RedisKeyspace, stream: &str) -> Vec<serde_json::Value> {
+    let mut conn = cache.conn().await.unwrap();
+    let found: Vec<Entry> = ::redis::cmd("XRANGE")
+        .arg(stream)
+        .arg("-")
+        .arg("+")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    found
+        .into_iter()
+        .map(|(_, fields)| {
+            let (_, value) = fields.iter().find(|(name, _)| name == "value").unwrap();
+            serde_json::from_slice(value).unwrap()
+        })
+        .collect()
+}
+
+#[async_trait::async_trait]
+impl SinkHarness for Harness {
+    fn sink(&mut self) -> &mut dyn Sink {
+        &mut self.sink
+    }
+
+    async fn state_of(&mut self, table: &str) -> StoreState {
+        let stream = format!("{}.public.{table}", self.prefix);
+        StoreState::Lines(values(&self.cache, &stream).await)
+    }
+}
+
+#[tokio::test]
+async fn the_redis_stream_sink_keeps_every_promise() {
+    let n = AtomicUsize::new(0);
+    run_compliance_suite(async || {
+        let cache = redis().await.unwrap();
+        let prefix = format!(
+            "{}compliance{}",
+            cache.prefix,
+            n.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut config = RedisStreamConfig::new(cache.url.clone());
+        config.schemas = false;
+        config.prefix = Some(prefix.clone());
+        config.cursor_key = Some(format!("{prefix}:cursor"));
+        Harness {
+            sink: RedisStreamSink::new(&config, "compliance", "out").unwrap(),
+            cache,
+            prefix,
+        }
+    })
+    .await;
+}
+
+/// A sink on the test server, its streams and cursor under the keyspace's prefix.
+fn sink_on(cache: &RedisKeyspace, destination: &str, max_len: Option<u64>) -> RedisStreamSink {
+    let mut config = RedisStreamConfig::new(cache.url.clone());
+    config.destination = destination.into();
+    config.prefix = Some(format!("{}demo", cache.prefix));
+    config.cursor_key = Some(format!("{}cursor", cache.prefix));
+    config.max_len = max_len;
+    RedisStreamSink::new(&config, "demo", "out").unwrap()
+}
+
+/// Creates of ids `ids` in the compliance table, at offsets `first`, `first + 1`, ….
+fn creates(first: u64, ids: std::ops::Range<i64>) -> Vec<siphon_core::sink::SinkRecord> {
+    use siphon_core::testing::{event, record, row};
+    ids.enumerate()
+        .map(|(i, id)| {
+            let after = row(id, "x", siphon_core::event::Value::Null);
+            record(
+                first + i as u64,
+                event(
+                    "compliance",
+                    siphon_core::event::Op::Create,
+                    id,
+                    None,
+                    Some(after),
+                ),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn streams_are_trimmed_and_a_lost_cursor_or_an_interleaved_single_stream_is_refused() {
+    use siphon_core::sink::SinkBatch;
+    use siphon_core::testing::{log_id, tables};
+    let cache = redis().await.unwrap();
+    let stream = format!("{}demo.public.compliance", cache.prefix);
+
+    // MAXLEN ~ keeps about max_len entries (Redis trims whole nodes of 100 entries).
+    let mut sink = sink_on(&cache, "{prefix}.{schema}.{table}", Some(10));
+    sink.open(&tables(), &log_id()).await.unwrap();
+    for chunk in 0..5 {
+        let batch = SinkBatch::whole(creates(
+            chunk * 100,
+            chunk as i64 * 100..(chunk as i64 + 1) * 100,
+        ));
+        sink.apply(&batch).await.unwrap();
+    }
+    let left = values(&cache, &stream).await.len();
+    assert!(left < 500, "{left} entries of 500 left with max_len = 10");
+
+    // The data gone (a flush, a restart without persistence) while the cursor was set: the
+    // sink says so (transient: reopened, it finds no cursor and the runtime rebuilds).
+    let mut conn = cache.conn().await.unwrap();
+    let _: () = ::redis::cmd("DEL")
+        .arg(format!("{}cursor", cache.prefix))
+        .arg(&stream)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let lost = sink
+        .apply(&SinkBatch::whole(creates(500, 500..501)))
+        .await
+        .unwrap_err();
+    assert!(
+        lost.is_transient() && lost.to_string().contains("lost its data"),
+        "{lost}"
+    );
+    assert!(
+        values(&cache, &stream).await.is_empty(),
+        "an entry added past a lost cursor"
+    );
+
+    // One stream for every table, read interleaved (a consumer group's member): refused.
+    let mut single = sink_on(&cache, "{prefix}.all", None);
+    single.open(&tables(), &log_id()).await.unwrap();
+    let interleaved = SinkBatch {
+        ordered: false,
+        ..SinkBatch::whole(creates(0, 0..1))
+    };
+    let refused = single.apply(&interleaved).await.unwrap_err();
+    assert!(
+        !refused.is_transient() && refused.to_string().contains("{table}"),
+        "{refused}"
+    );
+}
