@@ -13,13 +13,13 @@ use common::Setup;
 use common::pg::{
     History, WRITER_TABLES, assert_every_change_once, current_lsn, pg_source, spawn_writer,
 };
-use siphon_test_support::{RedisKeyspace, postgres, redis};
+use siphon_test_support::{Daemon, PgDatabase, PrivateRedis, postgres, redis, redis_conn};
 
 /// A stream's entries: (entry id, fields), in the stream's order.
 type Entries = Vec<(String, BTreeMap<String, String>)>;
 
-async fn stream(cache: &RedisKeyspace, key: &str) -> Entries {
-    let mut conn = cache.conn().await.unwrap();
+async fn stream(url: &str, key: &str) -> Entries {
+    let mut conn = redis_conn(url).await.unwrap();
     redis::cmd("XRANGE")
         .arg(key)
         .arg("-")
@@ -46,14 +46,11 @@ fn per_key_history(entries: &Entries) -> History {
     out
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn kill_9_under_a_writer_leaves_each_change_once_in_its_redis_stream() {
-    let db = postgres().await.unwrap();
-    let cache = redis().await.unwrap();
-    db.execute(WRITER_TABLES).await.unwrap();
-    let prefix = format!("{}demo", cache.prefix);
-    let setup = Setup::with_source(
-        &pg_source(&db),
+/// Pipeline `demo` from `db` into the Redis Streams sink `stream` on `url`, its streams
+/// and cursor under `prefix`.
+fn stream_pipeline(db: &PgDatabase, url: &str, prefix: &str) -> Setup {
+    Setup::with_source(
+        &pg_source(db),
         0,
         &format!(
             r#"
@@ -64,27 +61,43 @@ prefix = "{prefix}"
 schemas = false
 cursor_key = "{prefix}:cursor"
 batch_size = 200
-"#,
-            url = cache.url,
+"#
         ),
-    );
-    let mut d = setup.start();
-    common::wait_status(
-        &d,
-        Duration::from_secs(60),
-        "the snapshot in the stream",
-        |s| s[0]["sinks"]["stream"]["next_offset"].as_u64() >= Some(30),
     )
-    .await;
+}
+
+/// Waits for the snapshot in the sink `stream`, then starts the writer: its stop flag and
+/// its task.
+async fn snapshot_then_write(
+    d: &Daemon,
+    db: &PgDatabase,
+) -> (Arc<AtomicBool>, tokio::task::JoinHandle<u64>) {
+    stream_past(d, 29).await;
     let stop = Arc::new(AtomicBool::new(false));
-    let big_open = Arc::new(AtomicBool::new(false));
-    let writer = spawn_writer(&db, stop.clone(), big_open.clone()).await;
+    let writer = spawn_writer(db, stop.clone(), Arc::default()).await;
+    (stop, writer)
+}
+
+/// Waits until the sink `stream` applied records past offset `offset`.
+async fn stream_past(d: &Daemon, offset: u64) {
+    common::wait_status(d, Duration::from_secs(60), "the stream growing", |s| {
+        s[0]["sinks"]["stream"]["next_offset"].as_u64() > Some(offset)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_under_a_writer_leaves_each_change_once_in_its_redis_stream() {
+    let db = postgres().await.unwrap();
+    let cache = redis().await.unwrap();
+    db.execute(WRITER_TABLES).await.unwrap();
+    let prefix = format!("{}demo", cache.prefix);
+    let setup = stream_pipeline(&db, &cache.url, &prefix);
+    let mut d = setup.start();
+    let (stop, writer) = snapshot_then_write(&d, &db).await;
     for round in 1..=5u64 {
         // Let the sink add some entries, then kill the daemon while it works.
-        common::wait_status(&d, Duration::from_secs(60), "the stream growing", |s| {
-            s[0]["sinks"]["stream"]["next_offset"].as_u64() > Some(30 + round * 1500)
-        })
-        .await;
+        stream_past(&d, 30 + round * 1500).await;
         tokio::time::sleep(Duration::from_millis(20 * round)).await;
         d.kill_9().unwrap();
         d = setup.start();
@@ -101,8 +114,8 @@ batch_size = 200
         d.log()
     );
 
-    let counter_entries = stream(&cache, &format!("{prefix}.public.counters")).await;
-    let ledger_entries = stream(&cache, &format!("{prefix}.public.ledger")).await;
+    let counter_entries = stream(&cache.url, &format!("{prefix}.public.counters")).await;
+    let ledger_entries = stream(&cache.url, &format!("{prefix}.public.ledger")).await;
     assert_every_change_once(
         &db,
         &per_key_history(&counter_entries),
@@ -120,8 +133,8 @@ batch_size = 200
     // A replay into the same streams adds nothing.
     let streams = async || {
         (
-            stream(&cache, &format!("{prefix}.public.counters")).await,
-            stream(&cache, &format!("{prefix}.public.ledger")).await,
+            stream(&cache.url, &format!("{prefix}.public.counters")).await,
+            stream(&cache.url, &format!("{prefix}.public.ledger")).await,
         )
     };
     let before = streams().await;
@@ -155,4 +168,38 @@ batch_size = 200
         };
         assert_eq!(last(new), last(old), "each key's last change");
     }
+}
+
+/// Redis itself killed -9 and started again (its writes fsynced to its append-only file)
+/// twice while the sink adds a writer's changes: the sink retries by itself, and every
+/// committed change ends in its stream once, in commit order.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_redis_restart_mid_stream_loses_and_repeats_nothing() {
+    let db = postgres().await.unwrap();
+    let mut server = PrivateRedis::start().unwrap();
+    db.execute(WRITER_TABLES).await.unwrap();
+    let setup = stream_pipeline(&db, &server.url(), "demo");
+    let d = setup.start();
+    let (stop, writer) = snapshot_then_write(&d, &db).await;
+    for round in 1..=2u64 {
+        stream_past(&d, 30 + round * 3000).await;
+        server.restart().unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    let transactions = writer.await.unwrap();
+    assert!(transactions > 10, "the writer committed {transactions}");
+    let position = current_lsn(&db).await;
+    common::wait_applied(&d, "stream", &position, Duration::from_secs(90)).await;
+    let log = d.log();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("sink=stream") && l.contains("retrying")),
+        "the sink never noticed Redis going away:\n{log}"
+    );
+    assert_every_change_once(
+        &db,
+        &per_key_history(&stream(&server.url(), "demo.public.counters").await),
+        &per_key_history(&stream(&server.url(), "demo.public.ledger").await),
+    )
+    .await;
 }

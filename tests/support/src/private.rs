@@ -319,3 +319,43 @@ impl Drop for PrivateMariadb {
         }
     }
 }
+
+/// A Redis server of a test's own on a free port, its data appended to a file fsynced at
+/// every write (`--appendonly yes --appendfsync always`), so that a restart, even after kill
+/// -9, keeps every write Redis acknowledged. The machine's shared Redis keeps nothing on
+/// disk, and a test must not restart it.
+#[derive(Debug)]
+pub struct PrivateRedis {
+    server: crate::ServerProcess,
+}
+
+impl PrivateRedis {
+    /// A new server, started and answering.
+    pub fn start() -> anyhow::Result<PrivateRedis> {
+        let server = crate::ServerProcess::start("redis-server", "redis-server", |data, port| {
+            let mut args: Vec<std::ffi::OsString> = ["--port", &port.to_string(), "--bind", "127.0.0.1"]
+                .map(Into::into)
+                .to_vec();
+            args.extend(["--appendonly", "yes", "--appendfsync", "always", "--save", "", "--dir"].map(Into::into));
+            args.push(data.into());
+            args
+        })
+        .map_err(|e| anyhow::anyhow!("{e:#} (redis-server comes with the redis-server package, which scripts/services installs)"))?;
+        Ok(PrivateRedis { server })
+    }
+
+    /// Its URL.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.server.port)
+    }
+
+    /// kill -9 of the server and a start on the same port and data.
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        self.server.restart()
+    }
+
+    /// What the server printed.
+    pub fn log(&self) -> String {
+        self.server.log()
+    }
+}

@@ -270,15 +270,21 @@ impl RedisKeyspace {
     /// A connection that may take a while to make and to answer: redis' defaults (1 s and
     /// 500 ms) fail a test's reads on a busy machine.
     pub async fn conn(&self) -> anyhow::Result<redis::aio::MultiplexedConnection> {
-        let client = redis::Client::open(self.url.as_str())?;
-        let config = redis::AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(std::time::Duration::from_secs(60)))
-            .set_response_timeout(Some(std::time::Duration::from_secs(60)));
-        client
-            .get_multiplexed_async_connection_with_config(&config)
+        redis_conn(&self.url)
             .await
             .map_err(|e| unreachable("Redis", "SIPHON_TEST_REDIS_URL", &self.url, e))
     }
+}
+
+/// A connection to the Redis server at `url` that may take a while to make and to answer:
+/// redis' defaults (1 s and 500 ms) fail a test's reads on a busy machine.
+pub async fn redis_conn(url: &str) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(std::time::Duration::from_secs(60)))
+        .set_response_timeout(Some(std::time::Duration::from_secs(60)));
+    redis::Client::open(url)?
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
 }
 
 impl Drop for RedisKeyspace {

@@ -1,0 +1,109 @@
+//! A server of a test's own: a child process listening on a free port of 127.0.0.1, its data
+//! and log in a temporary directory; killed -9 when dropped, and restartable on the same
+//! port and data.
+
+use std::ffi::OsString;
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+use crate::free_port;
+
+/// A server process on 127.0.0.1.
+#[derive(Debug)]
+pub struct ServerProcess {
+    name: &'static str,
+    program: OsString,
+    args: Vec<OsString>,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+    /// Its port.
+    pub port: u16,
+}
+
+impl ServerProcess {
+    /// Starts `program` with the arguments `args` makes of its data directory and port, and
+    /// waits until it listens (`name` says which server in errors).
+    pub fn start(
+        name: &'static str,
+        program: impl Into<OsString>,
+        args: impl FnOnce(&Path, u16) -> Vec<OsString>,
+    ) -> anyhow::Result<ServerProcess> {
+        let dir = tempfile::tempdir()?;
+        let port = free_port();
+        let data = dir.path().join("data");
+        std::fs::create_dir_all(&data)?;
+        let mut server = ServerProcess {
+            name,
+            program: program.into(),
+            args: args(&data, port),
+            dir,
+            child: None,
+            port,
+        };
+        server.run()?;
+        Ok(server)
+    }
+
+    fn run(&mut self) -> anyhow::Result<()> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("server.log"))?;
+        let child = Command::new(&self.program)
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("starting {}", self.program.to_string_lossy()))?;
+        self.child = Some(child);
+        let started = Instant::now();
+        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            if let Some(child) = self.child.as_mut()
+                && let Some(status) = child.try_wait()?
+            {
+                bail!("{} exited ({status}): {}", self.name, self.log());
+            }
+            if started.elapsed() > Duration::from_secs(60) {
+                bail!(
+                    "{} did not listen on {} within 60s: {}",
+                    self.name,
+                    self.port,
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(())
+    }
+
+    /// What the server printed.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+    }
+
+    /// kill -9 of the server (its data stays).
+    pub fn kill(&mut self) -> anyhow::Result<()> {
+        if let Some(mut child) = self.child.take() {
+            child.kill()?;
+            child.wait()?;
+        }
+        Ok(())
+    }
+
+    /// Starts it again on the same port and data after [`ServerProcess::kill`].
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        self.kill()?;
+        self.run()
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.kill();
+    }
+}
