@@ -32,6 +32,18 @@ pub enum TlsMode {
     VerifyFull,
 }
 
+impl TlsMode {
+    /// The mode in force for an HTTP endpoint: `configured`, or for an `https://` URL
+    /// `verify_full`, else none.
+    pub fn for_http(configured: Option<TlsMode>, url: &str) -> TlsMode {
+        match configured {
+            Some(mode) => mode,
+            None if url.starts_with("https://") => TlsMode::VerifyFull,
+            None => TlsMode::Disable,
+        }
+    }
+}
+
 impl TryFrom<String> for TlsMode {
     type Error = String;
 

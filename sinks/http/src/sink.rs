@@ -1,0 +1,198 @@
+//! The webhook sink.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+use siphon_core::log::LogId;
+use siphon_core::sink::{Sink, SinkBatch, StoreCursor};
+use siphon_core::source::TableInfo;
+use siphon_core::{ConnectionUrl, Error, Result};
+use siphon_sink_message::{Message, MessageEncoder};
+
+use crate::config::HttpSinkConfig;
+
+/// The header holding a signed body's `sha256=<hex>` signature.
+pub const SIGNATURE_HEADER: &str = "X-Siphon-Signature";
+
+/// The longest pause between two attempts of a request.
+const MAX_PAUSE: Duration = Duration::from_secs(5);
+
+/// The most of an answer's body an error shows.
+const BODY_SHOWN: usize = 1024;
+
+/// POSTs batches of events; see the crate documentation.
+#[derive(Debug)]
+pub struct HttpSink {
+    url: ConnectionUrl,
+    http: reqwest::Client,
+    encoder: MessageEncoder,
+    signing_key: Option<Vec<u8>>,
+    attempts: u32,
+    log: Option<LogId>,
+}
+
+impl HttpSink {
+    /// A sink for pipeline `pipeline`.
+    pub fn new(config: &HttpSinkConfig, pipeline: &str) -> Result<Self> {
+        config.validate().map_err(Error::Config)?;
+        let mut http = reqwest::Client::builder().timeout(config.timeout.0);
+        if let Some(tls) =
+            siphon_core::tls::client_config(config.tls_mode(), config.tls_ca_file.as_deref())?
+        {
+            http = http.use_preconfigured_tls(tls);
+        }
+        let signing_key = match (&config.signing_key, &config.signing_key_file) {
+            (Some(key), _) => Some(key.expose().as_bytes().to_vec()),
+            (None, Some(path)) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    Error::Config(format!("signing_key_file: {}: {e}", path.display()))
+                })?;
+                Some(text.trim_end_matches(['\r', '\n']).as_bytes().to_vec())
+            }
+            (None, None) => None,
+        };
+        Ok(HttpSink {
+            url: config.url.clone(),
+            http: http
+                .build()
+                .map_err(|e| Error::Config(format!("http client: {e}")))?,
+            encoder: MessageEncoder::new(&config.message(), pipeline).map_err(Error::Config)?,
+            signing_key,
+            attempts: config.attempts,
+            log: None,
+        })
+    }
+
+    /// POSTs `body` until the receiver takes it (2xx), refuses it for good (an error naming
+    /// the status and the answer), or `attempts` ran out (a transient error).
+    async fn post(&self, body: Vec<u8>, idempotency_key: &str) -> Result<()> {
+        let signature = self.signing_key.as_deref().map(|key| sign(key, &body));
+        let mut pause = Duration::from_millis(100);
+        let mut attempt = 1;
+        loop {
+            let mut request = self
+                .http
+                .post(self.url.expose())
+                .header("Content-Type", "application/json")
+                .header("Idempotency-Key", idempotency_key)
+                .body(body.clone());
+            if let Some(signature) = &signature {
+                request = request.header(SIGNATURE_HEADER, signature);
+            }
+            let failed = match request.send().await {
+                Ok(answer) if answer.status().is_success() => return Ok(()),
+                Ok(answer) => {
+                    let status = answer.status();
+                    let text = answer.text().await.unwrap_or_default();
+                    let shown: String = text.chars().take(BODY_SHOWN).collect();
+                    let message =
+                        format!("http {}: the receiver answered {status}: {shown}", self.url);
+                    let retried = status.is_server_error()
+                        || status == reqwest::StatusCode::REQUEST_TIMEOUT
+                        || status == reqwest::StatusCode::TOO_MANY_REQUESTS;
+                    if !retried {
+                        return Err(Error::permanent(message));
+                    }
+                    message
+                }
+                // reqwest's errors name the URL without its password (siphon-core redacts
+                // ConnectionUrl only): say where from ours.
+                Err(e) => format!("http {}: {}", self.url, e.without_url()),
+            };
+            if attempt >= self.attempts {
+                return Err(Error::transient(failed));
+            }
+            tracing::warn!(url = %self.url, attempt, error = %failed, "webhook not taken; trying again");
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(MAX_PAUSE);
+            attempt += 1;
+        }
+    }
+}
+
+/// `sha256=<hex>` of `body` under `key`.
+fn sign(key: &[u8], body: &[u8]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes a key of any length");
+    mac.update(body);
+    let digest = mac.finalize().into_bytes();
+    let mut out = String::with_capacity(7 + 2 * digest.len());
+    out.push_str("sha256=");
+    for byte in digest {
+        out.push_str(&format!("{byte:02x}"));
+    }
+    out
+}
+
+/// `{"events":[…]}`: each message's facts, and its key and value as the JSON they are.
+fn body(messages: &[Message]) -> Vec<u8> {
+    let size: usize = messages.iter().map(|m| m.value.len() + 256).sum();
+    let mut out = Vec::with_capacity(size + 16);
+    out.extend_from_slice(b"{\"events\":[");
+    for (i, message) in messages.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        let facts = serde_json::json!({
+            "id": message.id,
+            "destination": message.destination,
+            "offset": message.offset,
+            "op": message.op,
+            "position": message.position,
+            "txid": message.txid,
+        });
+        let facts = serde_json::to_vec(&facts).expect("JSON values serialize");
+        // The facts' closing brace gives way to the key and the value.
+        out.extend_from_slice(&facts[..facts.len() - 1]);
+        out.extend_from_slice(b",\"key\":");
+        out.extend_from_slice(message.key.as_deref().unwrap_or(b"null"));
+        out.extend_from_slice(b",\"value\":");
+        out.extend_from_slice(&message.value);
+        out.push(b'}');
+    }
+    out.extend_from_slice(b"]}");
+    out
+}
+
+#[async_trait]
+impl Sink for HttpSink {
+    /// Reaches the receiver: any answer to an OPTIONS request will do.
+    async fn check(&mut self) -> Result<()> {
+        self.http
+            .request(reqwest::Method::OPTIONS, self.url.expose())
+            .send()
+            .await
+            .map(drop)
+            .map_err(|e| Error::transient(format!("http {}: {}", self.url, e.without_url())))
+    }
+
+    /// The receiver keeps no cursor: siphon's own says where to go on.
+    async fn open(&mut self, _tables: &[TableInfo], log: &LogId) -> Result<Option<StoreCursor>> {
+        self.log = Some(log.clone());
+        Ok(None)
+    }
+
+    async fn apply(&mut self, batch: &SinkBatch) -> Result<()> {
+        let (Some(first), Some(log)) = (batch.records.first(), self.log.clone()) else {
+            return Ok(());
+        };
+        let messages: Vec<Message> = batch
+            .records
+            .iter()
+            .map(|record| self.encoder.encode(record, &log))
+            .collect();
+        let key = format!("{log}:{}-{}", first.offset, batch.end);
+        self.post(body(&messages), &key).await
+    }
+
+    /// Nothing to remove: what was sent is the receiver's.
+    async fn reset(&mut self, _tables: &[TableInfo]) -> Result<()> {
+        Ok(())
+    }
+
+    /// Every event goes out: the log never compacts what the sink has not sent.
+    fn keeps_history(&self) -> bool {
+        true
+    }
+}
