@@ -29,11 +29,10 @@ async fn stream(url: &str, key: &str) -> Entries {
         .unwrap()
 }
 
-/// Each key's rows in the order the entries hold them (`None` for a delete).
-fn per_key_history(entries: &Entries) -> History {
+/// Each key's rows in the order of `events` (Debezium envelopes; `None` for a delete).
+fn history_of(events: impl IntoIterator<Item = serde_json::Value>) -> History {
     let mut out = History::new();
-    for (_, fields) in entries {
-        let event: serde_json::Value = serde_json::from_str(&fields["value"]).unwrap();
+    for event in events {
         let (id, row) = match event["op"].as_str().unwrap() {
             "d" => (event["before"]["id"].as_i64().unwrap(), None),
             _ => (
@@ -46,42 +45,67 @@ fn per_key_history(entries: &Entries) -> History {
     out
 }
 
-/// Pipeline `demo` from `db` into the Redis Streams sink `stream` on `url`, its streams
-/// and cursor under `prefix`.
-fn stream_pipeline(db: &PgDatabase, url: &str, prefix: &str) -> Setup {
+/// Each key's rows in the order the stream's entries hold them.
+fn per_key_history(entries: &Entries) -> History {
+    history_of(
+        entries
+            .iter()
+            .map(|(_, fields)| serde_json::from_str(&fields["value"]).unwrap()),
+    )
+}
+
+/// Pipeline `demo` from `db` into the sink `[pipelines.demo.sinks.<name>]` of `body`.
+fn pipeline(db: &PgDatabase, name: &str, body: &str) -> Setup {
     Setup::with_source(
         &pg_source(db),
         0,
+        &format!("\n[pipelines.demo.sinks.{name}]\n{body}\nbatch_size = 200\n"),
+    )
+}
+
+/// Pipeline `demo` from `db` into the Redis Streams sink `stream` on `url`, its streams
+/// and cursor under `prefix`.
+fn stream_pipeline(db: &PgDatabase, url: &str, prefix: &str) -> Setup {
+    pipeline(
+        db,
+        "stream",
         &format!(
-            r#"
-[pipelines.demo.sinks.stream]
-kind = "redis_stream"
-url = "{url}"
-prefix = "{prefix}"
-schemas = false
-cursor_key = "{prefix}:cursor"
-batch_size = 200
-"#
+            "kind = \"redis_stream\"\nurl = \"{url}\"\nprefix = \"{prefix}\"\nschemas = false\ncursor_key = \"{prefix}:cursor\""
         ),
     )
 }
 
-/// Waits for the snapshot in the sink `stream`, then starts the writer: its stop flag and
-/// its task.
+/// Waits for the snapshot in sink `sink`, then starts the writer: its stop flag and its
+/// task.
 async fn snapshot_then_write(
     d: &Daemon,
     db: &PgDatabase,
+    sink: &str,
 ) -> (Arc<AtomicBool>, tokio::task::JoinHandle<u64>) {
-    stream_past(d, 29).await;
+    applied_past(d, sink, 29).await;
     let stop = Arc::new(AtomicBool::new(false));
     let writer = spawn_writer(db, stop.clone(), Arc::default()).await;
     (stop, writer)
 }
 
-/// Waits until the sink `stream` applied records past offset `offset`.
-async fn stream_past(d: &Daemon, offset: u64) {
-    common::wait_status(d, Duration::from_secs(60), "the stream growing", |s| {
-        s[0]["sinks"]["stream"]["next_offset"].as_u64() > Some(offset)
+/// Stops the writer, and waits until sink `sink` applied every change it committed.
+async fn stop_then_drain(
+    d: &Daemon,
+    db: &PgDatabase,
+    sink: &str,
+    (stop, writer): (Arc<AtomicBool>, tokio::task::JoinHandle<u64>),
+) {
+    stop.store(true, Ordering::Relaxed);
+    let transactions = writer.await.unwrap();
+    assert!(transactions > 10, "the writer committed {transactions}");
+    let position = current_lsn(db).await;
+    common::wait_applied(d, sink, &position, Duration::from_secs(90)).await;
+}
+
+/// Waits until sink `sink` applied records past offset `offset`.
+async fn applied_past(d: &Daemon, sink: &str, offset: u64) {
+    common::wait_status(d, Duration::from_secs(60), "the sink applying", |s| {
+        s[0]["sinks"][sink]["next_offset"].as_u64() > Some(offset)
     })
     .await;
 }
@@ -94,19 +118,15 @@ async fn kill_9_under_a_writer_leaves_each_change_once_in_its_redis_stream() {
     let prefix = format!("{}demo", cache.prefix);
     let setup = stream_pipeline(&db, &cache.url, &prefix);
     let mut d = setup.start();
-    let (stop, writer) = snapshot_then_write(&d, &db).await;
+    let (stop, writer) = snapshot_then_write(&d, &db, "stream").await;
     for round in 1..=5u64 {
         // Let the sink add some entries, then kill the daemon while it works.
-        stream_past(&d, 30 + round * 1500).await;
+        applied_past(&d, "stream", 30 + round * 1500).await;
         tokio::time::sleep(Duration::from_millis(20 * round)).await;
         d.kill_9().unwrap();
         d = setup.start();
     }
-    stop.store(true, Ordering::Relaxed);
-    let transactions = writer.await.unwrap();
-    assert!(transactions > 10, "the writer committed {transactions}");
-    let position = current_lsn(&db).await;
-    common::wait_applied(&d, "stream", &position, Duration::from_secs(90)).await;
+    stop_then_drain(&d, &db, "stream", (stop, writer)).await;
     d.signal("TERM").unwrap();
     assert!(
         d.wait(Duration::from_secs(30)).unwrap().success(),
@@ -180,16 +200,12 @@ async fn a_redis_restart_mid_stream_loses_and_repeats_nothing() {
     db.execute(WRITER_TABLES).await.unwrap();
     let setup = stream_pipeline(&db, &server.url(), "demo");
     let d = setup.start();
-    let (stop, writer) = snapshot_then_write(&d, &db).await;
+    let (stop, writer) = snapshot_then_write(&d, &db, "stream").await;
     for round in 1..=2u64 {
-        stream_past(&d, 30 + round * 3000).await;
+        applied_past(&d, "stream", 30 + round * 3000).await;
         server.restart().unwrap();
     }
-    stop.store(true, Ordering::Relaxed);
-    let transactions = writer.await.unwrap();
-    assert!(transactions > 10, "the writer committed {transactions}");
-    let position = current_lsn(&db).await;
-    common::wait_applied(&d, "stream", &position, Duration::from_secs(90)).await;
+    stop_then_drain(&d, &db, "stream", (stop, writer)).await;
     let log = d.log();
     assert!(
         log.lines()
@@ -202,4 +218,97 @@ async fn a_redis_restart_mid_stream_loses_and_repeats_nothing() {
         &per_key_history(&stream(&server.url(), "demo.public.ledger").await),
     )
     .await;
+}
+
+/// Every event a webhook receiver got, in arrival order; it answers 503 to every fifth
+/// request, and with `hold` set takes the next request but answers it only after a pause
+/// (`held` says when it has one).
+#[derive(Default)]
+struct Webhook {
+    events: std::sync::Mutex<Vec<serde_json::Value>>,
+    requests: std::sync::atomic::AtomicU64,
+    hold: AtomicBool,
+    held: tokio::sync::Notify,
+}
+
+async fn receive(
+    axum::extract::State(hook): axum::extract::State<Arc<Webhook>>,
+    body: axum::body::Bytes,
+) -> axum::http::StatusCode {
+    if hook.requests.fetch_add(1, Ordering::Relaxed) % 5 == 4 {
+        return axum::http::StatusCode::SERVICE_UNAVAILABLE;
+    }
+    let doc: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let events = doc["events"].as_array().unwrap().clone();
+    hook.events.lock().unwrap().extend(events);
+    if hook.hold.swap(false, Ordering::Relaxed) {
+        hook.held.notify_one();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    axum::http::StatusCode::OK
+}
+
+/// kill -9 of the daemon, again and again, while a writer runs and the receiver refuses some
+/// requests, each kill while the receiver holds a request it took (so the daemon sends it
+/// again): the receiver gets every committed change at least once; every copy of an event
+/// carries the same id and is the same event, and kept once by id, each key's changes are
+/// there once and in commit order.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_webhook_gets_every_change_at_least_once_each_copy_with_its_id() {
+    let db = postgres().await.unwrap();
+    db.execute(WRITER_TABLES).await.unwrap();
+    let hook = Arc::new(Webhook::default());
+    let app = axum::Router::new()
+        .route("/hook", axum::routing::post(receive))
+        .with_state(hook.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let setup = pipeline(
+        &db,
+        "hook",
+        &format!("kind = \"http\"\nurl = \"{url}\"\nschemas = false"),
+    );
+    let mut d = setup.start();
+    let (stop, writer) = snapshot_then_write(&d, &db, "hook").await;
+    for round in 1..=4u64 {
+        applied_past(&d, "hook", 30 + round * 1500).await;
+        let held = hook.held.notified();
+        hook.hold.store(true, Ordering::Relaxed);
+        tokio::time::timeout(Duration::from_secs(120), held)
+            .await
+            .expect("the daemon sent no request in 120 s");
+        d.kill_9().unwrap();
+        d = setup.start();
+    }
+    stop_then_drain(&d, &db, "hook", (stop, writer)).await;
+    drop(d);
+
+    let events = hook.events.lock().unwrap().clone();
+    let mut by_id: BTreeMap<String, serde_json::Value> = BTreeMap::new();
+    let mut first_copies = Vec::new();
+    for event in &events {
+        let id = event["id"].as_str().unwrap().to_owned();
+        match by_id.get(&id) {
+            Some(seen) => assert_eq!(seen, event, "two events under id {id}"),
+            None => {
+                by_id.insert(id, event.clone());
+                first_copies.push(event.clone());
+            }
+        }
+    }
+    assert!(
+        events.len() > first_copies.len(),
+        "no event came twice ({} received): the kills missed the requests held",
+        events.len()
+    );
+    let of_table = |table: &str| {
+        history_of(
+            first_copies
+                .iter()
+                .filter(|e| e["destination"] == format!("demo.public.{table}"))
+                .map(|e| e["value"].clone()),
+        )
+    };
+    assert_every_change_once(&db, &of_table("counters"), &of_table("ledger")).await;
 }

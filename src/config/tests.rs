@@ -29,25 +29,30 @@ fn the_example_config_loads() {
     assert!(!c.pipelines.is_empty());
 }
 
-/// The commented Kafka pipeline of the example (between `# >>> kafka` and `# <<< kafka`)
-/// loads once uncommented, so that what it documents stays true.
-#[cfg(feature = "kafka")]
-#[test]
-fn the_example_kafka_pipeline_loads_uncommented() {
+/// The example's lines between `# >>> name` and `# <<< name`, uncommented.
+fn commented_block(name: &str) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config.example.toml");
-    let text = std::fs::read_to_string(path).unwrap();
-    let block: String = text
+    std::fs::read_to_string(path)
+        .unwrap()
         .lines()
-        .skip_while(|l| !l.starts_with("# >>> kafka"))
+        .skip_while(|l| !l.starts_with(&format!("# >>> {name}")))
         .skip(1)
-        .take_while(|l| !l.starts_with("# <<< kafka"))
+        .take_while(|l| !l.starts_with(&format!("# <<< {name}")))
         .map(|l| {
             format!(
                 "{}\n",
                 l.strip_prefix("# ").unwrap_or(l.trim_start_matches('#'))
             )
         })
-        .collect();
+        .collect()
+}
+
+/// The commented Kafka pipeline of the example loads once uncommented, so that what it
+/// documents stays true.
+#[cfg(feature = "kafka")]
+#[test]
+fn the_example_kafka_pipeline_loads_uncommented() {
+    let block = commented_block("kafka");
     assert!(block.contains("kind = \"kafka\""), "{block}");
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("kafka.toml");
@@ -60,6 +65,18 @@ fn the_example_kafka_pipeline_loads_uncommented() {
     let p = &c.pipelines["orders"];
     assert_eq!(p.log.kind(), "kafka");
     assert_eq!(p.sinks["topics"].spec.kind(), "kafka");
+}
+
+/// The example's commented webhook sink loads once uncommented.
+#[test]
+fn the_example_webhook_sink_loads_uncommented() {
+    let block = commented_block("hook");
+    assert!(block.contains("kind = \"http\""), "{block}");
+    let c = Config::from_toml(&format!(
+        "[pipelines.demo.source]\nkind = \"generator\"\n{block}"
+    ))
+    .unwrap_or_else(|e| panic!("{e}\n{block}"));
+    assert_eq!(c.pipelines["demo"].sinks["hook"].spec.kind(), "http");
 }
 
 #[test]

@@ -37,22 +37,6 @@ fn default_timeout() -> HumanDuration {
 }
 
 impl RedisStreamConfig {
-    /// A sink writing to `url` with the defaults otherwise.
-    pub fn new(url: impl Into<String>) -> Self {
-        RedisStreamConfig {
-            destination: siphon_sink_message::default_destination(),
-            prefix: None,
-            schemas: true,
-            transaction_metadata: false,
-            debezium: Default::default(),
-            url: ConnectionUrl::new(url),
-            password: None,
-            max_len: None,
-            cursor_key: None,
-            timeout: default_timeout(),
-        }
-    }
-
     /// Checks what serde cannot; the message names the key.
     pub fn validate(&self) -> Result<(), String> {
         self.message().validate()?;

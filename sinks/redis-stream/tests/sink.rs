@@ -58,10 +58,13 @@ async fn the_redis_stream_sink_keeps_every_promise() {
             cache.prefix,
             n.fetch_add(1, Ordering::Relaxed)
         );
-        let mut config = RedisStreamConfig::new(cache.url.clone());
-        config.schemas = false;
-        config.prefix = Some(prefix.clone());
-        config.cursor_key = Some(format!("{prefix}:cursor"));
+        let config: RedisStreamConfig = serde_json::from_value(serde_json::json!({
+            "url": cache.url,
+            "schemas": false,
+            "prefix": prefix,
+            "cursor_key": format!("{prefix}:cursor"),
+        }))
+        .unwrap();
         Harness {
             sink: RedisStreamSink::new(&config, "compliance", "out").unwrap(),
             cache,
@@ -73,11 +76,14 @@ async fn the_redis_stream_sink_keeps_every_promise() {
 
 /// A sink on the test server, its streams and cursor under the keyspace's prefix.
 fn sink_on(cache: &RedisKeyspace, destination: &str, max_len: Option<u64>) -> RedisStreamSink {
-    let mut config = RedisStreamConfig::new(cache.url.clone());
-    config.destination = destination.into();
-    config.prefix = Some(format!("{}demo", cache.prefix));
-    config.cursor_key = Some(format!("{}cursor", cache.prefix));
-    config.max_len = max_len;
+    let config: RedisStreamConfig = serde_json::from_value(serde_json::json!({
+        "url": cache.url,
+        "destination": destination,
+        "prefix": format!("{}demo", cache.prefix),
+        "cursor_key": format!("{}cursor", cache.prefix),
+        "max_len": max_len,
+    }))
+    .unwrap();
     RedisStreamSink::new(&config, "demo", "out").unwrap()
 }
 
