@@ -86,8 +86,8 @@ enum Bench {
         #[arg(long, default_value = "mysql://root@127.0.0.1:3306")]
         url: String,
     },
-    /// The Redis and PostgreSQL sinks applying upserts from a warm log vs redis-benchmark
-    /// (pipelined HSET) and COPY of the same rows.
+    /// The Redis, Redis Streams, PostgreSQL and DuckDB sinks applying upserts from a warm
+    /// log vs redis-benchmark (pipelined HSET, XADD) and COPY of the same rows.
     Sinks {
         /// Upserts (distinct keys).
         #[arg(long, default_value_t = 1_000_000)]
@@ -101,8 +101,8 @@ enum Bench {
         /// Redis URL (keys under `siphon-bench:`, removed afterwards).
         #[arg(long, default_value = "redis://127.0.0.1:6379")]
         redis: String,
-        /// Which sinks to measure.
-        #[arg(long, value_delimiter = ',', default_values_t = [String::from("redis"), String::from("postgres"), String::from("duckdb")])]
+        /// Which sinks to measure: redis, redis_stream, postgres, duckdb.
+        #[arg(long, value_delimiter = ',', default_values_t = [String::from("redis"), String::from("redis_stream"), String::from("postgres"), String::from("duckdb")])]
         only: Vec<String>,
     },
     /// Read-your-writes latency: commit → the admin API's wait answering for the Redis sink,

@@ -348,6 +348,9 @@ pub fn run(
         if only.iter().any(|s| s == "redis") {
             redis(redis_url, &log, rows, batch).await?;
         }
+        if only.iter().any(|s| s == "redis_stream") {
+            redis_stream(redis_url, &log, rows, batch).await?;
+        }
         if only.iter().any(|s| s == "postgres") {
             postgres(pg_url, &log, rows, batch).await?;
         }
@@ -423,6 +426,90 @@ async fn redis(redis_url: &str, log: &WarmLog, rows: u64, batch: usize) -> anyho
             key_columns: vec!["id".into()],
         }])
         .await?;
+    Ok(())
+}
+
+/// The Redis Streams sink vs redis-benchmark's pipelined XADD of entries of the same fields
+/// and sizes (the first event's, as the sink makes them), into a stream of its own.
+async fn redis_stream(
+    redis_url: &str,
+    log: &WarmLog,
+    rows: u64,
+    batch: usize,
+) -> anyhow::Result<()> {
+    let first = SinkRecord {
+        offset: 0,
+        event: Event::decode(&log[0], &log.schemas, &PostgresKind)?,
+    };
+    let settings = siphon_sink_message::MessageSettings {
+        destination: siphon_sink_message::default_destination(),
+        prefix: None,
+        schemas: false,
+        transaction_metadata: false,
+        debezium: Default::default(),
+    };
+    let message = siphon_sink_message::MessageEncoder::new(&settings, "bench")
+        .map_err(anyhow::Error::msg)?
+        .encode(&first, &siphon_core::log::LogId::random());
+    let (key, value) = (
+        String::from_utf8(message.key.clone().unwrap_or_default())?,
+        String::from_utf8(message.value.clone())?,
+    );
+    let offset = message.offset.to_string();
+    let txid = message.txid.clone().unwrap_or_default();
+    let reference = redis_benchmark(
+        rows,
+        &[
+            "XADD",
+            "siphon-bench-ref-stream",
+            "*",
+            "key",
+            &key,
+            "value",
+            &value,
+            "id",
+            &message.id,
+            "op",
+            message.op,
+            "offset",
+            &offset,
+            "position",
+            &message.position,
+            "txid",
+            &txid,
+        ],
+    )?;
+    remove_keys(redis_url, "siphon-bench-ref-stream").await?;
+    let config: siphon_sink_redis_stream::RedisStreamConfig =
+        serde_json::from_value(serde_json::json!({
+            "url": redis_url,
+            "schemas": false,
+            "prefix": "siphon-bench-stream",
+            "cursor_key": "siphon-bench-stream:cursor",
+        }))?;
+    let mut stream = siphon_sink_redis_stream::RedisStreamSink::new(&config, "bench", "stream")?;
+    let took = apply(&mut stream, log, batch).await?;
+    let rate = rows as f64 / took.as_secs_f64();
+    println!(
+        "| redis_stream | {rows} | {batch} | {rate:.0} | redis-benchmark -P 100 XADD of the same fields | {reference:.0} | {:.2}x |",
+        rate / reference
+    );
+    remove_keys(redis_url, "siphon-bench-stream*").await?;
+    let took = through_runtime(
+        "stream",
+        &format!(
+            "kind = \"redis_stream\"\nurl = \"{redis_url}\"\nschemas = false\nprefix = \"siphon-bench-rt-stream\"\ncursor_key = \"siphon-bench-rt-stream:cursor\""
+        ),
+        log,
+        batch,
+    )
+    .await?;
+    let rate = rows as f64 / took.as_secs_f64();
+    println!(
+        "| redis_stream, daemon path | {rows} | {batch} | {rate:.0} | redis-benchmark -P 100 XADD of the same fields | {reference:.0} | {:.2}x |",
+        rate / reference
+    );
+    remove_keys(redis_url, "siphon-bench-rt-stream*").await?;
     Ok(())
 }
 
