@@ -4,10 +4,10 @@
 //! the event's offset), `op`, `offset`, `position` and `txid`.
 //!
 //! An entry's id is its log offset n, as `0-<n+1>` (Redis refuses `0-0`), and Redis refuses
-//! an id at or below a stream's last one: a batch sent again after a crash, a retry or a
-//! replay adds nothing it added before, so each event is in its stream once (exactly-once
-//! effects). A batch is one Lua script: its entries (an entry Redis refuses as "equal or
-//! smaller" was added before) and then the sink's cursor, a key beside the streams.
+//! an id at or below a stream's last: a batch sent again after a crash, a retry or a replay
+//! adds nothing it added before, so each event is in its stream once (exactly-once
+//! effects). A batch's entries go in one `MULTI`/`EXEC` (an entry Redis refuses as "equal or
+//! smaller" was added before), then the sink's cursor, a key beside the streams, follows.
 //!
 //! Offsets increase along the log, so along each stream. A consumer group's member (on a
 //! Kafka log) reads its tables each in order but interleaved: its destinations must name

@@ -10,42 +10,9 @@ use siphon_sink_redis::RedisClient;
 
 use crate::config::RedisStreamConfig;
 
-/// Adds a batch's entries, then sets the cursor. KEYS: the streams, then the cursor key.
-/// ARGV: the cursor's value, MAXLEN (0: none), whether the cursor must exist (1/0), then per
-/// entry the stream's index in KEYS, the entry id, the number of fields and the fields and
-/// values. Returns how many entries it added.
-const APPLY: &str = r"
-local cursor = KEYS[#KEYS]
-if ARGV[3] == '1' and redis.call('EXISTS', cursor) == 0 then
-  return redis.error_reply('SIPHONLOST the cursor key ' .. cursor .. ' is gone: Redis lost its data (flushed, or restarted without persistence)')
-end
-local added = 0
-local i = 4
-while i <= #ARGV do
-  local fields = tonumber(ARGV[i + 2])
-  local args = { KEYS[tonumber(ARGV[i])] }
-  if ARGV[2] ~= '0' then
-    args[#args + 1] = 'MAXLEN'
-    args[#args + 1] = '~'
-    args[#args + 1] = ARGV[2]
-  end
-  args[#args + 1] = ARGV[i + 1]
-  for j = 1, fields * 2 do
-    args[#args + 1] = ARGV[i + 2 + j]
-  end
-  local reply = redis.pcall('XADD', unpack(args))
-  if type(reply) == 'table' and reply.err then
-    if not string.find(reply.err, 'equal or smaller', 1, true) then
-      return reply
-    end
-  else
-    added = added + 1
-  end
-  i = i + 3 + fields * 2
-end
-redis.call('SET', cursor, ARGV[1])
-return added
-";
+/// The error Redis gives an `XADD` whose id is at or below the stream's last: the entry was
+/// added before.
+const ADDED_BEFORE: &str = "equal or smaller";
 
 /// Adds each event to its stream once; see the crate documentation.
 #[derive(Debug)]
@@ -85,53 +52,75 @@ impl RedisStreamSink {
         })
     }
 
-    /// Adds `messages` to their streams and sets the cursor to `next`, in one script.
+    /// Adds `messages` to their streams, then sets the cursor to `next`. The entries go in
+    /// one `MULTI`/`EXEC` under a `WATCH` of the cursor, which must still be there once set
+    /// (else Redis lost its data, and nothing is added past it); the cursor follows. A crash
+    /// between the two leaves the cursor behind: the entries sent again are refused by
+    /// their ids.
     async fn write(&mut self, messages: &[Message], next: u64) -> Result<()> {
-        // The streams are the script's keys, each entry names its stream by its index.
-        let mut streams: Vec<&str> = Vec::new();
-        let indices: Vec<usize> = messages
-            .iter()
-            .map(|m| match streams.iter().position(|s| *s == m.destination) {
-                Some(i) => i + 1,
-                None => {
-                    streams.push(&m.destination);
-                    streams.len()
-                }
-            })
-            .collect();
-        // EVAL, not EVALSHA: the script is small beside a batch, and needs no cache.
-        let mut eval = redis::cmd("EVAL");
-        eval.arg(APPLY)
-            .arg(streams.len() + 1)
-            .arg(&streams)
-            .arg(&self.cursor_key)
-            .arg(format!(
-                "{next} {}",
-                self.log.as_ref().map_or("", LogId::as_str)
-            ))
-            .arg(self.max_len.unwrap_or(0))
-            .arg(if self.cursor.is_some() { "1" } else { "0" });
-        for (message, index) in messages.iter().zip(indices) {
-            eval.arg(index).arg(entry_id(message.offset));
-            push_fields(&mut eval, message);
-        }
         let mut conn = self.client.conn().await?;
-        let added: redis::RedisResult<u64> = eval.query_async(&mut conn).await;
-        match added {
-            Ok(_) => {
-                self.cursor = Some(next);
-                Ok(())
-            }
-            Err(e) if e.code() == Some("SIPHONLOST") => {
-                self.cursor = None;
-                Err(Error::transient(format!(
-                    "redis {}: {}",
-                    self.client.url(),
-                    e.detail().unwrap_or_default()
-                )))
-            }
-            Err(e) => Err(self.client.error(&e, "adding to the streams")),
+        let lost = format!(
+            "redis {}: the cursor key {} is gone: Redis lost its data (flushed, or restarted without persistence)",
+            self.client.url(),
+            self.cursor_key
+        );
+        let watched: redis::RedisResult<((), Option<String>)> = redis::pipe()
+            .cmd("WATCH")
+            .arg(&self.cursor_key)
+            .cmd("GET")
+            .arg(&self.cursor_key)
+            .query_async(&mut conn)
+            .await;
+        let (_, stored) = watched.map_err(|e| self.client.error(&e, "reading the cursor"))?;
+        if self.cursor.is_some() && stored.is_none() {
+            let _: redis::RedisResult<()> = redis::cmd("UNWATCH").query_async(&mut conn).await;
+            self.cursor = None;
+            return Err(Error::transient(lost));
         }
+        let mut add = redis::pipe();
+        add.atomic().ignore_errors();
+        for message in messages {
+            let xadd = add.cmd("XADD").arg(&message.destination);
+            if let Some(max_len) = self.max_len {
+                xadd.arg("MAXLEN").arg("~").arg(max_len);
+            }
+            xadd.arg(entry_id(message.offset));
+            push_fields(xadd, message);
+        }
+        let added: redis::RedisResult<Option<Vec<redis::RedisResult<redis::Value>>>> =
+            add.query_async(&mut conn).await;
+        let Some(added) = added.map_err(|e| self.client.error(&e, "adding to the streams"))? else {
+            return Err(Error::transient(format!(
+                "redis {}: the cursor key {} changed while entries were added (Redis lost its data, or another sink writes it)",
+                self.client.url(),
+                self.cursor_key
+            )));
+        };
+        for result in added {
+            if let Err(e) = result
+                && !e.to_string().contains(ADDED_BEFORE)
+            {
+                return Err(self.client.error(&e, "adding to a stream"));
+            }
+        }
+        let mut set = redis::cmd("SET");
+        set.arg(&self.cursor_key).arg(format!(
+            "{next} {}",
+            self.log.as_ref().map_or("", LogId::as_str)
+        ));
+        if self.cursor.is_some() {
+            set.arg("XX");
+        }
+        let set: redis::RedisResult<Option<String>> = set.query_async(&mut conn).await;
+        if set
+            .map_err(|e| self.client.error(&e, "setting the cursor"))?
+            .is_none()
+        {
+            self.cursor = None;
+            return Err(Error::transient(lost));
+        }
+        self.cursor = Some(next);
+        Ok(())
     }
 
     /// The cursor key holds `"<next offset> <log id>"`.
@@ -158,14 +147,12 @@ impl RedisStreamSink {
     }
 }
 
-/// A message's fields in its stream entry, after their count.
-fn push_fields(eval: &mut redis::Cmd, message: &Message) {
-    let count = 5 + usize::from(message.key.is_some()) + usize::from(message.txid.is_some());
-    eval.arg(count);
+/// A message's fields, after the `XADD` last added to `pipe`.
+fn push_fields(pipe: &mut redis::Pipeline, message: &Message) {
     if let Some(key) = &message.key {
-        eval.arg("key").arg(key.as_slice());
+        pipe.arg("key").arg(key.as_slice());
     }
-    eval.arg("value")
+    pipe.arg("value")
         .arg(message.value.as_slice())
         .arg("id")
         .arg(&message.id)
@@ -176,7 +163,7 @@ fn push_fields(eval: &mut redis::Cmd, message: &Message) {
         .arg("position")
         .arg(&message.position);
     if let Some(txid) = &message.txid {
-        eval.arg("txid").arg(txid);
+        pipe.arg("txid").arg(txid);
     }
 }
 
