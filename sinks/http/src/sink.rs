@@ -8,7 +8,7 @@ use sha2::Sha256;
 use siphon_core::log::LogId;
 use siphon_core::sink::{Sink, SinkBatch, StoreCursor};
 use siphon_core::source::TableInfo;
-use siphon_core::{ConnectionUrl, Error, Result};
+use siphon_core::{ConnectionUrl, Error, Result, Secret};
 use siphon_sink_message::{Message, MessageEncoder};
 
 use crate::config::HttpSinkConfig;
@@ -28,7 +28,8 @@ pub struct HttpSink {
     url: ConnectionUrl,
     http: reqwest::Client,
     encoder: MessageEncoder,
-    signing_key: Option<Vec<u8>>,
+    /// A secret: its `Debug` shows nothing of it.
+    signing_key: Option<Secret>,
     attempts: u32,
     log: Option<LogId>,
 }
@@ -44,12 +45,12 @@ impl HttpSink {
             http = http.use_preconfigured_tls(tls);
         }
         let signing_key = match (&config.signing_key, &config.signing_key_file) {
-            (Some(key), _) => Some(key.expose().as_bytes().to_vec()),
+            (Some(key), _) => Some(key.clone()),
             (None, Some(path)) => {
                 let text = std::fs::read_to_string(path).map_err(|e| {
                     Error::Config(format!("signing_key_file: {}: {e}", path.display()))
                 })?;
-                Some(text.trim_end_matches(['\r', '\n']).as_bytes().to_vec())
+                Some(Secret::new(text.trim_end_matches(['\r', '\n'])))
             }
             (None, None) => None,
         };
@@ -68,7 +69,10 @@ impl HttpSink {
     /// POSTs `body` until the receiver takes it (2xx), refuses it for good (an error naming
     /// the status and the answer), or `attempts` ran out (a transient error).
     async fn post(&self, body: Vec<u8>, idempotency_key: &str) -> Result<()> {
-        let signature = self.signing_key.as_deref().map(|key| sign(key, &body));
+        let signature = self
+            .signing_key
+            .as_ref()
+            .map(|key| sign(key.expose().as_bytes(), &body));
         let mut pause = Duration::from_millis(100);
         let mut attempt = 1;
         loop {

@@ -93,6 +93,12 @@ async fn sink(url: &str, key: Option<&str>) -> HttpSink {
 async fn a_batch_answered_500_is_sent_again_the_same_and_signed() {
     let (receiver, url) = receiver(&[(500, "busy"), (503, "still busy")]).await;
     let mut sink = sink(&url, Some("s3cret")).await;
+    let shown = format!("{sink:?}");
+    let as_bytes = format!("{:?}", b"s3cret".to_vec());
+    assert!(
+        !shown.contains("s3cret") && !shown.contains(&as_bytes[1..as_bytes.len() - 1]),
+        "the key in {shown}"
+    );
     sink.apply(&batch(10..13)).await.unwrap();
     let got = receiver.got.lock().unwrap().clone();
     assert_eq!(got.len(), 3, "two refusals and the request taken");
