@@ -39,9 +39,10 @@ impl MessageSettings {
             .map_err(|e| format!("destination: {e}"))
     }
 
-    /// Whether every table's events have destinations of their own.
+    /// Whether every table's events have destinations of their own (tables of two schemas
+    /// may share a name).
     pub fn per_table(&self) -> bool {
-        self.destination.contains("{table}")
+        self.destination.contains("{table}") && self.destination.contains("{schema}")
     }
 }
 

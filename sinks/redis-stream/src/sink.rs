@@ -28,6 +28,9 @@ pub struct RedisStreamSink {
     log: Option<LogId>,
 }
 
+/// A stream entry as XRANGE gives it: its id and its fields.
+type StreamEntry = (String, Vec<(String, Vec<u8>)>);
+
 /// An entry's id for log offset `offset` (Redis refuses `0-0`).
 fn entry_id(offset: u64) -> String {
     format!("0-{}", offset + 1)
@@ -57,25 +60,29 @@ impl RedisStreamSink {
     /// (else Redis lost its data, and nothing is added past it); the cursor follows. A crash
     /// between the two leaves the cursor behind: the entries sent again are refused by
     /// their ids.
-    async fn write(&mut self, messages: &[Message], next: u64) -> Result<()> {
+    async fn write(&mut self, messages: &[Message], next: u64, watch: bool) -> Result<()> {
         let mut conn = self.client.conn().await?;
         let lost = format!(
             "redis {}: the cursor key {} is gone: Redis lost its data (flushed, or restarted without persistence)",
             self.client.url(),
             self.cursor_key
         );
-        let watched: redis::RedisResult<((), Option<String>)> = redis::pipe()
-            .cmd("WATCH")
-            .arg(&self.cursor_key)
-            .cmd("GET")
-            .arg(&self.cursor_key)
-            .query_async(&mut conn)
-            .await;
-        let (_, stored) = watched.map_err(|e| self.client.error(&e, "reading the cursor"))?;
-        if self.cursor.is_some() && stored.is_none() {
-            let _: redis::RedisResult<()> = redis::cmd("UNWATCH").query_async(&mut conn).await;
-            self.cursor = None;
-            return Err(Error::transient(lost));
+        // Consumer group members share the cursor key: each one's SET would abort the
+        // others' watched EXEC, so their batches (not in the log's order) watch nothing.
+        if watch {
+            let watched: redis::RedisResult<((), Option<String>)> = redis::pipe()
+                .cmd("WATCH")
+                .arg(&self.cursor_key)
+                .cmd("GET")
+                .arg(&self.cursor_key)
+                .query_async(&mut conn)
+                .await;
+            let (_, stored) = watched.map_err(|e| self.client.error(&e, "reading the cursor"))?;
+            if self.cursor.is_some() && stored.is_none() {
+                let _: redis::RedisResult<()> = redis::cmd("UNWATCH").query_async(&mut conn).await;
+                self.cursor = None;
+                return Err(Error::transient(lost));
+            }
         }
         let mut add = redis::pipe();
         add.atomic().ignore_errors();
@@ -96,13 +103,15 @@ impl RedisStreamSink {
                 self.cursor_key
             )));
         };
-        for result in added {
-            if let Err(e) = result
-                && !e.to_string().contains(ADDED_BEFORE)
-            {
-                return Err(self.client.error(&e, "adding to a stream"));
+        let mut refused = Vec::new();
+        for (result, message) in added.into_iter().zip(messages) {
+            match result {
+                Err(e) if e.to_string().contains(ADDED_BEFORE) => refused.push(message),
+                Err(e) => return Err(self.client.error(&e, "adding to a stream")),
+                Ok(_) => {}
             }
         }
+        self.added_before(&mut conn, &refused).await?;
         let mut set = redis::cmd("SET");
         set.arg(&self.cursor_key).arg(format!(
             "{next} {}",
@@ -120,6 +129,44 @@ impl RedisStreamSink {
             return Err(Error::transient(lost));
         }
         self.cursor = Some(next);
+        Ok(())
+    }
+
+    /// Checks that the entries Redis refused as "equal or smaller" were this log's: the
+    /// stream's last entry must carry this log's identity. Another writer of the stream (two
+    /// pipelines sharing it, or tables of two schemas in one stream read by a consumer
+    /// group) would make Redis refuse entries that were never added: that stops the sink.
+    async fn added_before(
+        &mut self,
+        conn: &mut redis::aio::MultiplexedConnection,
+        refused: &[&Message],
+    ) -> Result<()> {
+        let mine = format!("{}:", self.log.as_ref().map_or("", LogId::as_str));
+        let mut streams: Vec<&str> = refused.iter().map(|m| m.destination.as_str()).collect();
+        streams.sort_unstable();
+        streams.dedup();
+        for stream in streams {
+            let last: redis::RedisResult<Vec<StreamEntry>> = redis::cmd("XREVRANGE")
+                .arg(stream)
+                .arg("+")
+                .arg("-")
+                .arg("COUNT")
+                .arg(1)
+                .query_async(conn)
+                .await;
+            let last = last.map_err(|e| self.client.error(&e, "reading a stream's last entry"))?;
+            let writer = last
+                .first()
+                .and_then(|(_, fields)| fields.iter().find(|(name, _)| name == "id"))
+                .map(|(_, id)| String::from_utf8_lossy(id));
+            if !writer.as_ref().is_some_and(|id| id.starts_with(&mine)) {
+                return Err(Error::permanent(format!(
+                    "redis {}: stream {stream} holds entries this pipeline's log did not write (its last: {}), so Redis refuses this log's entry ids: give each pipeline its own streams (prefix, or {{prefix}} in destination), and a consumer group's member a stream per table and schema ({{schema}} and {{table}})",
+                    self.client.url(),
+                    writer.as_deref().unwrap_or("an entry without siphon's id")
+                )));
+            }
+        }
         Ok(())
     }
 
@@ -186,23 +233,26 @@ impl Sink for RedisStreamSink {
     async fn apply(&mut self, batch: &SinkBatch) -> Result<()> {
         if !batch.ordered && !self.settings.per_table() {
             return Err(Error::permanent(format!(
-                "destination: {:?} names no {{table}}, and this sink reads the log's tables interleaved (a consumer group's member): an entry of one table could come after a later one of another and be refused; give each table its stream ({{table}} in destination), or read without consumer_group",
+                "destination: {:?} does not name both {{schema}} and {{table}}, and this sink reads the log's tables interleaved (a consumer group's member): an entry of one table could come after a later one of another and be refused; give each table its stream ({{schema}} and {{table}} in destination), or read without consumer_group",
                 self.settings.destination
             )));
         }
-        let log = self.log.clone().unwrap_or_else(LogId::random);
+        let log = self
+            .log
+            .clone()
+            .ok_or_else(|| Error::permanent("redis_stream: a batch before open"))?;
         let messages: Vec<Message> = batch
             .records
             .iter()
             .map(|record| self.encoder.encode(record, &log))
             .collect();
-        self.write(&messages, batch.end).await
+        self.write(&messages, batch.end, batch.ordered).await
     }
 
     /// Moves the cursor back; the entries the log sends again are refused by their ids, so
     /// a replay into the same streams adds nothing (a replay with `--reset` empties them).
     async fn rewind(&mut self, next: u64) -> Result<()> {
-        self.write(&[], next).await
+        self.write(&[], next, true).await
     }
 
     /// Deletes the tables' streams and the cursor.

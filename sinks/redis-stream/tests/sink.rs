@@ -162,3 +162,39 @@ async fn streams_are_trimmed_and_a_lost_cursor_or_an_interleaved_single_stream_i
         "{refused}"
     );
 }
+
+/// A stream another writer got to first (another pipeline's entries, past the ids this log's
+/// events take): Redis refuses the sink's entries as "equal or smaller", which must not be
+/// taken for entries added before. The sink stops, naming the stream, and its cursor stays.
+#[tokio::test]
+async fn a_stream_another_writer_got_to_first_stops_the_sink() {
+    use siphon_core::sink::SinkBatch;
+    use siphon_core::testing::{log_id, tables};
+    let cache = redis().await.unwrap();
+    let stream = format!("{}demo.public.compliance", cache.prefix);
+    let mut conn = cache.conn().await.unwrap();
+    let _: String = ::redis::cmd("XADD")
+        .arg(&stream)
+        .arg("0-1000")
+        .arg("id")
+        .arg("another-log:999")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut sink = sink_on(&cache, "{prefix}.{schema}.{table}", None);
+    sink.open(&tables(), &log_id()).await.unwrap();
+    let error = sink
+        .apply(&SinkBatch::whole(creates(0, 0..3)))
+        .await
+        .unwrap_err();
+    assert!(
+        !error.is_transient() && error.to_string().contains(&stream),
+        "{error}"
+    );
+    let cursor: Option<String> = ::redis::cmd("GET")
+        .arg(format!("{}cursor", cache.prefix))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(cursor, None, "the cursor moved past entries never added");
+}

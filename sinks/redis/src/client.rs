@@ -65,10 +65,18 @@ impl RedisClient {
             || e.is_connection_dropped()
             || e.is_timeout()
             || e.is_unrecoverable_error();
-        let busy = matches!(
-            e.code(),
-            Some("LOADING" | "BUSY" | "TRYAGAIN" | "MASTERDOWN" | "READONLY" | "CLUSTERDOWN")
-        );
+        const BUSY: [&str; 6] = [
+            "LOADING",
+            "BUSY",
+            "TRYAGAIN",
+            "MASTERDOWN",
+            "READONLY",
+            "CLUSTERDOWN",
+        ];
+        // A MULTI whose commands a busy server refused as they were queued ends EXECABORT.
+        let busy = e.code().is_some_and(|code| BUSY.contains(&code))
+            || (e.code() == Some("EXECABORT")
+                && BUSY.iter().any(|code| e.to_string().contains(code)));
         if connection {
             self.conn = None;
         }
