@@ -57,6 +57,18 @@ impl HttpSinkConfig {
                 &self.url
             ));
         }
+        if reqwest::Url::parse(url).is_err() {
+            return Err(format!("url: {:?} is not a URL", &self.url));
+        }
+        if self
+            .signing_key
+            .as_ref()
+            .is_some_and(|k| k.expose().is_empty())
+        {
+            return Err(
+                "signing_key: empty; give a key, or leave it unset for no signature".into(),
+            );
+        }
         if self.signing_key.is_some() && self.signing_key_file.is_some() {
             return Err(
                 "signing_key_file: give the signing key once, as signing_key or signing_key_file"

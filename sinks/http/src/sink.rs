@@ -26,6 +26,9 @@ const BODY_SHOWN: usize = 1024;
 #[derive(Debug)]
 pub struct HttpSink {
     url: ConnectionUrl,
+    /// Where the receiver is, as errors and logs show it: scheme, host and port only (a
+    /// webhook's path and query often hold its token).
+    shown: String,
     http: reqwest::Client,
     encoder: MessageEncoder,
     /// A secret: its `Debug` shows nothing of it.
@@ -38,7 +41,11 @@ impl HttpSink {
     /// A sink for pipeline `pipeline`.
     pub fn new(config: &HttpSinkConfig, pipeline: &str) -> Result<Self> {
         config.validate().map_err(Error::Config)?;
-        let mut http = reqwest::Client::builder().timeout(config.timeout.0);
+        // A redirect would turn the POST into a GET without its body (301, 302, 303) or send it
+        // where the URL does not say: a 3xx stops the sink instead.
+        let mut http = reqwest::Client::builder()
+            .timeout(config.timeout.0)
+            .redirect(reqwest::redirect::Policy::none());
         if let Some(tls) =
             siphon_core::tls::client_config(config.tls_mode(), config.tls_ca_file.as_deref())?
         {
@@ -55,6 +62,7 @@ impl HttpSink {
             (None, None) => None,
         };
         Ok(HttpSink {
+            shown: endpoint(config.url.expose()),
             url: config.url.clone(),
             http: http
                 .build()
@@ -91,8 +99,10 @@ impl HttpSink {
                     let status = answer.status();
                     let text = answer.text().await.unwrap_or_default();
                     let shown: String = text.chars().take(BODY_SHOWN).collect();
-                    let message =
-                        format!("http {}: the receiver answered {status}: {shown}", self.url);
+                    let message = format!(
+                        "http {}: the receiver answered {status}: {shown}",
+                        self.shown
+                    );
                     let retried = status.is_server_error()
                         || status == reqwest::StatusCode::REQUEST_TIMEOUT
                         || status == reqwest::StatusCode::TOO_MANY_REQUESTS;
@@ -103,17 +113,55 @@ impl HttpSink {
                 }
                 // reqwest's errors name the URL without its password (siphon-core redacts
                 // ConnectionUrl only): say where from ours.
-                Err(e) => format!("http {}: {}", self.url, e.without_url()),
+                Err(e) => format!("http {}: {}", self.shown, cause(&e)),
             };
             if attempt >= self.attempts {
                 return Err(Error::transient(failed));
             }
-            tracing::warn!(url = %self.url, attempt, error = %failed, "webhook not taken; trying again");
+            tracing::warn!(url = %self.shown, attempt, error = %failed, "webhook not taken; trying again");
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(MAX_PAUSE);
             attempt += 1;
         }
     }
+}
+
+/// `scheme://host:port` of `url`.
+fn endpoint(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(u) => format!(
+            "{}://{}{}",
+            u.scheme(),
+            u.host_str().unwrap_or(""),
+            u.port().map(|p| format!(":{p}")).unwrap_or_default()
+        ),
+        Err(_) => "(an unreadable URL)".into(),
+    }
+}
+
+/// What went wrong with a request, without its URL: reqwest's message and its causes.
+fn cause(e: &reqwest::Error) -> String {
+    let mut out = e.to_string();
+    if let Some(url) = e.url() {
+        out = out.replace(url.as_str(), "");
+    }
+    let mut source = std::error::Error::source(e);
+    while let Some(inner) = source {
+        out.push_str(": ");
+        out.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    out
+}
+
+/// A hex digest of `body`, short: it tells two bodies under one batch's offsets apart.
+fn digest(body: &[u8]) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(body)
+        .iter()
+        .take(8)
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// `sha256=<hex>` of `body` under `key`.
@@ -168,7 +216,7 @@ impl Sink for HttpSink {
             .send()
             .await
             .map(drop)
-            .map_err(|e| Error::transient(format!("http {}: {}", self.url, e.without_url())))
+            .map_err(|e| Error::transient(format!("http {}: {}", self.shown, cause(&e))))
     }
 
     /// The receiver keeps no cursor: siphon's own says where to go on.
@@ -178,7 +226,11 @@ impl Sink for HttpSink {
     }
 
     async fn apply(&mut self, batch: &SinkBatch) -> Result<()> {
-        let (Some(first), Some(log)) = (batch.records.first(), self.log.clone()) else {
+        let log = self
+            .log
+            .clone()
+            .ok_or_else(|| Error::permanent("http: a batch before open"))?;
+        let Some(first) = batch.records.first() else {
             return Ok(());
         };
         let messages: Vec<Message> = batch
@@ -186,8 +238,11 @@ impl Sink for HttpSink {
             .iter()
             .map(|record| self.encoder.encode(record, &log))
             .collect();
-        let key = format!("{log}:{}-{}", first.offset, batch.end);
-        self.post(body(&messages), &key).await
+        // The same offsets with another body (a replay after routing or encoding changed)
+        // must not look like a retry to a receiver honouring the key.
+        let body = body(&messages);
+        let key = format!("{log}:{}-{}:{}", first.offset, batch.end, digest(&body));
+        self.post(body, &key).await
     }
 
     /// Nothing to remove: what was sent is the receiver's.

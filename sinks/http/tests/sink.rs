@@ -51,6 +51,15 @@ async fn receiver(answers: &[(u16, &'static str)]) -> (Arc<Receiver>, String) {
     });
     let app = axum::Router::new()
         .route("/hook", axum::routing::post(receive))
+        .route("/hook/{token}", axum::routing::post(receive))
+        // A POST answered 302, whose GET would be answered 200.
+        .route(
+            "/moved",
+            axum::routing::post(|| async {
+                (StatusCode::FOUND, [("location", "/elsewhere")], "moved")
+            }),
+        )
+        .route("/elsewhere", axum::routing::get(|| async { "ok" }))
         .with_state(receiver.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/hook", listener.local_addr().unwrap());
@@ -107,7 +116,7 @@ async fn a_batch_answered_500_is_sent_again_the_same_and_signed() {
         "every attempt the same key, signature and body"
     );
     let (key, signature, body) = &got[0];
-    assert_eq!(*key, format!("{}:10-13", log_id()));
+    assert!(key.starts_with(&format!("{}:10-13:", log_id())), "{key}");
     let mut mac = Hmac::<sha2::Sha256>::new_from_slice(b"s3cret").unwrap();
     mac.update(body);
     let hex: String = mac
@@ -163,4 +172,26 @@ async fn a_4xx_stops_the_sink_with_the_answer_and_no_answer_is_retried_then_tran
     unanswered.open(&tables(), &log_id()).await.unwrap();
     let error = unanswered.apply(&batch(0..1)).await.unwrap_err();
     assert!(error.is_transient(), "{error}");
+}
+
+/// A redirect is not followed (it would turn the POST into a GET without the events, and a
+/// 200 to that would move the cursor past them): a 3xx stops the sink. A token in the URL's
+/// path is not in the error.
+#[tokio::test]
+async fn a_redirect_stops_the_sink_and_a_token_in_the_url_stays_out_of_errors() {
+    let (moving, url) = receiver(&[]).await;
+    let moved = url.replace("/hook", "/moved");
+    let mut sink_moved = sink(&moved, None).await;
+    let error = sink_moved.apply(&batch(0..2)).await.unwrap_err();
+    assert!(
+        !error.is_transient() && error.to_string().contains("302"),
+        "{error}"
+    );
+
+    drop(moving);
+    let (_refusing, url) = receiver(&[(400, "bad")]).await;
+    let mut tokened = sink(&format!("{url}/T0KEN-abc123"), None).await;
+    let error = tokened.apply(&batch(0..1)).await.unwrap_err();
+    assert!(error.to_string().contains("400"), "{error}");
+    assert!(!error.to_string().contains("T0KEN"), "{error}");
 }
