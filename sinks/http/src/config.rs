@@ -20,8 +20,9 @@ siphon_sink_message::message_config! {
         /// A file holding the signing key (its trailing newline dropped).
         #[serde(default)]
         pub signing_key_file: Option<PathBuf>,
-        /// Attempts of a request the receiver answers 408, 429 or 5xx (or does not answer)
-        /// before the sink reopens and tries the batch again from its cursor.
+        /// Attempts of a request the receiver answers 408, 429 or 5xx (or does not answer),
+        /// within about 10 s, before the sink reopens and tries the batch again from its
+        /// cursor (with the runtime's backoff, which a shutdown interrupts).
         #[serde(default = "default_attempts")]
         pub attempts: u32,
         /// How long to wait for an answer.
@@ -77,6 +78,9 @@ impl HttpSinkConfig {
         }
         if self.attempts == 0 {
             return Err("attempts: at least 1".into());
+        }
+        if self.timeout.0.is_zero() {
+            return Err("timeout: more than 0 (\"30s\", say)".into());
         }
         Ok(())
     }

@@ -19,6 +19,9 @@ pub const SIGNATURE_HEADER: &str = "X-Siphon-Signature";
 /// The longest pause between two attempts of a request.
 const MAX_PAUSE: Duration = Duration::from_secs(5);
 
+/// How long a batch is tried again within one apply, at most (plus the request under way).
+const RETRY_TIME: Duration = Duration::from_secs(10);
+
 /// The most of an answer's body an error shows.
 const BODY_SHOWN: usize = 1024;
 
@@ -83,6 +86,7 @@ impl HttpSink {
             .map(|key| sign(key.expose().as_bytes(), &body));
         let mut pause = Duration::from_millis(100);
         let mut attempt = 1;
+        let started = std::time::Instant::now();
         loop {
             let mut request = self
                 .http
@@ -115,7 +119,8 @@ impl HttpSink {
                 // ConnectionUrl only): say where from ours.
                 Err(e) => format!("http {}: {}", self.shown, cause(&e)),
             };
-            if attempt >= self.attempts {
+            // Past RETRY_TIME the runtime takes over: its backoff gives way to a shutdown.
+            if attempt >= self.attempts || started.elapsed() >= RETRY_TIME {
                 return Err(Error::transient(failed));
             }
             tracing::warn!(url = %self.shown, attempt, error = %failed, "webhook not taken; trying again");
