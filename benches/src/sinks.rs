@@ -330,6 +330,14 @@ batch_size = {batch}
     Ok(started.elapsed())
 }
 
+/// Prints one row of the table: the sink's rate beside a reference's, and their ratio.
+fn table_row(sink: &str, rows: u64, batch: usize, rate: f64, reference: &str, reference_rate: f64) {
+    println!(
+        "| {sink} | {rows} | {batch} | {rate:.0} | {reference} | {reference_rate:.0} | {:.2}x |",
+        rate / reference_rate
+    );
+}
+
 /// Runs both sinks and their references; prints a table.
 pub fn run(
     pg_url: &str,
@@ -395,13 +403,21 @@ async fn redis(redis_url: &str, log: &WarmLog, rows: u64, batch: usize) -> anyho
     )?;
     let took = apply(&mut redis, log, batch).await?;
     let rate = rows as f64 / took.as_secs_f64();
-    println!(
-        "| redis (hash) | {rows} | {batch} | {rate:.0} | redis-benchmark -P 100 HSET of the same 6 fields | {same_rows:.0} | {:.2}x |",
-        rate / same_rows
+    table_row(
+        "redis (hash)",
+        rows,
+        batch,
+        rate,
+        "redis-benchmark -P 100 HSET of the same 6 fields",
+        same_rows,
     );
-    println!(
-        "| redis (hash) | {rows} | {batch} | {rate:.0} | redis-benchmark -P 100 -t hset (1 field) | {one_field:.0} | {:.2}x |",
-        rate / one_field
+    table_row(
+        "redis (hash)",
+        rows,
+        batch,
+        rate,
+        "redis-benchmark -P 100 -t hset (1 field)",
+        one_field,
     );
     let took = through_runtime(
         "redis",
@@ -411,13 +427,21 @@ async fn redis(redis_url: &str, log: &WarmLog, rows: u64, batch: usize) -> anyho
     )
     .await?;
     let rate = rows as f64 / took.as_secs_f64();
-    println!(
-        "| redis (hash), daemon path | {rows} | {batch} | {rate:.0} | redis-benchmark -P 100 HSET of the same 6 fields | {same_rows:.0} | {:.2}x |",
-        rate / same_rows
+    table_row(
+        "redis (hash), daemon path",
+        rows,
+        batch,
+        rate,
+        "redis-benchmark -P 100 HSET of the same 6 fields",
+        same_rows,
     );
-    println!(
-        "| redis (hash), daemon path | {rows} | {batch} | {rate:.0} | redis-benchmark -P 100 -t hset (1 field) | {one_field:.0} | {:.2}x |",
-        rate / one_field
+    table_row(
+        "redis (hash), daemon path",
+        rows,
+        batch,
+        rate,
+        "redis-benchmark -P 100 -t hset (1 field)",
+        one_field,
     );
     remove_keys(redis_url, "siphon-bench-rt:*").await?;
     redis
@@ -490,9 +514,13 @@ async fn redis_stream(
     let mut stream = siphon_sink_redis_stream::RedisStreamSink::new(&config, "bench", "stream")?;
     let took = apply(&mut stream, log, batch).await?;
     let rate = rows as f64 / took.as_secs_f64();
-    println!(
-        "| redis_stream | {rows} | {batch} | {rate:.0} | redis-benchmark -P 100 XADD of the same fields | {reference:.0} | {:.2}x |",
-        rate / reference
+    table_row(
+        "redis_stream",
+        rows,
+        batch,
+        rate,
+        "redis-benchmark -P 100 XADD of the same fields",
+        reference,
     );
     remove_keys(redis_url, "siphon-bench-stream*").await?;
     let took = through_runtime(
@@ -505,9 +533,13 @@ async fn redis_stream(
     )
     .await?;
     let rate = rows as f64 / took.as_secs_f64();
-    println!(
-        "| redis_stream, daemon path | {rows} | {batch} | {rate:.0} | redis-benchmark -P 100 XADD of the same fields | {reference:.0} | {:.2}x |",
-        rate / reference
+    table_row(
+        "redis_stream, daemon path",
+        rows,
+        batch,
+        rate,
+        "redis-benchmark -P 100 XADD of the same fields",
+        reference,
     );
     remove_keys(redis_url, "siphon-bench-rt-stream*").await?;
     Ok(())
@@ -525,13 +557,21 @@ async fn postgres(pg_url: &str, log: &WarmLog, rows: u64, batch: usize) -> anyho
     let mut pg = PostgresSink::new(PostgresSinkConfig::new(&target), "bench", "pg")?;
     let took = apply(&mut pg, log, batch).await?;
     let rate = rows as f64 / took.as_secs_f64();
-    println!(
-        "| postgres (mirror) | {rows} | {batch} | {rate:.0} | COPY into a keyed table | {reference:.0} | {:.2}x |",
-        rate / reference
+    table_row(
+        "postgres (mirror)",
+        rows,
+        batch,
+        rate,
+        "COPY into a keyed table",
+        reference,
     );
-    println!(
-        "| postgres (mirror) | {rows} | {batch} | {rate:.0} | the same upsert as one server-side INSERT … SELECT | {bound:.0} | {:.2}x |",
-        rate / bound
+    table_row(
+        "postgres (mirror)",
+        rows,
+        batch,
+        rate,
+        "the same upsert as one server-side INSERT … SELECT",
+        bound,
     );
     let took = through_runtime(
         "pg",
@@ -541,13 +581,21 @@ async fn postgres(pg_url: &str, log: &WarmLog, rows: u64, batch: usize) -> anyho
     )
     .await?;
     let rate = rows as f64 / took.as_secs_f64();
-    println!(
-        "| postgres (mirror), daemon path | {rows} | {batch} | {rate:.0} | COPY into a keyed table | {reference:.0} | {:.2}x |",
-        rate / reference
+    table_row(
+        "postgres (mirror), daemon path",
+        rows,
+        batch,
+        rate,
+        "COPY into a keyed table",
+        reference,
     );
-    println!(
-        "| postgres (mirror), daemon path | {rows} | {batch} | {rate:.0} | the same upsert as one server-side INSERT … SELECT | {bound:.0} | {:.2}x |",
-        rate / bound
+    table_row(
+        "postgres (mirror), daemon path",
+        rows,
+        batch,
+        rate,
+        "the same upsert as one server-side INSERT … SELECT",
+        bound,
     );
     drop(pg);
     crate::pg::psql(
@@ -588,9 +636,13 @@ async fn duckdb(log: &WarmLog, rows: u64, batch: usize) -> anyhow::Result<()> {
     )?;
     let took = apply(&mut sink, log, batch).await?;
     let rate = rows as f64 / took.as_secs_f64();
-    println!(
-        "| duckdb (mirror) | {rows} | {batch} | {rate:.0} | appender into a keyed table | {reference:.0} | {:.2}x |",
-        rate / reference
+    table_row(
+        "duckdb (mirror)",
+        rows,
+        batch,
+        rate,
+        "appender into a keyed table",
+        reference,
     );
     let took = through_runtime(
         "lake",
@@ -603,9 +655,13 @@ async fn duckdb(log: &WarmLog, rows: u64, batch: usize) -> anyhow::Result<()> {
     )
     .await?;
     let rate = rows as f64 / took.as_secs_f64();
-    println!(
-        "| duckdb (mirror), daemon path | {rows} | {batch} | {rate:.0} | appender into a keyed table | {reference:.0} | {:.2}x |",
-        rate / reference
+    table_row(
+        "duckdb (mirror), daemon path",
+        rows,
+        batch,
+        rate,
+        "appender into a keyed table",
+        reference,
     );
     Ok(())
 }
