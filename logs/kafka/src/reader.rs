@@ -43,6 +43,9 @@ use siphon_kafka::consume::{PartitionConsumer, Tp, first_at_or_after, log_record
 
 /// How long a transaction can stay open, and then some for clocks that differ: a record
 /// older than this before a check was committed before it.
+/// How long a read that has records waits for the durable ones not fetched yet.
+const SETTLE: Duration = Duration::from_millis(200);
+
 const OPEN_TRANSACTION_BOUND_MS: i64 = 5 * 60 * 1000;
 
 /// Records buffered in the queues past which partitions with records waiting are paused.
@@ -445,7 +448,8 @@ impl LogReader for OrderedReader {
     /// records past the position and none can be handed out yet, it waits for them (up to
     /// the log's timeout), since what the log holds is durable now.
     fn read_available(&mut self, max: usize) -> Result<Vec<LogRecord>> {
-        let deadline = Instant::now() + self.timeout;
+        let started = Instant::now();
+        let deadline = started + self.timeout;
         let mut out = Vec::new();
         loop {
             if let Some((first, end)) = self.missing.take() {
@@ -469,7 +473,14 @@ impl LogReader for OrderedReader {
                 }
             }
             self.note_progress(!out.is_empty());
-            if !out.is_empty() || !self.behind() || Instant::now() >= deadline {
+            // Records durable but not fetched yet (another partition's, a moment behind) are
+            // waited for a little once some came, so a reader gets what is durable at once.
+            let now = Instant::now();
+            if out.len() >= max
+                || !self.behind()
+                || now >= deadline
+                || (!out.is_empty() && now >= started + SETTLE)
+            {
                 break;
             }
             match self.fetched.recv_timeout(Duration::from_millis(20)) {
