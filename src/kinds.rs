@@ -35,6 +35,7 @@ impl Kinds {
         let mut sinks: Vec<Box<dyn Entry<dyn ConfiguredSink>>> = vec![
             sink::<siphon_sink_redis::RedisKind>(),
             sink::<siphon_sink_redis_stream::RedisStreamKind>(),
+            sink::<siphon_sink_nats::NatsSinkKind>(),
             sink::<siphon_sink_http::HttpSinkKind>(),
             sink::<siphon_sink_elasticsearch::ElasticsearchKind>(),
             sink::<siphon_sink_postgres::PostgresSinkKind>(),

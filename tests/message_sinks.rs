@@ -13,7 +13,9 @@ use common::Setup;
 use common::pg::{
     History, WRITER_TABLES, assert_every_change_once, current_lsn, pg_source, spawn_writer,
 };
-use siphon_test_support::{Daemon, PgDatabase, PrivateRedis, postgres, redis, redis_conn};
+use siphon_test_support::{
+    Daemon, PgDatabase, PrivateNats, PrivateRedis, nats, nats_messages, postgres, redis, redis_conn,
+};
 
 /// A stream's entries: (entry id, fields), in the stream's order.
 type Entries = Vec<(String, BTreeMap<String, String>)>;
@@ -218,6 +220,124 @@ async fn a_redis_restart_mid_stream_loses_and_repeats_nothing() {
         &per_key_history(&stream(&server.url(), "demo.public.ledger").await),
     )
     .await;
+}
+
+/// Pipeline `demo` from `db` into the NATS JetStream sink `nats` on `url`, its stream and
+/// subjects named `prefix`.
+fn nats_pipeline(db: &PgDatabase, url: &str, prefix: &str) -> Setup {
+    pipeline(
+        db,
+        "nats",
+        &format!("kind = \"nats\"\nurl = \"{url}\"\nprefix = \"{prefix}\"\nschemas = false"),
+    )
+}
+
+/// Each key's rows in the order subject `<prefix>.public.<table>` of stream `prefix` holds
+/// them, with each message's offset header.
+async fn nats_history(url: &str, prefix: &str, table: &str) -> (History, Vec<u64>) {
+    let client = async_nats::connect(url).await.unwrap();
+    let messages = nats_messages(&client, prefix, Some(&format!("{prefix}.public.{table}")))
+        .await
+        .unwrap();
+    let offsets = messages
+        .iter()
+        .map(|m| {
+            m.headers
+                .as_ref()
+                .and_then(|h| h.get("siphon.offset"))
+                .unwrap()
+                .as_str()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    let history = history_of(
+        messages
+            .iter()
+            .map(|m| serde_json::from_slice(&m.payload).unwrap()),
+    );
+    (history, offsets)
+}
+
+/// kill -9 of the daemon, again and again, while a writer runs: the stream holds every
+/// committed change once (JetStream drops a re-sent `Nats-Msg-Id`; the sink starts after
+/// its last message), each key's in commit order. A replay with `--reset` publishes the
+/// log again into the purged subjects.
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_under_a_writer_leaves_each_change_once_in_its_jetstream_stream() {
+    let db = postgres().await.unwrap();
+    let ns = nats().await.unwrap();
+    db.execute(WRITER_TABLES).await.unwrap();
+    let setup = nats_pipeline(&db, &ns.url, &ns.prefix);
+    let mut d = setup.start();
+    let (stop, writer) = snapshot_then_write(&d, &db, "nats").await;
+    for round in 1..=5u64 {
+        applied_past(&d, "nats", 30 + round * 1500).await;
+        tokio::time::sleep(Duration::from_millis(20 * round)).await;
+        d.kill_9().unwrap();
+        d = setup.start();
+    }
+    stop_then_drain(&d, &db, "nats", (stop, writer)).await;
+    d.signal("TERM").unwrap();
+    assert!(
+        d.wait(Duration::from_secs(30)).unwrap().success(),
+        "{}",
+        d.log()
+    );
+
+    let (counters, counter_offsets) = nats_history(&ns.url, &ns.prefix, "counters").await;
+    let (ledger, ledger_offsets) = nats_history(&ns.url, &ns.prefix, "ledger").await;
+    assert_every_change_once(&db, &counters, &ledger).await;
+    for offsets in [&counter_offsets, &ledger_offsets] {
+        assert!(offsets.is_sorted(), "a subject's offsets out of order");
+    }
+
+    let out = setup.cli(&["replay", "demo", "nats", "--from", "0", "--reset"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (again, _) = nats_history(&ns.url, &ns.prefix, "counters").await;
+    let last = |history: &History| -> BTreeMap<i64, Option<serde_json::Value>> {
+        history
+            .iter()
+            .map(|(id, rows)| (*id, rows.last().cloned().flatten()))
+            .collect()
+    };
+    assert_eq!(
+        last(&again),
+        last(&counters),
+        "each key's last change after the replay"
+    );
+}
+
+/// NATS itself killed -9 and started again (JetStream's file store in its directory) twice
+/// while the sink publishes a writer's changes: the sink retries by itself, and every
+/// committed change ends in the stream once, in commit order.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_nats_restart_mid_stream_loses_and_repeats_nothing() {
+    let db = postgres().await.unwrap();
+    let mut server = PrivateNats::start().unwrap();
+    db.execute(WRITER_TABLES).await.unwrap();
+    let setup = nats_pipeline(&db, &server.url(), "demo");
+    let d = setup.start();
+    let (stop, writer) = snapshot_then_write(&d, &db, "nats").await;
+    for round in 1..=2u64 {
+        applied_past(&d, "nats", 30 + round * 3000).await;
+        server.restart().unwrap();
+    }
+    stop_then_drain(&d, &db, "nats", (stop, writer)).await;
+    let log = d.log();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("sink=nats") && l.contains("retrying")),
+        "the sink never noticed NATS going away:\n{log}\n{}",
+        server.log()
+    );
+    let (counters, _) = nats_history(&server.url(), "demo", "counters").await;
+    let (ledger, _) = nats_history(&server.url(), "demo", "ledger").await;
+    assert_every_change_once(&db, &counters, &ledger).await;
 }
 
 /// Every event a webhook receiver got, in arrival order; it answers 503 to every fifth

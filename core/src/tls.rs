@@ -33,12 +33,12 @@ pub enum TlsMode {
 }
 
 impl TlsMode {
-    /// The mode in force for an HTTP endpoint: `configured`, or for an `https://` URL
-    /// `verify_full`, else none.
-    pub fn for_http(configured: Option<TlsMode>, url: &str) -> TlsMode {
+    /// The mode in force for a URL: `configured`, or for a URL whose scheme asks for TLS
+    /// (`https://`, NATS's `tls://`) `verify_full`, else none.
+    pub fn for_url(configured: Option<TlsMode>, url: &str) -> TlsMode {
         match configured {
             Some(mode) => mode,
-            None if url.starts_with("https://") => TlsMode::VerifyFull,
+            None if url.starts_with("https://") || url.starts_with("tls://") => TlsMode::VerifyFull,
             None => TlsMode::Disable,
         }
     }

@@ -70,7 +70,7 @@ fn default_timeout() -> HumanDuration {
 impl ElasticsearchSinkConfig {
     /// The TLS mode in force: `tls`, or for an `https://` URL `verify_full`.
     pub fn tls_mode(&self) -> TlsMode {
-        TlsMode::for_http(self.tls, self.url.expose())
+        TlsMode::for_url(self.tls, self.url.expose())
     }
 
     /// A sink writing to `url` with the defaults otherwise.

@@ -87,6 +87,6 @@ impl HttpSinkConfig {
 
     /// The TLS mode in force: `tls`, or for an `https://` URL `verify_full`.
     pub fn tls_mode(&self) -> TlsMode {
-        TlsMode::for_http(self.tls, self.url.expose())
+        TlsMode::for_url(self.tls, self.url.expose())
     }
 }

@@ -31,6 +31,39 @@ pub struct Message {
     pub op: &'static str,
 }
 
+/// The header names of a message's facts, for the brokers that carry headers.
+pub mod header {
+    /// The event's id, `<log identity>:<offset>`.
+    pub const ID: &str = "siphon.id";
+    /// The event's offset in the change log.
+    pub const OFFSET: &str = "siphon.offset";
+    /// Debezium's operation code.
+    pub const OP: &str = "siphon.op";
+    /// The source's position of the commit.
+    pub const POSITION: &str = "siphon.position";
+    /// The source transaction's id.
+    pub const TXID: &str = "siphon.txid";
+    /// Debezium's key JSON, for brokers whose messages have no key.
+    pub const KEY: &str = "debezium.key";
+}
+
+impl Message {
+    /// The facts a consumer dedupes and orders by, as headers (the transaction's only when
+    /// the event has one).
+    pub fn headers(&self) -> Vec<(&'static str, String)> {
+        let mut out = vec![
+            (header::ID, self.id.clone()),
+            (header::OFFSET, self.offset.to_string()),
+            (header::OP, self.op.to_owned()),
+            (header::POSITION, self.position.clone()),
+        ];
+        if let Some(txid) = &self.txid {
+            out.push((header::TXID, txid.clone()));
+        }
+        out
+    }
+}
+
 /// Makes messages of a pipeline's events.
 #[derive(Debug)]
 pub struct MessageEncoder {

@@ -1,12 +1,12 @@
-//! What every message sink shares (Redis Streams today; NATS, RabbitMQ and webhooks join
-//! it): the settings every one of them has ([`message_config!`]), and the one encoding of an
-//! event as a message ([`MessageEncoder`]) — its destination (stream, subject, routing key)
-//! from a template, Debezium's key and envelope, and the facts a consumer dedupes and orders
-//! by: the event's id (the log's identity and the event's offset), its offset, the source's
-//! position and transaction.
+//! What every message sink shares (Redis Streams, NATS JetStream, RabbitMQ and webhooks):
+//! the settings every one of them has ([`message_config!`]), and the one encoding of an event
+//! as a message ([`MessageEncoder`]) — its destination (stream, subject, routing key) from a
+//! template, Debezium's key and envelope, and the facts a consumer dedupes and orders by: the
+//! event's id (the log's identity and the event's offset), its offset, the source's position
+//! and transaction ([`Message::headers`] where the broker carries headers).
 
 mod config;
 mod encode;
 
 pub use config::{DESTINATION_PLACEHOLDERS, MessageSettings, default_destination, yes};
-pub use encode::{Message, MessageEncoder};
+pub use encode::{Message, MessageEncoder, header};

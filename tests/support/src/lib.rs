@@ -22,7 +22,10 @@ mod services;
 pub use daemon::{Daemon, free_port};
 pub use disk::SmallDisk;
 pub use kafka::KafkaBroker;
-pub use private::{PrivateMariadb, PrivatePostgres, PrivateRedis};
+pub use private::{PrivateMariadb, PrivateNats, PrivatePostgres, PrivateRedis};
 pub use process::ServerProcess;
 pub use registry::RegistryStandIn;
-pub use services::{MysqlDatabase, PgDatabase, RedisKeyspace, mysql, postgres, redis, redis_conn};
+pub use services::{
+    MysqlDatabase, NatsNamespace, PgDatabase, RedisKeyspace, mysql, nats, nats_messages, postgres,
+    redis, redis_conn,
+};

@@ -359,3 +359,45 @@ impl PrivateRedis {
         self.server.log()
     }
 }
+
+/// A NATS server of its own with JetStream, its store in its directory (`nats-server -js
+/// -sd`), on a free port.
+#[derive(Debug)]
+pub struct PrivateNats {
+    server: crate::ServerProcess,
+}
+
+impl PrivateNats {
+    /// A new server, started and listening.
+    pub fn start() -> anyhow::Result<PrivateNats> {
+        let server = crate::ServerProcess::start("nats-server", "nats-server", |data, port| {
+            let mut args: Vec<std::ffi::OsString> =
+                ["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"]
+                    .map(Into::into)
+                    .to_vec();
+            args.push(data.into());
+            args
+        })
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "{e:#} (nats-server comes with the nats-server package, which scripts/services installs)"
+            )
+        })?;
+        Ok(PrivateNats { server })
+    }
+
+    /// Its URL.
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.server.port)
+    }
+
+    /// kill -9 of the server and a start on the same port and store.
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        self.server.restart()
+    }
+
+    /// What the server printed.
+    pub fn log(&self) -> String {
+        self.server.log()
+    }
+}

@@ -326,3 +326,109 @@ mod tests {
         );
     }
 }
+
+const NATS_DEFAULT: &str = "nats://127.0.0.1:4222";
+
+/// A subject prefix (and stream name) of its own on the test NATS server, with JetStream; the
+/// stream of that name is deleted when the value is dropped.
+#[derive(Debug)]
+pub struct NatsNamespace {
+    /// The server's URL.
+    pub url: String,
+    /// The first token of every subject of this test, and its stream's name.
+    pub prefix: String,
+}
+
+/// A fresh subject prefix on the test NATS server (`nats-server -js`).
+pub async fn nats() -> anyhow::Result<NatsNamespace> {
+    let ns = NatsNamespace {
+        url: endpoint("SIPHON_TEST_NATS_URL", NATS_DEFAULT),
+        prefix: unique_name("siphon_test"),
+    };
+    let client = ns.client().await?;
+    // The account's JetStream information: a server without -js has no responder for it.
+    let answer = client.request("$JS.API.INFO", "".into()).await;
+    if let Err(e) = answer {
+        anyhow::bail!(
+            "NATS at {} has no JetStream ({e}): start nats-server with -js (`scripts/services` does)",
+            ns.url
+        );
+    }
+    Ok(ns)
+}
+
+impl NatsNamespace {
+    /// A new client of the server.
+    pub async fn client(&self) -> anyhow::Result<async_nats::Client> {
+        async_nats::ConnectOptions::new()
+            .connection_timeout(std::time::Duration::from_secs(60))
+            .request_timeout(Some(std::time::Duration::from_secs(60)))
+            .connect(&self.url)
+            .await
+            .map_err(|e| unreachable("NATS", "SIPHON_TEST_NATS_URL", &self.url, e))
+    }
+}
+
+impl Drop for NatsNamespace {
+    fn drop(&mut self) {
+        let (url, stream) = (self.url.clone(), self.prefix.clone());
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            rt.block_on(async {
+                let client = async_nats::connect(&url).await.ok()?;
+                let _ = async_nats::jetstream::new(client)
+                    .delete_stream(&stream)
+                    .await;
+                Some(())
+            })
+        })
+        .join();
+    }
+}
+
+/// Every message of `stream` on `subject` (all of them for `None`), in the stream's order:
+/// its headers and payload (read by an ephemeral pull consumer).
+pub async fn nats_messages(
+    client: &async_nats::Client,
+    stream: &str,
+    subject: Option<&str>,
+) -> anyhow::Result<Vec<async_nats::jetstream::Message>> {
+    use async_nats::jetstream::consumer::{AckPolicy, pull};
+    let jetstream = async_nats::jetstream::new(client.clone());
+    let stream = match jetstream.get_stream(stream).await {
+        Ok(stream) => stream,
+        Err(_) => return Ok(Vec::new()),
+    };
+    let mut consumer = stream
+        .create_consumer(pull::Config {
+            filter_subject: subject.unwrap_or_default().to_owned(),
+            ack_policy: AckPolicy::None,
+            inactive_threshold: std::time::Duration::from_secs(60),
+            ..Default::default()
+        })
+        .await?;
+    let mut pending = consumer.info().await?.num_pending as usize;
+    let mut out = Vec::with_capacity(pending);
+    while pending > 0 {
+        let mut batch = consumer
+            .fetch()
+            .max_messages(pending.min(1000))
+            .expires(std::time::Duration::from_secs(30))
+            .messages()
+            .await
+            .map_err(|e| anyhow!("{e}"))?;
+        let before = out.len();
+        while let Some(message) = futures_util::StreamExt::next(&mut batch).await {
+            out.push(message.map_err(|e| anyhow!("{e}"))?);
+        }
+        anyhow::ensure!(
+            out.len() > before,
+            "NATS gave no message with {pending} pending"
+        );
+        pending -= out.len() - before;
+    }
+    Ok(out)
+}

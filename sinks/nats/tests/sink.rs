@@ -1,0 +1,159 @@
+//! The NATS JetStream sink passes the sink compliance suite against the test NATS server:
+//! what it published is read back from the stream, each subject in its order.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use siphon_core::sink::{Sink, SinkBatch, SinkRecord};
+use siphon_core::testing::{SinkHarness, StoreState, log_id, run_compliance_suite, tables};
+use siphon_sink_nats::{NatsSink, NatsSinkConfig};
+use siphon_test_support::{NatsNamespace, nats, nats_messages};
+
+struct Harness {
+    ns: NatsNamespace,
+    client: async_nats::Client,
+    sink: NatsSink,
+}
+
+/// The payload of each message of `subject` in stream `stream`, in order.
+async fn values(
+    client: &async_nats::Client,
+    stream: &str,
+    subject: &str,
+) -> Vec<serde_json::Value> {
+    nats_messages(client, stream, Some(subject))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| serde_json::from_slice(&m.payload).unwrap())
+        .collect()
+}
+
+#[async_trait::async_trait]
+impl SinkHarness for Harness {
+    fn sink(&mut self) -> &mut dyn Sink {
+        &mut self.sink
+    }
+
+    async fn state_of(&mut self, table: &str) -> StoreState {
+        let subject = format!("{}.public.{table}", self.ns.prefix);
+        StoreState::Lines(values(&self.client, &self.ns.prefix, &subject).await)
+    }
+}
+
+/// A sink of pipeline `demo` on the test server, its stream and subjects named by the
+/// namespace's prefix.
+fn sink_on(ns: &NatsNamespace, extra: serde_json::Value) -> NatsSink {
+    let mut config = serde_json::json!({
+        "url": ns.url,
+        "schemas": false,
+        "prefix": ns.prefix,
+        "storage": "memory",
+    });
+    if let serde_json::Value::Object(extra) = extra {
+        config.as_object_mut().unwrap().extend(extra);
+    }
+    let config: NatsSinkConfig = serde_json::from_value(config).unwrap();
+    NatsSink::new(&config, "demo", "out").unwrap()
+}
+
+#[tokio::test]
+async fn the_nats_sink_keeps_every_promise() {
+    let n = AtomicUsize::new(0);
+    run_compliance_suite(async || {
+        let _ = n.fetch_add(1, Ordering::Relaxed);
+        let ns = nats().await.unwrap();
+        Harness {
+            client: ns.client().await.unwrap(),
+            sink: sink_on(&ns, serde_json::json!({})),
+            ns,
+        }
+    })
+    .await;
+}
+
+/// Creates of ids `ids` in the compliance table, at offsets `first`, `first + 1`, ….
+fn creates(first: u64, ids: std::ops::Range<i64>) -> Vec<SinkRecord> {
+    use siphon_core::testing::{event, record, row};
+    ids.enumerate()
+        .map(|(i, id)| {
+            let after = row(id, "x", siphon_core::event::Value::Null);
+            record(
+                first + i as u64,
+                event(
+                    "compliance",
+                    siphon_core::event::Op::Create,
+                    id,
+                    None,
+                    Some(after),
+                ),
+            )
+        })
+        .collect()
+}
+
+/// A message published carries the event's id as Nats-Msg-Id and siphon's headers; a sink
+/// opened again starts after the stream's last message it published, and not after another
+/// sink's.
+#[tokio::test]
+async fn a_reopened_sink_starts_after_its_last_message_in_the_stream() {
+    let ns = nats().await.unwrap();
+    let client = ns.client().await.unwrap();
+    let mut sink = sink_on(&ns, serde_json::json!({}));
+    assert_eq!(sink.open(&tables(), &log_id()).await.unwrap(), None);
+    sink.apply(&SinkBatch::whole(creates(0, 0..5)))
+        .await
+        .unwrap();
+    let messages = nats_messages(&client, &ns.prefix, None).await.unwrap();
+    assert_eq!(messages.len(), 5);
+    let last = messages[4].headers.as_ref().unwrap();
+    assert_eq!(
+        last.get("Nats-Msg-Id").unwrap().as_str(),
+        format!("{}:4", log_id())
+    );
+    assert_eq!(last.get("siphon.offset").unwrap().as_str(), "4");
+    assert_eq!(last.get("siphon.op").unwrap().as_str(), "c");
+    assert_eq!(last.get("siphon.sink").unwrap().as_str(), "demo.out");
+    assert_eq!(last.get("debezium.key").unwrap().as_str(), r#"{"id":4}"#);
+
+    let mut again = sink_on(&ns, serde_json::json!({}));
+    let cursor = again.open(&tables(), &log_id()).await.unwrap().unwrap();
+    assert_eq!(cursor.next_offset, 5);
+    assert_eq!(cursor.log.as_ref(), Some(&log_id()));
+
+    // Another sink's message last in the stream says nothing about this one.
+    let config: NatsSinkConfig = serde_json::from_value(serde_json::json!({
+        "url": ns.url, "prefix": ns.prefix, "storage": "memory",
+    }))
+    .unwrap();
+    let mut other = NatsSink::new(&config, "demo", "other").unwrap();
+    other.open(&tables(), &log_id()).await.unwrap();
+    other
+        .apply(&SinkBatch::whole(creates(100, 100..101)))
+        .await
+        .unwrap();
+    let mut third = sink_on(&ns, serde_json::json!({}));
+    assert_eq!(third.open(&tables(), &log_id()).await.unwrap(), None);
+}
+
+/// A stream that does not take a table's subjects stops the sink when it opens (its events
+/// would go nowhere); a missing stream the sink may not create, too.
+#[tokio::test]
+async fn subjects_no_stream_takes_are_refused_at_open() {
+    let ns = nats().await.unwrap();
+    let mut narrow = sink_on(
+        &ns,
+        serde_json::json!({ "subjects": [format!("{}.public.compliance", ns.prefix)] }),
+    );
+    let error = narrow.open(&tables(), &log_id()).await.unwrap_err();
+    assert!(
+        !error.is_transient() && error.to_string().contains("compliance_other"),
+        "{error}"
+    );
+    let other = nats().await.unwrap();
+    let mut missing = sink_on(&other, serde_json::json!({ "create_stream": false }));
+    let error = missing.open(&tables(), &log_id()).await.unwrap_err();
+    assert!(
+        !error.is_transient() && error.to_string().contains("does not exist"),
+        "{error}"
+    );
+}
