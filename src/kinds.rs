@@ -36,6 +36,7 @@ impl Kinds {
             sink::<siphon_sink_redis::RedisKind>(),
             sink::<siphon_sink_redis_stream::RedisStreamKind>(),
             sink::<siphon_sink_nats::NatsSinkKind>(),
+            sink::<siphon_sink_rabbitmq::RabbitmqSinkKind>(),
             sink::<siphon_sink_http::HttpSinkKind>(),
             sink::<siphon_sink_elasticsearch::ElasticsearchKind>(),
             sink::<siphon_sink_postgres::PostgresSinkKind>(),

@@ -14,7 +14,8 @@ use common::pg::{
     History, WRITER_TABLES, assert_every_change_once, current_lsn, pg_source, spawn_writer,
 };
 use siphon_test_support::{
-    Daemon, PgDatabase, PrivateNats, PrivateRedis, nats, nats_messages, postgres, redis, redis_conn,
+    Daemon, PgDatabase, PrivateNats, PrivateRedis, nats, nats_messages, postgres, rabbitmq,
+    rabbitmq_close_connections, redis, redis_conn,
 };
 
 /// A stream's entries: (entry id, fields), in the stream's order.
@@ -338,6 +339,94 @@ async fn a_nats_restart_mid_stream_loses_and_repeats_nothing() {
     let (counters, _) = nats_history(&server.url(), "demo", "counters").await;
     let (ledger, _) = nats_history(&server.url(), "demo", "ledger").await;
     assert_every_change_once(&db, &counters, &ledger).await;
+}
+
+/// kill -9 of the daemon, again and again, and its broker connection closed by RabbitMQ
+/// twice, while a writer runs: the queue bound to the exchange gets every committed change at
+/// least once, every copy with the same `message_id` and body, and kept once by id, each
+/// key's changes in commit order. A second sink publishing to an exchange no queue is bound
+/// to stops (its message came back), and only it.
+#[tokio::test(flavor = "multi_thread")]
+async fn rabbitmq_gets_every_change_at_least_once_and_an_unroutable_sink_stops_alone() {
+    let db = postgres().await.unwrap();
+    db.execute(WRITER_TABLES).await.unwrap();
+    let ex = rabbitmq().await.unwrap();
+    let unbound = format!("{}_unbound", ex.exchange);
+    let setup = Setup::with_source(
+        &pg_source(&db),
+        0,
+        &format!(
+            "\n[pipelines.demo.sinks.rabbit]\nkind = \"rabbitmq\"\nurl = \"{url}\"\nexchange = \"{exchange}\"\nschemas = false\nbatch_size = 200\n\n[pipelines.demo.sinks.lost]\nkind = \"rabbitmq\"\nurl = \"{url}\"\nexchange = \"{unbound}\"\nschemas = false\n",
+            url = ex.url,
+            exchange = ex.exchange,
+        ),
+    );
+    let mut d = setup.start();
+    let (stop, writer) = snapshot_then_write(&d, &db, "rabbit").await;
+    for round in 1..=4u64 {
+        applied_past(&d, "rabbit", 30 + round * 1500).await;
+        if round % 2 == 0 {
+            // The connection is named after the pipeline and the sink.
+            assert_eq!(rabbitmq_close_connections("demo.rabbit").unwrap(), 1);
+        } else {
+            tokio::time::sleep(Duration::from_millis(20 * round)).await;
+            d.kill_9().unwrap();
+            d = setup.start();
+        }
+    }
+    stop_then_drain(&d, &db, "rabbit", (stop, writer)).await;
+    let status = common::wait_status(&d, Duration::from_secs(60), "sink lost failing", |s| {
+        s[0]["sinks"]["lost"]["state"] == "failed"
+    })
+    .await;
+    let lost = &status[0]["sinks"]["lost"];
+    assert_eq!(lost["state"], "failed", "{lost}");
+    assert!(
+        lost["last_error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("no queue"),
+        "{lost}"
+    );
+    drop(d);
+
+    let mut by_id: BTreeMap<String, serde_json::Value> = BTreeMap::new();
+    let mut first_copies = Vec::new();
+    let mut copies = 0;
+    for message in ex.drain().await.unwrap() {
+        copies += 1;
+        let id = message
+            .properties
+            .message_id()
+            .as_ref()
+            .unwrap()
+            .to_string();
+        let value: serde_json::Value = serde_json::from_slice(&message.delivery.data).unwrap();
+        let table = message.delivery.routing_key.to_string();
+        match by_id.get(&id) {
+            Some(seen) => assert_eq!(seen, &value, "two messages under id {id}"),
+            None => {
+                by_id.insert(id, value.clone());
+                first_copies.push((table, value));
+            }
+        }
+    }
+    assert!(copies >= first_copies.len());
+    let of_table = |table: &str| {
+        history_of(
+            first_copies
+                .iter()
+                .filter(|(key, _)| *key == format!("demo.public.{table}"))
+                .map(|(_, value)| value.clone()),
+        )
+    };
+    assert_every_change_once(&db, &of_table("counters"), &of_table("ledger")).await;
+    ex.channel()
+        .await
+        .unwrap()
+        .exchange_delete(unbound.as_str().into(), Default::default())
+        .await
+        .unwrap();
 }
 
 /// Every event a webhook receiver got, in arrival order; it answers 503 to every fifth

@@ -4,8 +4,10 @@
 
 pub mod log;
 mod memory_log;
+mod message;
 
 pub use memory_log::MemoryLog;
+pub use message::{Delivered, MessageHarness, run_message_compliance_suite};
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

@@ -195,3 +195,58 @@ async fn a_redirect_stops_the_sink_and_a_token_in_the_url_stays_out_of_errors() 
     assert!(error.to_string().contains("400"), "{error}");
     assert!(!error.to_string().contains("T0KEN"), "{error}");
 }
+
+/// The message-sink promises, against the test's receiver (which answers every request).
+struct MessageSide {
+    receiver: Arc<Receiver>,
+    url: String,
+    sink: HttpSink,
+}
+
+#[async_trait::async_trait]
+impl siphon_core::testing::MessageHarness for MessageSide {
+    fn sink(&mut self) -> &mut dyn Sink {
+        &mut self.sink
+    }
+
+    fn restart(&mut self) {
+        let config: HttpSinkConfig =
+            serde_json::from_value(serde_json::json!({ "url": self.url, "schemas": false }))
+                .unwrap();
+        self.sink = HttpSink::new(&config, "demo").unwrap();
+    }
+
+    async fn delivered(&mut self) -> Vec<siphon_core::testing::Delivered> {
+        let got = self.receiver.got.lock().unwrap().clone();
+        got.iter()
+            .flat_map(|(_, _, body)| {
+                let body: serde_json::Value = serde_json::from_slice(body).unwrap();
+                body["events"].as_array().unwrap().clone()
+            })
+            .filter(|e| e["destination"] == "demo.public.compliance")
+            .map(|e| (e["id"].as_str().unwrap().to_owned(), e["value"].clone()))
+            .collect()
+    }
+
+    fn exactly_once(&self) -> bool {
+        false
+    }
+
+    /// A webhook has no connection to break: each request stands alone.
+    async fn break_connection(&mut self) -> bool {
+        false
+    }
+}
+
+#[tokio::test]
+async fn the_http_sink_keeps_the_message_sinks_promises() {
+    siphon_core::testing::run_message_compliance_suite(async || {
+        let (receiver, url) = receiver(&[]).await;
+        MessageSide {
+            sink: sink(&url, None).await,
+            receiver,
+            url,
+        }
+    })
+    .await;
+}

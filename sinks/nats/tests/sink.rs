@@ -157,3 +157,65 @@ async fn subjects_no_stream_takes_are_refused_at_open() {
         "{error}"
     );
 }
+
+/// The message-sink promises, against a NATS server of the test's own (restarted to break
+/// the sink's connection; its stream on disk).
+struct MessageSide {
+    server: siphon_test_support::PrivateNats,
+    sink: NatsSink,
+}
+
+impl MessageSide {
+    fn sink(server: &siphon_test_support::PrivateNats) -> NatsSink {
+        let config: NatsSinkConfig = serde_json::from_value(serde_json::json!({
+            "url": server.url(), "prefix": "demo", "schemas": false, "timeout": "2s",
+        }))
+        .unwrap();
+        NatsSink::new(&config, "demo", "out").unwrap()
+    }
+}
+
+#[async_trait::async_trait]
+impl siphon_core::testing::MessageHarness for MessageSide {
+    fn sink(&mut self) -> &mut dyn Sink {
+        &mut self.sink
+    }
+
+    fn restart(&mut self) {
+        self.sink = MessageSide::sink(&self.server);
+    }
+
+    async fn delivered(&mut self) -> Vec<siphon_core::testing::Delivered> {
+        let client = async_nats::connect(self.server.url()).await.unwrap();
+        nats_messages(&client, "demo", Some("demo.public.compliance"))
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| {
+                let id = m.headers.as_ref().unwrap().get("siphon.id").unwrap();
+                (id.to_string(), serde_json::from_slice(&m.payload).unwrap())
+            })
+            .collect()
+    }
+
+    fn exactly_once(&self) -> bool {
+        true
+    }
+
+    async fn break_connection(&mut self) -> bool {
+        self.server.restart().unwrap();
+        true
+    }
+}
+
+#[tokio::test]
+async fn the_nats_sink_keeps_the_message_sinks_promises() {
+    siphon_core::testing::run_message_compliance_suite(async || {
+        let server = siphon_test_support::PrivateNats::start().unwrap();
+        MessageSide {
+            sink: MessageSide::sink(&server),
+            server,
+        }
+    })
+    .await;
+}

@@ -17,23 +17,35 @@ struct Harness {
 /// A stream entry as XRANGE gives it: its id and its fields.
 type Entry = (String, Vec<(String, Vec<u8>)>);
 
-/// The `value` of each entry of `stream`, in the stream's order.
-async fn values(cache: &RedisKeyspace, stream: &str) -> Vec<serde_json::Value> {
-    let mut conn = cache.conn().await.unwrap();
+/// Each entry of `stream`, in the stream's order: its `id` field and its `value`.
+async fn entries(
+    conn: &mut redis::aio::MultiplexedConnection,
+    stream: &str,
+) -> Vec<(String, serde_json::Value)> {
     let found: Vec<Entry> = ::redis::cmd("XRANGE")
         .arg(stream)
         .arg("-")
         .arg("+")
-        .query_async(&mut conn)
+        .query_async(conn)
         .await
         .unwrap();
     found
         .into_iter()
         .map(|(_, fields)| {
-            let (_, value) = fields.iter().find(|(name, _)| name == "value").unwrap();
-            serde_json::from_slice(value).unwrap()
+            let field = |name: &str| &fields.iter().find(|(n, _)| n == name).unwrap().1;
+            (
+                String::from_utf8(field("id").clone()).unwrap(),
+                serde_json::from_slice(field("value")).unwrap(),
+            )
         })
         .collect()
+}
+
+/// The `value` of each entry of `stream`, in the stream's order.
+async fn values(cache: &RedisKeyspace, stream: &str) -> Vec<serde_json::Value> {
+    let mut conn = cache.conn().await.unwrap();
+    let found = entries(&mut conn, stream).await;
+    found.into_iter().map(|(_, value)| value).collect()
 }
 
 #[async_trait::async_trait]
@@ -197,4 +209,60 @@ async fn a_stream_another_writer_got_to_first_stops_the_sink() {
         .await
         .unwrap();
     assert_eq!(cursor, None, "the cursor moved past entries never added");
+}
+
+/// The message-sink promises, against a Redis server of the test's own (killed -9 and
+/// started again to break the sink's connection; its data in an append-only file).
+struct MessageSide {
+    server: siphon_test_support::PrivateRedis,
+    sink: RedisStreamSink,
+}
+
+impl MessageSide {
+    fn sink(server: &siphon_test_support::PrivateRedis) -> RedisStreamSink {
+        let config: RedisStreamConfig = serde_json::from_value(serde_json::json!({
+            "url": server.url(), "prefix": "demo", "schemas": false,
+        }))
+        .unwrap();
+        RedisStreamSink::new(&config, "demo", "out").unwrap()
+    }
+}
+
+#[async_trait::async_trait]
+impl siphon_core::testing::MessageHarness for MessageSide {
+    fn sink(&mut self) -> &mut dyn Sink {
+        &mut self.sink
+    }
+
+    fn restart(&mut self) {
+        self.sink = MessageSide::sink(&self.server);
+    }
+
+    async fn delivered(&mut self) -> Vec<siphon_core::testing::Delivered> {
+        let mut conn = siphon_test_support::redis_conn(&self.server.url())
+            .await
+            .unwrap();
+        entries(&mut conn, "demo.public.compliance").await
+    }
+
+    fn exactly_once(&self) -> bool {
+        true
+    }
+
+    async fn break_connection(&mut self) -> bool {
+        self.server.restart().unwrap();
+        true
+    }
+}
+
+#[tokio::test]
+async fn the_redis_stream_sink_keeps_the_message_sinks_promises() {
+    siphon_core::testing::run_message_compliance_suite(async || {
+        let server = siphon_test_support::PrivateRedis::start().unwrap();
+        MessageSide {
+            sink: MessageSide::sink(&server),
+            server,
+        }
+    })
+    .await;
 }

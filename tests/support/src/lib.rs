@@ -26,6 +26,6 @@ pub use private::{PrivateMariadb, PrivateNats, PrivatePostgres, PrivateRedis};
 pub use process::ServerProcess;
 pub use registry::RegistryStandIn;
 pub use services::{
-    MysqlDatabase, NatsNamespace, PgDatabase, RedisKeyspace, mysql, nats, nats_messages, postgres,
-    redis, redis_conn,
+    MysqlDatabase, NatsNamespace, PgDatabase, RabbitExchange, RedisKeyspace, mysql, nats,
+    nats_messages, postgres, rabbitmq, rabbitmq_close_connections, redis, redis_conn,
 };

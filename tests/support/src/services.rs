@@ -1,5 +1,6 @@
 //! Fresh databases on the machine's servers.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use anyhow::{Context, anyhow};
@@ -28,6 +29,20 @@ fn unreachable(what: &str, var: &str, url: &str, e: impl std::fmt::Display) -> a
         "{what} is not reachable at {url} ({e}). Start and prepare it with `scripts/services` \
          (as root), or point {var} at a running server."
     )
+}
+
+/// Runs `cleanup` to its end on a thread and runtime of its own: a `Drop` cannot await, and
+/// may run inside a runtime that cannot block. Best effort: a failure leaves what it would
+/// have removed.
+fn clean_up<F: Future<Output = Option<()>> + Send + 'static>(cleanup: F) {
+    let _ = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .ok()?;
+        rt.block_on(cleanup)
+    })
+    .join();
 }
 
 /// Replaces the database (path) of a URL.
@@ -133,25 +148,23 @@ impl PgDatabase {
 
 impl Drop for PgDatabase {
     fn drop(&mut self) {
-        // Best effort, on a thread of its own: Drop cannot await. Replication slots of the
-        // database go first, or the database cannot be dropped.
+        // Replication slots of the database go first, or the database cannot be
+        // dropped.
         let (admin_url, name) = (self.admin_url.clone(), self.name.clone());
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
-            rt.block_on(async {
-                let (client, conn) = tokio_postgres::connect(&admin_url, tokio_postgres::NoTls).await.ok()?;
-                tokio::spawn(conn);
-                let _ = client
+        clean_up(async move {
+            let (client, conn) = tokio_postgres::connect(&admin_url, tokio_postgres::NoTls)
+                .await
+                .ok()?;
+            tokio::spawn(conn);
+            let _ = client
                     .batch_execute(&format!(
                         "select pg_terminate_backend(pid) from pg_stat_activity where datname = '{name}' and pid <> pg_backend_pid();
                          select pg_drop_replication_slot(slot_name) from pg_replication_slots where database = '{name}';
                          drop database if exists {name}"
                     ))
                     .await;
-                Some(())
-            })
-        })
-        .join();
+            Some(())
+        });
     }
 }
 
@@ -211,25 +224,17 @@ impl MysqlDatabase {
 impl Drop for MysqlDatabase {
     fn drop(&mut self) {
         let (admin_url, name) = (self.admin_url.clone(), self.name.clone());
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
+        clean_up(async move {
+            use mysql_async::prelude::Queryable;
+            let mut conn = mysql_async::Conn::new(mysql_async::Opts::from_url(&admin_url).ok()?)
+                .await
                 .ok()?;
-            rt.block_on(async {
-                use mysql_async::prelude::Queryable;
-                let mut conn =
-                    mysql_async::Conn::new(mysql_async::Opts::from_url(&admin_url).ok()?)
-                        .await
-                        .ok()?;
-                let _ = conn
-                    .query_drop(format!("drop database if exists {name}"))
-                    .await;
-                let _ = conn.disconnect().await;
-                Some(())
-            })
-        })
-        .join();
+            let _ = conn
+                .query_drop(format!("drop database if exists {name}"))
+                .await;
+            let _ = conn.disconnect().await;
+            Some(())
+        });
     }
 }
 
@@ -372,20 +377,13 @@ impl NatsNamespace {
 impl Drop for NatsNamespace {
     fn drop(&mut self) {
         let (url, stream) = (self.url.clone(), self.prefix.clone());
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .ok()?;
-            rt.block_on(async {
-                let client = async_nats::connect(&url).await.ok()?;
-                let _ = async_nats::jetstream::new(client)
-                    .delete_stream(&stream)
-                    .await;
-                Some(())
-            })
-        })
-        .join();
+        clean_up(async move {
+            let client = async_nats::connect(&url).await.ok()?;
+            let _ = async_nats::jetstream::new(client)
+                .delete_stream(&stream)
+                .await;
+            Some(())
+        });
     }
 }
 
@@ -431,4 +429,139 @@ pub async fn nats_messages(
         pending -= out.len() - before;
     }
     Ok(out)
+}
+
+const RABBITMQ_DEFAULT: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+
+/// An exchange of its own on the test RabbitMQ (topic, durable), and a queue bound to it
+/// with `#` that takes every message; both are deleted when the value is dropped.
+#[derive(Debug)]
+pub struct RabbitExchange {
+    /// The server's URL.
+    pub url: String,
+    /// The exchange's name, a name no other test uses (also the queue's).
+    pub exchange: String,
+}
+
+/// A fresh exchange and queue on the test RabbitMQ server.
+pub async fn rabbitmq() -> anyhow::Result<RabbitExchange> {
+    use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
+    use lapin::types::FieldTable;
+    let ex = RabbitExchange {
+        url: endpoint("SIPHON_TEST_RABBITMQ_URL", RABBITMQ_DEFAULT),
+        exchange: unique_name("siphon_test"),
+    };
+    let channel = ex.channel().await?;
+    channel
+        .exchange_declare(
+            ex.exchange.as_str().into(),
+            lapin::ExchangeKind::Topic,
+            ExchangeDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await?;
+    channel
+        .queue_declare(
+            ex.exchange.as_str().into(),
+            QueueDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await?;
+    channel
+        .queue_bind(
+            ex.exchange.as_str().into(),
+            ex.exchange.as_str().into(),
+            "#".into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
+    Ok(ex)
+}
+
+impl RabbitExchange {
+    /// A channel on a new connection to the server.
+    pub async fn channel(&self) -> anyhow::Result<lapin::Channel> {
+        let connection =
+            lapin::Connection::connect(&self.url, lapin::ConnectionProperties::default())
+                .await
+                .map_err(|e| unreachable("RabbitMQ", "SIPHON_TEST_RABBITMQ_URL", &self.url, e))?;
+        Ok(connection.create_channel().await?)
+    }
+
+    /// Takes every message the queue holds, in order.
+    pub async fn drain(&self) -> anyhow::Result<Vec<lapin::message::BasicGetMessage>> {
+        let channel = self.channel().await?;
+        let mut out = Vec::new();
+        while let Some(message) = channel
+            .basic_get(
+                self.exchange.as_str().into(),
+                lapin::options::BasicGetOptions { no_ack: true },
+            )
+            .await?
+        {
+            out.push(message);
+        }
+        Ok(out)
+    }
+}
+
+impl Drop for RabbitExchange {
+    fn drop(&mut self) {
+        let (url, name) = (self.url.clone(), self.exchange.clone());
+        clean_up(async move {
+            let connection =
+                lapin::Connection::connect(&url, lapin::ConnectionProperties::default())
+                    .await
+                    .ok()?;
+            let channel = connection.create_channel().await.ok()?;
+            let _ = channel
+                .queue_delete(name.as_str().into(), Default::default())
+                .await;
+            let _ = channel
+                .exchange_delete(name.as_str().into(), Default::default())
+                .await;
+            Some(())
+        });
+    }
+}
+
+/// Closes, on the broker's side, every connection to the test RabbitMQ whose name contains
+/// `name` (`rabbitmqctl close_connection`): what a network failure or a broker restart does
+/// to a client. Returns how many it closed.
+pub fn rabbitmq_close_connections(name: &str) -> anyhow::Result<usize> {
+    let listed = std::process::Command::new("rabbitmqctl")
+        .args(["list_connections", "pid", "client_properties", "-q"])
+        .output()
+        .context("rabbitmqctl (package rabbitmq-server; scripts/services installs it)")?;
+    anyhow::ensure!(
+        listed.status.success(),
+        "rabbitmqctl list_connections: {}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
+    let mut closed = 0;
+    for line in String::from_utf8_lossy(&listed.stdout).lines() {
+        if !line.contains(name) {
+            continue;
+        }
+        let Some(pid) = line.split_whitespace().next() else {
+            continue;
+        };
+        let out = std::process::Command::new("rabbitmqctl")
+            .args(["close_connection", pid, "closed by a test"])
+            .output()?;
+        anyhow::ensure!(
+            out.status.success(),
+            "rabbitmqctl close_connection: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        closed += 1;
+    }
+    Ok(closed)
 }
