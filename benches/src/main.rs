@@ -101,7 +101,8 @@ enum Bench {
         /// Redis URL (keys under `siphon-bench:`, removed afterwards).
         #[arg(long, default_value = "redis://127.0.0.1:6379")]
         redis: String,
-        /// Which sinks to measure: redis, redis_stream, postgres, duckdb.
+        /// Which sinks to measure: redis, redis_stream, nats, rabbitmq (the machine's servers on
+        /// their default ports), postgres, duckdb.
         #[arg(long, value_delimiter = ',', default_values_t = [String::from("redis"), String::from("redis_stream"), String::from("postgres"), String::from("duckdb")])]
         only: Vec<String>,
     },

@@ -359,6 +359,12 @@ pub fn run(
         if only.iter().any(|s| s == "redis_stream") {
             redis_stream(redis_url, &log, rows, batch).await?;
         }
+        if only.iter().any(|s| s == "nats") {
+            nats("nats://127.0.0.1:4222", &log, rows, batch).await?;
+        }
+        if only.iter().any(|s| s == "rabbitmq") {
+            rabbitmq("amqp://guest:guest@127.0.0.1:5672/%2f", &log, rows, batch).await?;
+        }
         if only.iter().any(|s| s == "postgres") {
             postgres(pg_url, &log, rows, batch).await?;
         }
@@ -453,14 +459,9 @@ async fn redis(redis_url: &str, log: &WarmLog, rows: u64, batch: usize) -> anyho
     Ok(())
 }
 
-/// The Redis Streams sink vs redis-benchmark's pipelined XADD of entries of the same fields
-/// and sizes (the first event's, as the sink makes them), into a stream of its own.
-async fn redis_stream(
-    redis_url: &str,
-    log: &WarmLog,
-    rows: u64,
-    batch: usize,
-) -> anyhow::Result<()> {
+/// The first event of `log` as the message sinks make it (without schemas): what the
+/// references send again and again.
+fn first_message(log: &WarmLog) -> anyhow::Result<siphon_sink_message::Message> {
     let first = SinkRecord {
         offset: 0,
         event: Event::decode(&log[0], &log.schemas, &PostgresKind)?,
@@ -472,9 +473,182 @@ async fn redis_stream(
         transaction_metadata: false,
         debezium: Default::default(),
     };
-    let message = siphon_sink_message::MessageEncoder::new(&settings, "bench")
+    Ok(siphon_sink_message::MessageEncoder::new(&settings, "bench")
         .map_err(anyhow::Error::msg)?
-        .encode(&first, &siphon_core::log::LogId::random());
+        .encode(&first, &siphon_core::log::LogId::random()))
+}
+
+/// The NATS JetStream sink vs a publish loop with the same client (async-nats) into a
+/// stream of the same settings: the first event's payload and headers with a `Nats-Msg-Id`
+/// of its own each time, published `batch` at a time without waiting, then their acks
+/// awaited, as the sink does.
+async fn nats(nats_url: &str, log: &WarmLog, rows: u64, batch: usize) -> anyhow::Result<()> {
+    use async_nats::jetstream;
+    let message = first_message(log)?;
+    let context = jetstream::new(async_nats::connect(nats_url).await?);
+    let reference_stream = "siphon-bench-ref";
+    let _ = context.delete_stream(reference_stream).await;
+    context
+        .create_stream(jetstream::stream::Config {
+            name: reference_stream.into(),
+            subjects: vec!["siphon-bench-ref.>".into()],
+            ..Default::default()
+        })
+        .await?;
+    let started = Instant::now();
+    let mut sent = 0;
+    while sent < rows {
+        let mut acks = Vec::with_capacity(batch);
+        for n in sent..(sent + batch as u64).min(rows) {
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert("Nats-Msg-Id", format!("ref:{n}").as_str());
+            for (name, value) in message.headers() {
+                headers.insert(name, value.as_str());
+            }
+            let ack = context
+                .publish_with_headers(
+                    "siphon-bench-ref.public.orders",
+                    headers,
+                    message.value.clone().into(),
+                )
+                .await?;
+            acks.push(ack);
+        }
+        sent += acks.len() as u64;
+        for ack in acks {
+            ack.await?;
+        }
+    }
+    let reference = rows as f64 / started.elapsed().as_secs_f64();
+    context.delete_stream(reference_stream).await?;
+    let config: siphon_sink_nats::NatsSinkConfig = serde_json::from_value(serde_json::json!({
+        "url": nats_url,
+        "schemas": false,
+        "prefix": "siphon-bench-nats",
+    }))?;
+    let mut sink = siphon_sink_nats::NatsSink::new(&config, "bench", "nats")?;
+    let took = apply(&mut sink, log, batch).await?;
+    table_row(
+        "nats",
+        rows,
+        batch,
+        rows as f64 / took.as_secs_f64(),
+        "async-nats publish loop, acks per batch",
+        reference,
+    );
+    context.delete_stream("siphon-bench-nats").await?;
+    Ok(())
+}
+
+/// Declares a durable topic exchange `name` and a queue of the same name bound to it with
+/// `#`, so that what is published there is routed and kept.
+async fn rabbit_exchange(channel: &lapin::Channel, name: &str) -> anyhow::Result<()> {
+    use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
+    use lapin::types::FieldTable;
+    channel
+        .exchange_declare(
+            name.into(),
+            lapin::ExchangeKind::Topic,
+            ExchangeDeclareOptions { durable: true, ..Default::default() },
+            FieldTable::default(),
+        )
+        .await?;
+    channel
+        .queue_declare(
+            name.into(),
+            QueueDeclareOptions { durable: true, ..Default::default() },
+            FieldTable::default(),
+        )
+        .await?;
+    channel
+        .queue_bind(name.into(), name.into(), "#".into(), QueueBindOptions::default(), FieldTable::default())
+        .await?;
+    Ok(())
+}
+
+/// Deletes what [`rabbit_exchange`] declared.
+async fn rabbit_remove(channel: &lapin::Channel, name: &str) -> anyhow::Result<()> {
+    channel.queue_delete(name.into(), Default::default()).await?;
+    channel.exchange_delete(name.into(), Default::default()).await?;
+    Ok(())
+}
+
+/// The RabbitMQ sink vs a publish loop with the same client (lapin) on a channel in confirm
+/// mode: the first event's body, persistent and mandatory, with a `message_id` and headers,
+/// `batch` at a time, then their confirms awaited, as the sink does; both into a durable
+/// queue bound to the exchange.
+async fn rabbitmq(amqp_url: &str, log: &WarmLog, rows: u64, batch: usize) -> anyhow::Result<()> {
+    use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+    use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+    let message = first_message(log)?;
+    let connection =
+        lapin::Connection::connect(amqp_url, lapin::ConnectionProperties::default()).await?;
+    let channel = connection.create_channel().await?;
+    channel.confirm_select(ConfirmSelectOptions::default()).await?;
+    let (reference_exchange, sink_exchange) = ("siphon-bench-ref", "siphon-bench-rabbit");
+    rabbit_exchange(&channel, reference_exchange).await?;
+    rabbit_exchange(&channel, sink_exchange).await?;
+    let started = Instant::now();
+    let mut sent = 0;
+    while sent < rows {
+        let mut confirms = Vec::with_capacity(batch);
+        for n in sent..(sent + batch as u64).min(rows) {
+            let mut headers = FieldTable::default();
+            for (name, value) in message.headers() {
+                headers.insert(ShortString::from(name), AMQPValue::LongString(LongString::from(value)));
+            }
+            let properties = lapin::BasicProperties::default()
+                .with_delivery_mode(2)
+                .with_content_type("application/json".into())
+                .with_message_id(format!("ref:{n}").into())
+                .with_headers(headers);
+            let confirm = channel
+                .basic_publish(
+                    reference_exchange.into(),
+                    "siphon-bench-ref.public.orders".into(),
+                    BasicPublishOptions { mandatory: true, ..Default::default() },
+                    &message.value,
+                    properties,
+                )
+                .await?;
+            confirms.push(confirm);
+        }
+        sent += confirms.len() as u64;
+        for confirm in confirms {
+            anyhow::ensure!(confirm.await?.is_ack(), "a reference message not confirmed");
+        }
+    }
+    let reference = rows as f64 / started.elapsed().as_secs_f64();
+    let config: siphon_sink_rabbitmq::RabbitmqSinkConfig =
+        serde_json::from_value(serde_json::json!({
+            "url": amqp_url,
+            "schemas": false,
+            "exchange": sink_exchange,
+        }))?;
+    let mut sink = siphon_sink_rabbitmq::RabbitmqSink::new(&config, "bench", "rabbit")?;
+    let took = apply(&mut sink, log, batch).await?;
+    table_row(
+        "rabbitmq",
+        rows,
+        batch,
+        rows as f64 / took.as_secs_f64(),
+        "lapin publish loop, confirms per batch",
+        reference,
+    );
+    rabbit_remove(&channel, reference_exchange).await?;
+    rabbit_remove(&channel, sink_exchange).await?;
+    Ok(())
+}
+
+/// The Redis Streams sink vs redis-benchmark's pipelined XADD of entries of the same fields
+/// and sizes (the first event's, as the sink makes them), into a stream of its own.
+async fn redis_stream(
+    redis_url: &str,
+    log: &WarmLog,
+    rows: u64,
+    batch: usize,
+) -> anyhow::Result<()> {
+    let message = first_message(log)?;
     let (key, value) = (
         String::from_utf8(message.key.clone().unwrap_or_default())?,
         String::from_utf8(message.value.clone())?,

@@ -67,16 +67,22 @@ fn the_example_kafka_pipeline_loads_uncommented() {
     assert_eq!(p.sinks["topics"].spec.kind(), "kafka");
 }
 
-/// The example's commented webhook sink loads once uncommented.
+/// The example's commented message sinks load once uncommented.
 #[test]
-fn the_example_webhook_sink_loads_uncommented() {
-    let block = commented_block("hook");
-    assert!(block.contains("kind = \"http\""), "{block}");
-    let c = Config::from_toml(&format!(
-        "[pipelines.demo.source]\nkind = \"generator\"\n{block}"
-    ))
-    .unwrap_or_else(|e| panic!("{e}\n{block}"));
-    assert_eq!(c.pipelines["demo"].sinks["hook"].spec.kind(), "http");
+fn the_example_message_sinks_load_uncommented() {
+    for (block, sink, kind) in [
+        ("hook", "hook", "http"),
+        ("nats", "events", "nats"),
+        ("rabbitmq", "rabbit", "rabbitmq"),
+    ] {
+        let block = commented_block(block);
+        assert!(block.contains(&format!("kind = \"{kind}\"")), "{block}");
+        let c = Config::from_toml(&format!(
+            "[pipelines.demo.source]\nkind = \"generator\"\n{block}"
+        ))
+        .unwrap_or_else(|e| panic!("{e}\n{block}"));
+        assert_eq!(c.pipelines["demo"].sinks[sink].spec.kind(), kind);
+    }
 }
 
 #[test]
