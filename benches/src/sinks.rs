@@ -549,27 +549,43 @@ async fn rabbit_exchange(channel: &lapin::Channel, name: &str) -> anyhow::Result
         .exchange_declare(
             name.into(),
             lapin::ExchangeKind::Topic,
-            ExchangeDeclareOptions { durable: true, ..Default::default() },
+            ExchangeDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
             FieldTable::default(),
         )
         .await?;
     channel
         .queue_declare(
             name.into(),
-            QueueDeclareOptions { durable: true, ..Default::default() },
+            QueueDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
             FieldTable::default(),
         )
         .await?;
     channel
-        .queue_bind(name.into(), name.into(), "#".into(), QueueBindOptions::default(), FieldTable::default())
+        .queue_bind(
+            name.into(),
+            name.into(),
+            "#".into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
         .await?;
     Ok(())
 }
 
 /// Deletes what [`rabbit_exchange`] declared.
 async fn rabbit_remove(channel: &lapin::Channel, name: &str) -> anyhow::Result<()> {
-    channel.queue_delete(name.into(), Default::default()).await?;
-    channel.exchange_delete(name.into(), Default::default()).await?;
+    channel
+        .queue_delete(name.into(), Default::default())
+        .await?;
+    channel
+        .exchange_delete(name.into(), Default::default())
+        .await?;
     Ok(())
 }
 
@@ -584,7 +600,9 @@ async fn rabbitmq(amqp_url: &str, log: &WarmLog, rows: u64, batch: usize) -> any
     let connection =
         lapin::Connection::connect(amqp_url, lapin::ConnectionProperties::default()).await?;
     let channel = connection.create_channel().await?;
-    channel.confirm_select(ConfirmSelectOptions::default()).await?;
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await?;
     let (reference_exchange, sink_exchange) = ("siphon-bench-ref", "siphon-bench-rabbit");
     rabbit_exchange(&channel, reference_exchange).await?;
     rabbit_exchange(&channel, sink_exchange).await?;
@@ -595,7 +613,10 @@ async fn rabbitmq(amqp_url: &str, log: &WarmLog, rows: u64, batch: usize) -> any
         for n in sent..(sent + batch as u64).min(rows) {
             let mut headers = FieldTable::default();
             for (name, value) in message.headers() {
-                headers.insert(ShortString::from(name), AMQPValue::LongString(LongString::from(value)));
+                headers.insert(
+                    ShortString::from(name),
+                    AMQPValue::LongString(LongString::from(value)),
+                );
             }
             let properties = lapin::BasicProperties::default()
                 .with_delivery_mode(2)
@@ -606,7 +627,10 @@ async fn rabbitmq(amqp_url: &str, log: &WarmLog, rows: u64, batch: usize) -> any
                 .basic_publish(
                     reference_exchange.into(),
                     "siphon-bench-ref.public.orders".into(),
-                    BasicPublishOptions { mandatory: true, ..Default::default() },
+                    BasicPublishOptions {
+                        mandatory: true,
+                        ..Default::default()
+                    },
                     &message.value,
                     properties,
                 )
