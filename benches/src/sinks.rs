@@ -6,6 +6,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use futures_util::SinkExt;
 use siphon_core::SourcePosition;
 use siphon_core::event::{Event, Op, Row, SnapshotMarker, SourceInfo, Value};
@@ -472,10 +473,16 @@ fn first_message(log: &WarmLog) -> anyhow::Result<siphon_sink_message::Message> 
         schemas: false,
         transaction_metadata: false,
         debezium: Default::default(),
+        value: siphon_sink_message::ValueForm::Envelope,
+        row_state: siphon_core::sink::row_state::RowState {
+            fields: Vec::new(),
+            deletes: Default::default(),
+        },
     };
-    Ok(siphon_sink_message::MessageEncoder::new(&settings, "bench")
+    siphon_sink_message::MessageEncoder::new(&settings, "bench")
         .map_err(anyhow::Error::msg)?
-        .encode(&first, &siphon_core::log::LogId::random()))
+        .encode(&first, &siphon_core::log::LogId::random())
+        .context("the first event makes no message")
 }
 
 /// The NATS JetStream sink vs a publish loop with the same client (async-nats) into a

@@ -213,19 +213,47 @@ fn row_with(
                 .collect::<Map<_, _>>(),
         );
     };
-    Json::Object(
-        schema
-            .columns
-            .iter()
-            .map(|column| {
-                let v = match row.get(&column.name) {
-                    Some(Value::Null) | None => missing(column, modes),
-                    Some(v) => value(v, Some(column), modes),
-                };
-                (column.name.to_string(), v)
-            })
-            .collect::<Map<_, _>>(),
-    )
+    let mut out = schema
+        .columns
+        .iter()
+        .map(|column| {
+            let v = match row.get(&column.name) {
+                Some(Value::Null) | None => missing(column, modes),
+                Some(v) => value(v, Some(column), modes),
+            };
+            (column.name.to_string(), v)
+        })
+        .collect::<Map<_, _>>();
+    // Columns a stage added (the row state's `__op`, …) follow the table's.
+    for (column, v) in row.iter() {
+        if !out.contains_key(column) {
+            out.insert(column.to_owned(), value(v, None, modes));
+        }
+    }
+    Json::Object(out)
+}
+
+/// The Kafka Connect schema of a row of `schema`'s table: its columns, then those of `row`
+/// a stage added (typed by their values).
+pub fn row_state_schema(
+    row: Option<&Row>,
+    schema: &TableSchema,
+    name: &str,
+    modes: &Modes,
+) -> Json {
+    let mut fields: Vec<Json> = schema
+        .columns
+        .iter()
+        .map(|c| field_schema(c, modes))
+        .collect();
+    for (column, v) in row.into_iter().flat_map(Row::iter) {
+        if !schema.columns.iter().any(|c| &*c.name == column) {
+            let mut field = crate::json::value_schema(v);
+            field["field"] = json!(column);
+            fields.push(field);
+        }
+    }
+    json!({"type": "struct", "fields": fields, "optional": true, "name": name})
 }
 
 /// Debezium's topic of an event: `<server name>.<schema>.<table>` (`<db>.<table>` where the

@@ -70,6 +70,33 @@ impl JsonFormat {
         }
     }
 
+    /// The event's row state as JSON text in this format (Debezium's ExtractNewRecordState):
+    /// its `after` row alone, with the columns a stage added, or `null` without one.
+    pub fn row_state_bytes(self, event: &Event) -> Vec<u8> {
+        let schema = event.schema.as_deref();
+        let payload = event
+            .after
+            .as_ref()
+            .map_or(Json::Null, |row| debezium::row(row, schema, &self.modes));
+        if !self.schemas {
+            return to_bytes(&payload);
+        }
+        let name = format!("{}.Value", topic(event));
+        let schema = match schema {
+            Some(table) => {
+                debezium::row_state_schema(event.after.as_ref(), table, &name, &self.modes)
+            }
+            None => {
+                let mut schema = row_schema(event.after.as_ref(), &name, "");
+                if let Some(fields) = schema.as_object_mut() {
+                    fields.remove("field");
+                }
+                schema
+            }
+        };
+        to_bytes(&json!({ "schema": schema, "payload": payload }))
+    }
+
     /// The event's record key as JSON text in this format (`None` for a table without a
     /// primary key), its `schema` from `cache`.
     pub fn key_bytes(self, event: &Event, cache: &mut SchemaCache) -> Option<Vec<u8>> {

@@ -309,6 +309,23 @@ impl Publisher {
         }
     }
 
+    /// Whether librdkafka has met a fatal error other than a fence (an idempotent
+    /// producer's sequence lost with a restarted broker, say): this producer may write no
+    /// more, but a new one with the same `transactional.id` may — it aborts what this one
+    /// left open.
+    pub fn failed_unfenced(&self) -> bool {
+        use RDKafkaErrorCode as C;
+        self.producer
+            .client()
+            .fatal_error()
+            .is_some_and(|(code, _)| {
+                !matches!(
+                    code,
+                    C::ProducerFenced | C::InvalidProducerEpoch | C::Fenced
+                )
+            })
+    }
+
     /// Aborts the open transaction, if any (what was sent since the last commit is dropped).
     pub fn abort(&mut self) {
         if self.open

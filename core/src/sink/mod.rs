@@ -5,6 +5,7 @@
 
 pub mod changes;
 pub mod routing;
+pub mod row_state;
 pub mod stage;
 
 use async_trait::async_trait;

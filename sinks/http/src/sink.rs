@@ -241,7 +241,7 @@ impl Sink for HttpSink {
         let messages: Vec<Message> = batch
             .records
             .iter()
-            .map(|record| self.encoder.encode(record, &log))
+            .filter_map(|record| self.encoder.encode(record, &log))
             .collect();
         // The same offsets with another body (a replay after routing or encoding changed)
         // must not look like a retry to a receiver honouring the key.

@@ -211,13 +211,17 @@ impl KafkaSink {
                 self.cursor = next;
                 Ok(())
             }
-            Err(e) => {
-                // A fenced or failed producer is made anew on the next call.
-                if e.is_transient() {
-                    self.connected = Some(connected);
-                }
+            Err(e) if e.is_transient() => {
+                self.connected = Some(connected);
                 Err(e)
             }
+            // A producer failed for good but not fenced is made anew on the next call: the
+            // new one aborts what this one left open, and the batch goes again from the
+            // cursor.
+            Err(e) if connected.publisher.failed_unfenced() => {
+                Err(Error::transient(format!("{e}; making a new producer")))
+            }
+            Err(e) => Err(e),
         }
     }
 

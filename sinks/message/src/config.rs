@@ -1,6 +1,8 @@
 //! The settings every message sink has, declared once.
 
+use serde::Deserialize;
 use siphon_core::sink::routing::NameTemplate;
+use siphon_core::sink::row_state::RowState;
 use siphon_format::debezium::Modes;
 
 /// The placeholders of `destination`.
@@ -9,6 +11,18 @@ pub const DESTINATION_PLACEHOLDERS: &[&str] = &["prefix", "schema", "table", "op
 /// The default `destination`: Debezium's topic name.
 pub fn default_destination() -> String {
     "{prefix}.{schema}.{table}".into()
+}
+
+/// What a message's value is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ValueForm {
+    /// Debezium's change event: `before`, `after`, `source`, `op`, ….
+    #[default]
+    Envelope,
+    /// The row state (Debezium's ExtractNewRecordState): the row after the change, with
+    /// the fields of `row_fields`.
+    Row,
 }
 
 /// `true`, for serde's defaults.
@@ -29,6 +43,10 @@ pub struct MessageSettings {
     pub transaction_metadata: bool,
     /// Debezium's handling modes for values.
     pub debezium: Modes,
+    /// The envelope, or the row state.
+    pub value: ValueForm,
+    /// With [`ValueForm::Row`]: the fields it adds and what becomes of a delete.
+    pub row_state: RowState,
 }
 
 impl MessageSettings {
@@ -81,6 +99,20 @@ macro_rules! message_config {
             /// Debezium's handling modes for values (as for the file sink).
             #[serde(default)]
             pub debezium: siphon_format::debezium::Modes,
+            /// Each message's value: "envelope" (Debezium's change event, the default) or
+            /// "row" (the row after the change, with `row_fields`: Debezium's
+            /// ExtractNewRecordState).
+            #[serde(default)]
+            pub value: $crate::ValueForm,
+            /// With `value = "row"`: the fields added to each row, each as `__<name>`: "op",
+            /// "table", "position" (`__lsn` or `__gtid`) and "ts_ms" (all four by default).
+            #[serde(default = "siphon_core::sink::row_state::RowState::all_fields")]
+            pub row_fields: Vec<siphon_core::sink::row_state::RowField>,
+            /// With `value = "row"`: what becomes of a delete: "rewrite" (the old row with
+            /// `__deleted: "true"`, and every other row `"false"`; the default),
+            /// "tombstone" (a `null` value) or "drop".
+            #[serde(default)]
+            pub deletes: siphon_core::sink::row_state::DeleteHandling,
             $( $(#[$field_meta])* pub $field : $ty, )*
         }
 
@@ -93,6 +125,11 @@ macro_rules! message_config {
                     schemas: self.schemas,
                     transaction_metadata: self.transaction_metadata,
                     debezium: self.debezium,
+                    value: self.value,
+                    row_state: siphon_core::sink::row_state::RowState {
+                        fields: self.row_fields.clone(),
+                        deletes: self.deletes,
+                    },
                 }
             }
         }

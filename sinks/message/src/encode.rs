@@ -4,10 +4,12 @@ use siphon_core::event::Op;
 use siphon_core::log::LogId;
 use siphon_core::sink::SinkRecord;
 use siphon_core::sink::routing::NameTemplate;
+use siphon_core::sink::row_state::RowState;
+use siphon_core::sink::stage::Stage;
 use siphon_core::source::TableInfo;
 use siphon_format::envelope::{JsonFormat, SchemaCache};
 
-use crate::config::{DESTINATION_PLACEHOLDERS, MessageSettings};
+use crate::config::{DESTINATION_PLACEHOLDERS, MessageSettings, ValueForm};
 
 /// One event as every message sink sends it.
 #[derive(Debug, Clone, PartialEq)]
@@ -16,7 +18,7 @@ pub struct Message {
     pub destination: String,
     /// Debezium's key JSON (`None` for a table without a primary key).
     pub key: Option<Vec<u8>>,
-    /// Debezium's envelope JSON.
+    /// Debezium's envelope JSON, or the row state's.
     pub value: Vec<u8>,
     /// The event's id, `<log identity>:<offset>`: the same for the same event however often
     /// it is sent, and unique across logs (a rebuilt log has another identity).
@@ -71,6 +73,8 @@ pub struct MessageEncoder {
     prefix: String,
     format: JsonFormat,
     schemas: SchemaCache,
+    /// The row-state stage, when values are row states.
+    row_state: Option<RowState>,
 }
 
 impl MessageEncoder {
@@ -90,22 +94,34 @@ impl MessageEncoder {
                 modes: settings.debezium,
             },
             schemas: SchemaCache::default(),
+            row_state: (settings.value == ValueForm::Row).then(|| settings.row_state.clone()),
         })
     }
 
-    /// `record` of log `log` as a message.
-    pub fn encode(&mut self, record: &SinkRecord, log: &LogId) -> Message {
+    /// `record` of log `log` as a message; `None` for an event the row state drops (a delete,
+    /// with `deletes = "drop"`).
+    pub fn encode(&mut self, record: &SinkRecord, log: &LogId) -> Option<Message> {
         let event = &record.event;
-        Message {
+        let value = match &self.row_state {
+            None => self.format.value_bytes(event, &mut self.schemas),
+            Some(stage) => {
+                let mut state = event.clone();
+                if !stage.apply(&mut state) {
+                    return None;
+                }
+                self.format.row_state_bytes(&state)
+            }
+        };
+        Some(Message {
             destination: self.render(event.source.namespace(), &event.source.table, event.op),
             key: self.format.key_bytes(event, &mut self.schemas),
-            value: self.format.value_bytes(event, &mut self.schemas),
+            value,
             id: format!("{log}:{}", record.offset),
             offset: record.offset,
             position: event.source.position.commit_point(),
             txid: event.source.tx_id.map(|id| id.to_string()),
             op: event.op.code(),
-        }
+        })
     }
 
     /// Every destination `table`'s events can have (one for each operation when the
@@ -144,6 +160,11 @@ mod tests {
             schemas: false,
             transaction_metadata: false,
             debezium: Default::default(),
+            value: ValueForm::Envelope,
+            row_state: RowState {
+                fields: RowState::all_fields(),
+                deletes: Default::default(),
+            },
         }
     }
 
@@ -158,7 +179,7 @@ mod tests {
             None,
             Some(row(7, "seven", siphon_core::event::Value::Null)),
         );
-        let message = encoder.encode(&record(41, created), &log_id());
+        let message = encoder.encode(&record(41, created), &log_id()).unwrap();
         assert_eq!(message.destination, "shop.public.compliance");
         assert_eq!(message.id, format!("{}:41", log_id()));
         assert_eq!((message.offset, message.op), (41, "c"));
@@ -167,6 +188,45 @@ mod tests {
         let value: serde_json::Value = serde_json::from_slice(&message.value).unwrap();
         assert_eq!(value["op"], "c");
         assert_eq!(value["after"]["name"], "seven");
+    }
+
+    #[test]
+    fn a_row_state_value_is_the_row_with_what_happened_and_a_dropped_delete_no_message() {
+        let mut settings = settings("{prefix}.{schema}.{table}");
+        settings.value = ValueForm::Row;
+        let mut encoder = MessageEncoder::new(&settings, "shop").unwrap();
+        let updated = event(
+            "compliance",
+            Op::Update,
+            7,
+            None,
+            Some(row(7, "seven", siphon_core::event::Value::Null)),
+        );
+        let message = encoder.encode(&record(3, updated), &log_id()).unwrap();
+        let value: serde_json::Value = serde_json::from_slice(&message.value).unwrap();
+        assert_eq!(value["name"], "seven");
+        assert_eq!(value["__op"], "u");
+        assert_eq!(value["__table"], "compliance");
+        assert_eq!(value["__deleted"], "false");
+        assert_eq!(message.op, "u");
+        let deleted = event(
+            "compliance",
+            Op::Delete,
+            7,
+            Some(row(7, "seven", siphon_core::event::Value::Null)),
+            None,
+        );
+        let rewritten = encoder
+            .encode(&record(4, deleted.clone()), &log_id())
+            .unwrap();
+        let value: serde_json::Value = serde_json::from_slice(&rewritten.value).unwrap();
+        assert_eq!(
+            (value["id"].as_i64(), &value["__deleted"]),
+            (Some(7), &serde_json::json!("true"))
+        );
+        settings.row_state.deletes = siphon_core::sink::row_state::DeleteHandling::Drop;
+        let mut dropping = MessageEncoder::new(&settings, "shop").unwrap();
+        assert_eq!(dropping.encode(&record(4, deleted), &log_id()), None);
     }
 
     #[test]

@@ -8,5 +8,5 @@
 mod config;
 mod encode;
 
-pub use config::{DESTINATION_PLACEHOLDERS, MessageSettings, default_destination, yes};
+pub use config::{DESTINATION_PLACEHOLDERS, MessageSettings, ValueForm, default_destination, yes};
 pub use encode::{Message, MessageEncoder, header};

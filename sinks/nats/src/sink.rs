@@ -347,7 +347,10 @@ impl Sink for NatsSink {
         self.last_sequence = None;
         let mut acks = Vec::with_capacity(batch.records.len());
         for record in batch.records.iter().filter(|r| r.offset >= published) {
-            let message = self.encoder.encode(record, &log);
+            // A delete the row state drops has no message.
+            let Some(message) = self.encoder.encode(record, &log) else {
+                continue;
+            };
             let ack = self
                 .publish(&context, &message, record, max_payload, next_sequence)
                 .await?;

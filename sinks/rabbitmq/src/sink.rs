@@ -195,7 +195,10 @@ impl Sink for RabbitmqSink {
         let channel = self.channel().await?;
         let mut confirms = Vec::with_capacity(batch.records.len());
         for record in &batch.records {
-            let message = self.encoder.encode(record, &log);
+            // A delete the row state drops has no message.
+            let Some(message) = self.encoder.encode(record, &log) else {
+                continue;
+            };
             let confirm = channel
                 .basic_publish(
                     self.exchange.as_str().into(),

@@ -244,7 +244,7 @@ impl Sink for RedisStreamSink {
         let messages: Vec<Message> = batch
             .records
             .iter()
-            .map(|record| self.encoder.encode(record, &log))
+            .filter_map(|record| self.encoder.encode(record, &log))
             .collect();
         self.write(&messages, batch.end, batch.ordered).await
     }

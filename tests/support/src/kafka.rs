@@ -71,6 +71,12 @@ impl KafkaBroker {
         self.server.kill()
     }
 
+    /// Stops it (SIGTERM) and starts it again on the same port and data: noida-db keeps
+    /// what it committed through this, not through a kill -9.
+    pub fn restart_gracefully(&mut self) -> anyhow::Result<()> {
+        self.server.restart_gracefully()
+    }
+
     /// Starts it again on the same port and data after [`KafkaBroker::kill`].
     pub fn restart(&mut self) -> anyhow::Result<()> {
         self.server.restart()

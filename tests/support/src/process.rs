@@ -95,6 +95,25 @@ impl ServerProcess {
         Ok(())
     }
 
+    /// SIGTERM, and a wait for the server to exit (a server that keeps its writes in memory
+    /// until it stops, as noida-db does, keeps them so); then a start on the same port and
+    /// data.
+    pub fn restart_gracefully(&mut self) -> anyhow::Result<()> {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+            let started = Instant::now();
+            while child.try_wait()?.is_none() {
+                if started.elapsed() > Duration::from_secs(30) {
+                    child.kill()?;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        self.run()
+    }
+
     /// Starts it again on the same port and data after [`ServerProcess::kill`].
     pub fn restart(&mut self) -> anyhow::Result<()> {
         self.kill()?;

@@ -1,0 +1,179 @@
+//! Debezium's ExtractNewRecordState as a stage: an event becomes its row state — the row as
+//! it is after the change, with fields saying what happened (`__op`, `__table`, `__lsn` or
+//! `__gtid`, `__ts_ms`) — for consumers that want rows, not change envelopes.
+
+use serde::Deserialize;
+use serde_json::Value as Json;
+
+use crate::event::{Event, Op, Row, Value};
+use crate::sink::stage::Stage;
+
+/// A field the row state adds, named `__<field>` as Debezium's `add.fields` names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RowField {
+    /// `__op`: c, u, d, r or t.
+    Op,
+    /// `__table`: the table's name.
+    Table,
+    /// Where the change committed in the source, as Debezium's `source` block has it:
+    /// `__lsn` (PostgreSQL) or `__gtid` (MySQL/MariaDB with GTIDs).
+    Position,
+    /// `__ts_ms`: when siphon processed the change (the envelope's `ts_ms`).
+    TsMs,
+}
+
+/// What becomes of a delete.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeleteHandling {
+    /// The row as it was, with `__deleted: "true"` (and every other row `__deleted:
+    /// "false"`): Debezium's `rewrite`.
+    #[default]
+    Rewrite,
+    /// No row: the message's value is `null` (Kafka's tombstone, where there is one).
+    Tombstone,
+    /// Dropped: consumers never hear of deletes.
+    Drop,
+}
+
+/// The row-state stage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowState {
+    /// The fields it adds, in this order.
+    pub fields: Vec<RowField>,
+    /// What becomes of a delete.
+    pub deletes: DeleteHandling,
+}
+
+impl RowState {
+    /// Every field Debezium's `add.fields` names here.
+    pub fn all_fields() -> Vec<RowField> {
+        vec![
+            RowField::Op,
+            RowField::Table,
+            RowField::Position,
+            RowField::TsMs,
+        ]
+    }
+
+    fn add_fields(&self, event: &Event, row: &mut Row) {
+        for field in &self.fields {
+            match field {
+                RowField::Op => row
+                    .0
+                    .push(("__op".into(), Value::Text(event.op.code().into()))),
+                RowField::Table => row.0.push((
+                    "__table".into(),
+                    Value::Text(event.source.table.to_string()),
+                )),
+                RowField::TsMs => row.0.push(("__ts_ms".into(), Value::Int(event.ts_ms))),
+                RowField::Position => {
+                    let source = event.source.position.debezium_source(event.source.fields());
+                    for (name, value) in source.fields {
+                        let value = match (name, value) {
+                            ("lsn", Json::Number(n)) => n.as_i64().map(Value::Int),
+                            ("gtid", Json::String(gtid)) => Some(Value::Text(gtid)),
+                            _ => None,
+                        };
+                        if let Some(value) = value {
+                            row.0.push((format!("__{name}").into(), value));
+                        }
+                    }
+                }
+            }
+        }
+        if self.deletes == DeleteHandling::Rewrite {
+            let deleted = if event.op == Op::Delete {
+                "true"
+            } else {
+                "false"
+            };
+            row.0
+                .push(("__deleted".into(), Value::Text(deleted.into())));
+        }
+    }
+}
+
+impl Stage for RowState {
+    /// The event's `after` becomes its row state; a delete's per [`DeleteHandling`], a
+    /// truncate's the fields alone (it names no row).
+    fn apply(&self, event: &mut Event) -> bool {
+        let row = match event.op {
+            Op::Delete => match self.deletes {
+                DeleteHandling::Drop => return false,
+                DeleteHandling::Tombstone => {
+                    event.after = None;
+                    return true;
+                }
+                DeleteHandling::Rewrite => event
+                    .before
+                    .clone()
+                    .or_else(|| event.key.clone())
+                    .unwrap_or_default(),
+            },
+            Op::Truncate => Row::default(),
+            Op::Create | Op::Update | Op::Read => event.after.take().unwrap_or_default(),
+        };
+        let mut row = row;
+        self.add_fields(event, &mut row);
+        event.after = Some(row);
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{event, row};
+
+    fn stage(deletes: DeleteHandling) -> RowState {
+        RowState {
+            fields: RowState::all_fields(),
+            deletes,
+        }
+    }
+
+    #[test]
+    fn a_change_becomes_its_row_with_what_happened() {
+        let mut updated = event(
+            "compliance",
+            Op::Update,
+            7,
+            Some(row(7, "old", Value::Null)),
+            Some(row(7, "new", Value::Null)),
+        );
+        assert!(stage(DeleteHandling::Rewrite).apply(&mut updated));
+        let after = updated.after.unwrap();
+        assert_eq!(after.get("name"), Some(&Value::Text("new".into())));
+        assert_eq!(after.get("__op"), Some(&Value::Text("u".into())));
+        assert_eq!(
+            after.get("__table"),
+            Some(&Value::Text("compliance".into()))
+        );
+        assert_eq!(after.get("__ts_ms"), Some(&Value::Int(updated.ts_ms)));
+        assert_eq!(after.get("__deleted"), Some(&Value::Text("false".into())));
+    }
+
+    #[test]
+    fn a_delete_is_rewritten_tombstoned_or_dropped() {
+        let deleted = || {
+            event(
+                "compliance",
+                Op::Delete,
+                7,
+                Some(row(7, "gone", Value::Null)),
+                None,
+            )
+        };
+        let mut rewritten = deleted();
+        assert!(stage(DeleteHandling::Rewrite).apply(&mut rewritten));
+        let after = rewritten.after.unwrap();
+        assert_eq!(after.get("name"), Some(&Value::Text("gone".into())));
+        assert_eq!(after.get("__deleted"), Some(&Value::Text("true".into())));
+        let mut tombstone = deleted();
+        assert!(stage(DeleteHandling::Tombstone).apply(&mut tombstone));
+        assert_eq!(tombstone.after, None);
+        assert!(!stage(DeleteHandling::Drop).apply(&mut deleted()));
+    }
+}
