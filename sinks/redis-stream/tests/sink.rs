@@ -266,3 +266,52 @@ async fn the_redis_stream_sink_keeps_the_message_sinks_promises() {
     })
     .await;
 }
+
+/// With `value = "row"` an entry's value is the row state; a delete dropped by `deletes =
+/// "drop"` adds no entry, and the cursor moves past it.
+#[tokio::test]
+async fn row_state_values_and_dropped_deletes() {
+    use siphon_core::event::{Op, Value as V};
+    use siphon_core::sink::SinkBatch;
+    use siphon_core::testing::{event, log_id, record, row, tables};
+    let cache = redis().await.unwrap();
+    let config: RedisStreamConfig = serde_json::from_value(serde_json::json!({
+        "url": cache.url,
+        "schemas": false,
+        "prefix": format!("{}demo", cache.prefix),
+        "cursor_key": format!("{}cursor", cache.prefix),
+        "value": "row",
+        "deletes": "drop",
+    }))
+    .unwrap();
+    let mut sink = RedisStreamSink::new(&config, "demo", "out").unwrap();
+    sink.open(&tables(), &log_id()).await.unwrap();
+    let created = event(
+        "compliance",
+        Op::Create,
+        1,
+        None,
+        Some(row(1, "one", V::Null)),
+    );
+    let deleted = event(
+        "compliance",
+        Op::Delete,
+        1,
+        Some(row(1, "one", V::Null)),
+        None,
+    );
+    sink.apply(&SinkBatch::whole(vec![
+        record(0, created),
+        record(1, deleted),
+    ]))
+    .await
+    .unwrap();
+    let stream = format!("{}demo.public.compliance", cache.prefix);
+    let got = values(&cache, &stream).await;
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0]["name"], "one");
+    assert_eq!(got[0]["__op"], "c");
+    assert_eq!(got[0]["__table"], "compliance");
+    let reopened = sink.open(&tables(), &log_id()).await.unwrap().unwrap();
+    assert_eq!(reopened.next_offset, 2);
+}
