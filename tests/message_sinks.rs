@@ -122,9 +122,9 @@ async fn kill_9_under_a_writer_leaves_each_change_once_in_its_redis_stream() {
     let setup = stream_pipeline(&db, &cache.url, &prefix);
     let mut d = setup.start();
     let (stop, writer) = snapshot_then_write(&d, &db, "stream").await;
-    for round in 1..=5u64 {
+    for round in 1..=3u64 {
         // Let the sink add some entries, then kill the daemon while it works.
-        applied_past(&d, "stream", 30 + round * 1500).await;
+        applied_past(&d, "stream", 30 + round * 800).await;
         tokio::time::sleep(Duration::from_millis(20 * round)).await;
         d.kill_9().unwrap();
         d = setup.start();
@@ -205,7 +205,7 @@ async fn a_redis_restart_mid_stream_loses_and_repeats_nothing() {
     let d = setup.start();
     let (stop, writer) = snapshot_then_write(&d, &db, "stream").await;
     for round in 1..=2u64 {
-        applied_past(&d, "stream", 30 + round * 3000).await;
+        applied_past(&d, "stream", 30 + round * 1000).await;
         server.restart().unwrap();
     }
     stop_then_drain(&d, &db, "stream", (stop, writer)).await;
@@ -275,8 +275,8 @@ async fn kill_9_under_a_writer_leaves_each_change_once_in_its_jetstream_stream()
     let setup = nats_pipeline(&db, &ns.url, &ns.prefix);
     let mut d = setup.start();
     let (stop, writer) = snapshot_then_write(&d, &db, "nats").await;
-    for round in 1..=5u64 {
-        applied_past(&d, "nats", 30 + round * 1500).await;
+    for round in 1..=3u64 {
+        applied_past(&d, "nats", 30 + round * 800).await;
         tokio::time::sleep(Duration::from_millis(20 * round)).await;
         d.kill_9().unwrap();
         d = setup.start();
@@ -328,7 +328,7 @@ async fn a_nats_restart_mid_stream_loses_and_repeats_nothing() {
     let d = setup.start();
     let (stop, writer) = snapshot_then_write(&d, &db, "nats").await;
     for round in 1..=2u64 {
-        applied_past(&d, "nats", 30 + round * 1500).await;
+        applied_past(&d, "nats", 30 + round * 1000).await;
         server.restart().unwrap();
     }
     stop_then_drain(&d, &db, "nats", (stop, writer)).await;
@@ -367,7 +367,7 @@ async fn rabbitmq_gets_every_change_at_least_once_and_an_unroutable_sink_stops_a
     let mut d = setup.start();
     let (stop, writer) = snapshot_then_write(&d, &db, "rabbit").await;
     for round in 1..=4u64 {
-        applied_past(&d, "rabbit", 30 + round * 1500).await;
+        applied_past(&d, "rabbit", 30 + round * 600).await;
         if round % 2 == 0 {
             // The connection is named after the pipeline and the sink.
             assert_eq!(rabbitmq_close_connections("demo.rabbit").unwrap(), 1);
@@ -483,8 +483,8 @@ async fn a_webhook_gets_every_change_at_least_once_each_copy_with_its_id() {
     );
     let mut d = setup.start();
     let (stop, writer) = snapshot_then_write(&d, &db, "hook").await;
-    for round in 1..=4u64 {
-        applied_past(&d, "hook", 30 + round * 1500).await;
+    for round in 1..=3u64 {
+        applied_past(&d, "hook", 30 + round * 800).await;
         let held = hook.held.notified();
         hook.hold.store(true, Ordering::Relaxed);
         tokio::time::timeout(Duration::from_secs(120), held)
