@@ -364,7 +364,7 @@ pub fn run(
             nats("nats://127.0.0.1:4222", &log, rows, batch).await?;
         }
         if only.iter().any(|s| s == "rabbitmq") {
-            rabbitmq("amqp://guest:guest@127.0.0.1:5672/%2f", &log, rows, batch).await?;
+            rabbitmq(&log, rows, batch).await?;
         }
         if only.iter().any(|s| s == "postgres") {
             postgres(pg_url, &log, rows, batch).await?;
@@ -547,72 +547,24 @@ async fn nats(nats_url: &str, log: &WarmLog, rows: u64, batch: usize) -> anyhow:
     Ok(())
 }
 
-/// Declares a durable topic exchange `name` and a queue of the same name bound to it with
-/// `#`, so that what is published there is routed and kept.
-async fn rabbit_exchange(channel: &lapin::Channel, name: &str) -> anyhow::Result<()> {
-    use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
-    use lapin::types::FieldTable;
-    channel
-        .exchange_declare(
-            name.into(),
-            lapin::ExchangeKind::Topic,
-            ExchangeDeclareOptions {
-                durable: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await?;
-    channel
-        .queue_declare(
-            name.into(),
-            QueueDeclareOptions {
-                durable: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await?;
-    channel
-        .queue_bind(
-            name.into(),
-            name.into(),
-            "#".into(),
-            QueueBindOptions::default(),
-            FieldTable::default(),
-        )
-        .await?;
-    Ok(())
-}
-
-/// Deletes what [`rabbit_exchange`] declared.
-async fn rabbit_remove(channel: &lapin::Channel, name: &str) -> anyhow::Result<()> {
-    channel
-        .queue_delete(name.into(), Default::default())
-        .await?;
-    channel
-        .exchange_delete(name.into(), Default::default())
-        .await?;
-    Ok(())
-}
-
 /// The RabbitMQ sink vs a publish loop with the same client (lapin) on a channel in confirm
 /// mode: the first event's body, persistent and mandatory, with a `message_id` and headers,
 /// `batch` at a time, then their confirms awaited, as the sink does; both into a durable
 /// queue bound to the exchange.
-async fn rabbitmq(amqp_url: &str, log: &WarmLog, rows: u64, batch: usize) -> anyhow::Result<()> {
+async fn rabbitmq(log: &WarmLog, rows: u64, batch: usize) -> anyhow::Result<()> {
     use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
     use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
     let message = first_message(log)?;
-    let connection =
-        lapin::Connection::connect(amqp_url, lapin::ConnectionProperties::default()).await?;
-    let channel = connection.create_channel().await?;
+    // Exchanges of their own (the test support's), each with a queue bound with `#`:
+    // removed when dropped.
+    let (reference, target) = (
+        siphon_test_support::rabbitmq().await?,
+        siphon_test_support::rabbitmq().await?,
+    );
+    let channel = reference.channel().await?;
     channel
         .confirm_select(ConfirmSelectOptions::default())
         .await?;
-    let (reference_exchange, sink_exchange) = ("siphon-bench-ref", "siphon-bench-rabbit");
-    rabbit_exchange(&channel, reference_exchange).await?;
-    rabbit_exchange(&channel, sink_exchange).await?;
     let started = Instant::now();
     let mut sent = 0;
     while sent < rows {
@@ -632,7 +584,7 @@ async fn rabbitmq(amqp_url: &str, log: &WarmLog, rows: u64, batch: usize) -> any
                 .with_headers(headers);
             let confirm = channel
                 .basic_publish(
-                    reference_exchange.into(),
+                    reference.exchange.as_str().into(),
                     "siphon-bench-ref.public.orders".into(),
                     BasicPublishOptions {
                         mandatory: true,
@@ -652,9 +604,9 @@ async fn rabbitmq(amqp_url: &str, log: &WarmLog, rows: u64, batch: usize) -> any
     let reference = rows as f64 / started.elapsed().as_secs_f64();
     let config: siphon_sink_rabbitmq::RabbitmqSinkConfig =
         serde_json::from_value(serde_json::json!({
-            "url": amqp_url,
+            "url": target.url,
             "schemas": false,
-            "exchange": sink_exchange,
+            "exchange": target.exchange,
         }))?;
     let mut sink = siphon_sink_rabbitmq::RabbitmqSink::new(&config, "bench", "rabbit")?;
     let took = apply(&mut sink, log, batch).await?;
@@ -666,8 +618,6 @@ async fn rabbitmq(amqp_url: &str, log: &WarmLog, rows: u64, batch: usize) -> any
         "lapin publish loop, confirms per batch",
         reference,
     );
-    rabbit_remove(&channel, reference_exchange).await?;
-    rabbit_remove(&channel, sink_exchange).await?;
     Ok(())
 }
 
