@@ -73,27 +73,11 @@ impl JsonFormat {
     /// The event's row state as JSON text in this format (Debezium's ExtractNewRecordState):
     /// its `after` row alone, with the columns a stage added, or `null` without one.
     pub fn row_state_bytes(self, event: &Event) -> Vec<u8> {
-        let schema = event.schema.as_deref();
-        let payload = event
-            .after
-            .as_ref()
-            .map_or(Json::Null, |row| debezium::row(row, schema, &self.modes));
+        let payload = row_state(event, &self.modes);
         if !self.schemas {
             return to_bytes(&payload);
         }
-        let name = format!("{}.Value", topic(event));
-        let schema = match schema {
-            Some(table) => {
-                debezium::row_state_schema(event.after.as_ref(), table, &name, &self.modes)
-            }
-            None => {
-                let mut schema = row_schema(event.after.as_ref(), &name, "");
-                if let Some(fields) = schema.as_object_mut() {
-                    fields.remove("field");
-                }
-                schema
-            }
-        };
+        let schema = row_state_schema(event, &self.modes);
         to_bytes(&json!({ "schema": schema, "payload": payload }))
     }
 
@@ -119,6 +103,31 @@ impl SchemaCache {
                 value: debezium::envelope_schema(event, table, modes).to_string(),
                 key: key_schema(event, table, modes).to_string(),
             })
+    }
+}
+
+/// A row state's payload: the event's `after` row (with the columns a stage added), or
+/// `null` without one.
+pub fn row_state(event: &Event, modes: &Modes) -> Json {
+    event.after.as_ref().map_or(Json::Null, |row| {
+        debezium::row(row, event.schema.as_deref(), modes)
+    })
+}
+
+/// A row state's Kafka Connect schema, named `<topic>.Value` as Debezium names it: the
+/// table's columns and those a stage added, from the table's schema where the event has
+/// one, else from its values.
+pub fn row_state_schema(event: &Event, modes: &Modes) -> Json {
+    let name = format!("{}.Value", topic(event));
+    match event.schema.as_deref() {
+        Some(table) => debezium::row_state_schema(event.after.as_ref(), table, &name, modes),
+        None => {
+            let mut schema = row_schema(event.after.as_ref(), &name, "");
+            if let Some(fields) = schema.as_object_mut() {
+                fields.remove("field");
+            }
+            schema
+        }
     }
 }
 

@@ -8,6 +8,7 @@
 //! | `siphon.key` | the log key (table and primary-key values) |
 //! | `siphon.position` | where the change committed in the source (an LSN, a GTID), as text |
 //! | `siphon.txid` | the source transaction's id, as text |
+//! | `siphon.id` | the Kafka sink's: the event's id, `<log identity>:<offset>`, as every message sink gives it |
 //!
 //! The key and value are the Debezium record every other consumer reads.
 
@@ -26,6 +27,8 @@ pub const KEY: &str = "siphon.key";
 pub const POSITION: &str = "siphon.position";
 /// `siphon.txid`.
 pub const TXID: &str = "siphon.txid";
+/// `siphon.id`.
+pub const ID: &str = "siphon.id";
 
 /// What siphon reads back from a record's headers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -73,6 +76,8 @@ pub struct RecordHeaders {
     pub position: Option<String>,
     /// `siphon.txid`.
     pub txid: Option<String>,
+    /// `siphon.id`.
+    pub id: Option<String>,
 }
 
 impl RecordHeaders {
@@ -80,7 +85,7 @@ impl RecordHeaders {
     pub fn to_owned_headers(&self) -> OwnedHeaders {
         let offset = self.offset.to_be_bytes();
         let flags = [self.flags.0];
-        let mut headers = OwnedHeaders::new_with_capacity(6)
+        let mut headers = OwnedHeaders::new_with_capacity(7)
             .insert(Header {
                 key: OFFSET,
                 value: Some(&offset),
@@ -94,6 +99,7 @@ impl RecordHeaders {
             (KEY, self.key.as_deref()),
             (POSITION, self.position.as_deref().map(str::as_bytes)),
             (TXID, self.txid.as_deref().map(str::as_bytes)),
+            (ID, self.id.as_deref().map(str::as_bytes)),
         ];
         for (key, value) in texts {
             if let Some(value) = value {
@@ -120,6 +126,7 @@ mod tests {
             key: Some(b"k".to_vec()),
             position: Some("0/16B3748".into()),
             txid: Some("771".into()),
+            id: None,
         };
         let owned = written.to_owned_headers();
         let read = SiphonHeaders::read(&owned);

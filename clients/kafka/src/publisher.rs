@@ -18,11 +18,11 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use rdkafka::ClientContext;
 use rdkafka::config::FromClientConfigAndContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::{ClientConfig, ClientContext};
 use siphon_core::{Error, Result};
 
 use crate::config::Connection;
@@ -101,9 +101,14 @@ pub enum Delivery {
     Idempotent,
 }
 
-/// A producer of siphon's records.
+/// A producer of siphon's records. One that librdkafka failed for good but not fenced (an
+/// idempotent producer's sequence lost with a restarted broker, say) is made anew, with the
+/// same `transactional.id`, by the next [`Publisher::abort`] or [`Publisher::send`]: the
+/// error that met it is transient, and the new producer aborts what the old one left open.
 pub struct Publisher {
     producer: BaseProducer<Deliveries>,
+    /// What the producer was made with, to make it anew.
+    config: ClientConfig,
     delivery: Delivery,
     /// A transaction is open.
     open: bool,
@@ -152,20 +157,9 @@ impl Publisher {
                 .set("transactional.id", id)
                 .set("transaction.timeout.ms", "60000");
         }
-        let producer: BaseProducer<Deliveries> =
-            BaseProducer::from_config_and_context(&config, Deliveries::default())
-                .map_err(|e| kafka_error("creating a producer", &e))?;
-        if let Delivery::Transactional { id } = &delivery {
-            producer.init_transactions(timeout).map_err(|e| {
-                if is_fenced(&e) {
-                    fenced(id)
-                } else {
-                    kafka_error(&format!("starting the transactional producer {id}"), &e)
-                }
-            })?;
-        }
         Ok(Publisher {
-            producer,
+            producer: producer(&config, &delivery, timeout)?,
+            config,
             delivery,
             open: false,
             timeout,
@@ -187,6 +181,9 @@ impl Publisher {
     /// caller gives it) keeps where it lands ([`Publisher::remembered`], once flushed). Waits
     /// only while librdkafka's queue is full.
     pub fn send(&mut self, record: &OutRecord, remember: Option<u64>) -> Result<()> {
+        if !self.open {
+            self.renew_if_failed()?;
+        }
         if self.transactional() && !self.open {
             self.producer
                 .begin_transaction()
@@ -313,7 +310,7 @@ impl Publisher {
     /// producer's sequence lost with a restarted broker, say): this producer may write no
     /// more, but a new one with the same `transactional.id` may — it aborts what this one
     /// left open.
-    pub fn failed_unfenced(&self) -> bool {
+    fn failed_unfenced(&self) -> bool {
         use RDKafkaErrorCode as C;
         self.producer
             .client()
@@ -326,15 +323,33 @@ impl Publisher {
             })
     }
 
-    /// Aborts the open transaction, if any (what was sent since the last commit is dropped).
+    /// Aborts the open transaction, if any (what was sent since the last commit is dropped),
+    /// and makes a producer that failed for good, unfenced, anew.
     pub fn abort(&mut self) {
         if self.open
+            && !self.failed_unfenced()
             && let Err(e) = self.producer.abort_transaction(self.timeout)
         {
             tracing::warn!(error = %e, "aborting a Kafka transaction");
         }
         self.open = false;
         self.producer.context().failed.lock().unwrap().take();
+        if let Err(e) = self.renew_if_failed() {
+            tracing::warn!(error = %e, "making a Kafka producer anew (tried again at the next send)");
+        }
+    }
+
+    /// Makes the producer anew if librdkafka failed it for good, unfenced.
+    fn renew_if_failed(&mut self) -> Result<()> {
+        if self.failed_unfenced() {
+            self.producer = producer(&self.config, &self.delivery, self.timeout)?;
+            self.open = false;
+            tracing::info!(
+                transactional_id = self.id(),
+                "a Kafka producer that failed for good was made anew"
+            );
+        }
+        Ok(())
     }
 
     fn id(&self) -> &str {
@@ -359,8 +374,8 @@ impl Publisher {
             ) {
                 return fenced(self.id());
             }
-            return Error::permanent(format!(
-                "kafka: {what}: the producer failed for good: {reason}"
+            return Error::transient(format!(
+                "kafka: {what}: the producer failed for good ({reason}); a new one takes over"
             ));
         }
         match e {
@@ -371,6 +386,28 @@ impl Publisher {
             other => kafka_error(what, other),
         }
     }
+}
+
+/// A producer made with `config`; a transactional one fences the earlier producers of its id
+/// (blocks up to `timeout`).
+fn producer(
+    config: &ClientConfig,
+    delivery: &Delivery,
+    timeout: Duration,
+) -> Result<BaseProducer<Deliveries>> {
+    let producer: BaseProducer<Deliveries> =
+        BaseProducer::from_config_and_context(config, Deliveries::default())
+            .map_err(|e| kafka_error("creating a producer", &e))?;
+    if let Delivery::Transactional { id } = delivery {
+        producer.init_transactions(timeout).map_err(|e| {
+            if is_fenced(&e) {
+                fenced(id)
+            } else {
+                kafka_error(&format!("starting the transactional producer {id}"), &e)
+            }
+        })?;
+    }
+    Ok(producer)
 }
 
 /// Another producer with the same `transactional.id` started: this one may write no more.

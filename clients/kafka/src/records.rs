@@ -11,7 +11,7 @@ use siphon_core::schema::{SchemaId, TableSchema};
 use siphon_core::{Error, Result};
 use siphon_format::avro::AvroSchema;
 use siphon_format::debezium;
-use siphon_format::envelope::{JsonFormat, SchemaCache, envelope_whole};
+use siphon_format::envelope::{self, JsonFormat, SchemaCache, envelope_whole};
 
 use crate::config::{Encoding, RecordFormat};
 use crate::headers::RecordHeaders;
@@ -65,6 +65,9 @@ pub struct RecordEncoder {
     schemas: SchemaCache,
     /// With `format = "avro"`: the registry, and each table version's Avro schemas.
     avro: Option<AvroRecords>,
+    /// Values are row states (events a row-state stage shaped): the `after` row alone, no
+    /// tombstone after a delete but where the row state is one.
+    row_states: bool,
 }
 
 impl RecordEncoder {
@@ -94,7 +97,16 @@ impl RecordEncoder {
             compacted,
             schemas: SchemaCache::default(),
             avro,
+            row_states: false,
         })
+    }
+
+    /// The encoder, its values row states (Debezium's ExtractNewRecordState) of events a
+    /// row-state stage shaped: the row alone, a value-less record (a tombstone) where the
+    /// stage left no row.
+    pub fn with_row_states(mut self) -> Self {
+        self.row_states = true;
+        self
     }
 
     /// The topic of an event's table.
@@ -102,7 +114,8 @@ impl RecordEncoder {
         topic_name(&[&self.prefix, event.source.namespace(), &event.source.table])
     }
 
-    /// The records of `event` (with `headers`): the change, and after a delete its tombstone.
+    /// The records of `event` (with `headers`) in its table's topic: the change, and after a
+    /// delete its tombstone.
     pub fn encode(
         &mut self,
         event: &Event,
@@ -110,6 +123,18 @@ impl RecordEncoder {
         timestamp_ms: i64,
     ) -> Result<Vec<OutRecord>> {
         let topic = self.topic(event);
+        self.encode_to(event, topic, headers, timestamp_ms)
+    }
+
+    /// The records of `event` (with `headers`) in `topic`: the change, and after a delete
+    /// its tombstone (with row states, the tombstone only where the row state is one).
+    pub fn encode_to(
+        &mut self,
+        event: &Event,
+        topic: String,
+        headers: RecordHeaders,
+        timestamp_ms: i64,
+    ) -> Result<Vec<OutRecord>> {
         let format = JsonFormat {
             schemas: self.encoding.schemas,
             transactions: self.encoding.transaction_metadata,
@@ -118,9 +143,13 @@ impl RecordEncoder {
         let (key, value) = match &mut self.avro {
             None => (
                 format.key_bytes(event, &mut self.schemas),
-                format.value_bytes(event, &mut self.schemas),
+                if !self.row_states {
+                    Some(format.value_bytes(event, &mut self.schemas))
+                } else {
+                    event.after.is_some().then(|| format.row_state_bytes(event))
+                },
             ),
-            Some(avro) => avro.encode(event, &topic, format)?,
+            Some(avro) => avro.encode(event, &topic, format, self.row_states)?,
         };
         let key = match key {
             None if self.compacted => {
@@ -136,9 +165,8 @@ impl RecordEncoder {
             }
             key => key,
         };
-        let mut out = Vec::with_capacity(2);
-        if event.op == Op::Delete && key.is_some() {
-            let tombstone = OutRecord {
+        let tombstone =
+            (event.op == Op::Delete && key.is_some() && !self.row_states).then(|| OutRecord {
                 topic: topic.clone(),
                 key: key.clone(),
                 value: None,
@@ -147,25 +175,15 @@ impl RecordEncoder {
                     ..RecordHeaders::default()
                 },
                 timestamp_ms,
-            };
-            out.push(OutRecord {
-                topic,
-                key,
-                value: Some(value),
-                headers,
-                timestamp_ms,
             });
-            out.push(tombstone);
-        } else {
-            out.push(OutRecord {
-                topic,
-                key,
-                value: Some(value),
-                headers,
-                timestamp_ms,
-            });
-        }
-        Ok(out)
+        let change = OutRecord {
+            topic,
+            key,
+            value,
+            headers,
+            timestamp_ms,
+        };
+        Ok(std::iter::once(change).chain(tombstone).collect())
     }
 }
 
@@ -176,25 +194,30 @@ struct AvroRecords {
     versions: HashMap<SchemaId, AvroVersion>,
 }
 
+/// A record's key and value bytes (`None`: no key; no value, a tombstone).
+type KeyAndValue = (Option<Vec<u8>>, Option<Vec<u8>>);
+
 /// A table version's Avro schemas and their ids in the registry (the key's where the table has
-/// a primary key).
+/// a primary key; the value's once a value is written).
 #[derive(Debug)]
 struct AvroVersion {
     key: Option<(AvroSchema, u32)>,
-    value: (AvroSchema, u32),
+    value: Option<(AvroSchema, u32)>,
     /// A value that did not fit its Avro type was reported.
     warned: bool,
 }
 
 impl AvroRecords {
-    /// The event's key (`None` without a primary key) and value in Confluent's wire format.
-    /// Blocks on the registry the first time a table version is met.
+    /// The event's key (`None` without a primary key) and value (`None`: a row state without
+    /// a row) in Confluent's wire format; the value the change envelope, or with `row_states`
+    /// the row state. Blocks on the registry the first time a table version is met.
     fn encode(
         &mut self,
         event: &Event,
         topic: &str,
         format: JsonFormat,
-    ) -> Result<(Option<Vec<u8>>, Vec<u8>)> {
+        row_states: bool,
+    ) -> Result<KeyAndValue> {
         let Some(table) = event.schema.as_deref() else {
             return Err(Error::permanent(format!(
                 "format = \"avro\" needs each table's schema, and the {} source's events of {} have none: use format = \"json\"",
@@ -203,8 +226,33 @@ impl AvroRecords {
             )));
         };
         if !self.versions.contains_key(&table.id) {
-            let made = self.version(event, table, topic, format)?;
-            self.versions.insert(table.id, made);
+            let key = self.key_schema(event, table, topic, format)?;
+            self.versions.insert(
+                table.id,
+                AvroVersion {
+                    key,
+                    value: None,
+                    warned: false,
+                },
+            );
+        }
+        let document = match row_states {
+            false => Some(envelope_whole(event, format.transactions, &format.modes)),
+            true => event
+                .after
+                .is_some()
+                .then(|| envelope::row_state(event, &format.modes)),
+        };
+        if document.is_some() && self.versions[&table.id].value.is_none() {
+            let connect = match row_states {
+                false => debezium::envelope_schema(event, table, &format.modes),
+                true => envelope::row_state_schema(event, &format.modes),
+            };
+            let schema = avro_schema(event, &connect)?;
+            let id = self
+                .registry
+                .register(&registry::subject(topic, false), schema.text())?;
+            self.versions.get_mut(&table.id).expect("made above").value = Some((schema, id));
         }
         let version = self.versions.get_mut(&table.id).expect("made above");
         // A truncate names no row: no key.
@@ -217,12 +265,14 @@ impl AvroRecords {
             }
             _ => None,
         };
-        let (schema, id) = &version.value;
-        let mut value = registry::framed(*id, 512);
-        mismatched.extend(schema.write(
-            &envelope_whole(event, format.transactions, &format.modes),
-            &mut value,
-        ));
+        let value = match (&version.value, document) {
+            (Some((schema, id)), Some(document)) => {
+                let mut out = registry::framed(*id, 512);
+                mismatched.extend(schema.write(&document, &mut out));
+                Some(out)
+            }
+            _ => None,
+        };
         if !mismatched.is_empty() && !version.warned {
             version.warned = true;
             tracing::warn!(
@@ -234,41 +284,33 @@ impl AvroRecords {
         Ok((key, value))
     }
 
-    /// Makes a table version's Avro schemas and registers them.
-    fn version(
+    /// Makes a table version's key schema and registers it (`None`: no primary key).
+    fn key_schema(
         &mut self,
         event: &Event,
         table: &TableSchema,
         topic: &str,
         format: JsonFormat,
-    ) -> Result<AvroVersion> {
-        let avro = |connect: &serde_json::Value| {
-            AvroSchema::from_connect(connect).map_err(|e| {
-                Error::permanent(format!(
-                    "the Avro schema of {}: {e}",
-                    event.source.table_name()
-                ))
-            })
-        };
-        let key = if table.key.is_empty() {
-            None
-        } else {
-            let schema = avro(&debezium::key_schema(event, table, &format.modes))?;
-            let id = self
-                .registry
-                .register(&registry::subject(topic, true), schema.text())?;
-            Some((schema, id))
-        };
-        let schema = avro(&debezium::envelope_schema(event, table, &format.modes))?;
+    ) -> Result<Option<(AvroSchema, u32)>> {
+        if table.key.is_empty() {
+            return Ok(None);
+        }
+        let schema = avro_schema(event, &debezium::key_schema(event, table, &format.modes))?;
         let id = self
             .registry
-            .register(&registry::subject(topic, false), schema.text())?;
-        Ok(AvroVersion {
-            key,
-            value: (schema, id),
-            warned: false,
-        })
+            .register(&registry::subject(topic, true), schema.text())?;
+        Ok(Some((schema, id)))
     }
+}
+
+/// The Avro schema of a Kafka Connect schema of `event`'s table.
+fn avro_schema(event: &Event, connect: &serde_json::Value) -> Result<AvroSchema> {
+    AvroSchema::from_connect(connect).map_err(|e| {
+        Error::permanent(format!(
+            "the Avro schema of {}: {e}",
+            event.source.table_name()
+        ))
+    })
 }
 
 #[cfg(test)]

@@ -96,6 +96,34 @@ pub fn compliance_table() -> TableInfo {
     }
 }
 
+/// The compliance table's schema (version `id`), its key `id` of `key` kind, `name` and
+/// `note` text.
+pub fn compliance_schema(id: u32, key: crate::schema::ColumnKind) -> Arc<TableSchema> {
+    let column = |name: &str, kind| crate::schema::Column {
+        name: name.into(),
+        type_name: String::new(),
+        type_id: 0,
+        type_modifier: -1,
+        kind,
+        nullable: true,
+        generated: false,
+    };
+    Arc::new(TableSchema {
+        id: SchemaId(id),
+        connector: "postgresql".into(),
+        server: "test".into(),
+        database: "db".into(),
+        schema: Some("public".into()),
+        table: TABLE.into(),
+        columns: vec![
+            column("id", key),
+            column("name", crate::schema::ColumnKind::Text { length: None }),
+            column("note", crate::schema::ColumnKind::Text { length: None }),
+        ],
+        key: vec![0],
+    })
+}
+
 /// The log identity the compliance suite opens sinks with.
 pub fn log_id() -> LogId {
     LogId::parse("5f0c7c3e-8d1a-4c55-9b7e-2a4d1e6f0b01").expect("a valid identity")

@@ -172,6 +172,7 @@ impl Writer {
                 key: Some(record.key.clone()),
                 position: Some(event.source.position.commit_point()),
                 txid: event.source.tx_id.map(|id| id.to_string()),
+                id: None,
             };
             out.extend(self.encoder.encode(&event, headers, record.timestamp_ms)?);
         } else {

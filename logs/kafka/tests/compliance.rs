@@ -73,3 +73,45 @@ async fn the_kafka_log_keeps_every_promise() {
 async fn the_kafka_log_without_transactions_keeps_every_promise() {
     run(false).await;
 }
+
+/// A broker killed -9 that comes back without what it had not flushed (noida-db keeps
+/// nothing unflushed: the topics are gone, and the producer's sequence with them) leaves
+/// librdkafka's producer failed for good, but not fenced: the log's writer says so as a
+/// transient error and goes on with a new producer, rather than stopping the source for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_whose_producer_failed_for_good_unfenced_goes_on() {
+    use siphon_core::log::{NewRecord, RecordFlags};
+    let mut broker = KafkaBroker::start().unwrap();
+    for transactions in [true, false] {
+        let under_test = KafkaUnderTest {
+            config: config(&broker, transactions),
+            pipeline: format!("refused{transactions}"),
+        };
+        let log = under_test.open().await.unwrap();
+        let records = |n: usize| {
+            (0..n)
+                .map(|i| NewRecord {
+                    key: format!("k{i}").into_bytes(),
+                    value: format!("v{i}").into_bytes(),
+                    flags: RecordFlags::default(),
+                })
+                .collect::<Vec<_>>()
+        };
+        log.append(records(3)).await.unwrap();
+        broker.restart().unwrap();
+        // A few transient errors while librdkafka finds the broker again and the producer is
+        // made anew; none permanent.
+        let mut errors = Vec::new();
+        while let Err(e) = log.append(records(3)).await {
+            assert!(
+                e.is_transient(),
+                "transactions = {transactions}: a permanent error after {errors:?}: {e}"
+            );
+            errors.push(e.to_string());
+            assert!(
+                errors.len() < 20,
+                "transactions = {transactions}: the writer never went on: {errors:#?}"
+            );
+        }
+    }
+}

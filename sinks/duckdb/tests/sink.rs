@@ -2,10 +2,11 @@
 //! sinks' suite, and every value class.
 
 use serde_json::Value as Json;
-use siphon_core::schema::{Column, ColumnKind, SchemaId, TableSchema};
+use siphon_core::schema::ColumnKind;
 use siphon_core::sink::Sink;
 use siphon_core::testing::{
-    TABLE, apply, compliance_table, event, log_id, record, row, run_compliance_suite,
+    TABLE, apply, compliance_schema, compliance_table, event, log_id, record, row,
+    run_compliance_suite,
 };
 use siphon_core::{Error, Op, Value};
 use siphon_sink_duckdb::{Duckdb, DuckdbSink, DuckdbSinkConfig};
@@ -141,33 +142,6 @@ async fn every_value_class_lands_in_a_typed_column_and_reset_drops_it() {
     );
 }
 
-/// The compliance table's schema, its key `id` of `key` kind.
-fn schema(id: u32, key: siphon_core::schema::ColumnKind) -> std::sync::Arc<TableSchema> {
-    let column = |name: &str, kind| Column {
-        name: name.into(),
-        type_name: String::new(),
-        type_id: 0,
-        type_modifier: -1,
-        kind,
-        nullable: true,
-        generated: false,
-    };
-    std::sync::Arc::new(TableSchema {
-        id: SchemaId(id),
-        connector: "postgresql".into(),
-        server: "test".into(),
-        database: "db".into(),
-        schema: Some("public".into()),
-        table: TABLE.into(),
-        columns: vec![
-            column("id", key),
-            column("name", ColumnKind::Text { length: None }),
-            column("note", ColumnKind::Text { length: None }),
-        ],
-        key: vec![0],
-    })
-}
-
 /// A table change DuckDB refuses (the key column's type) rejects the record that asked for
 /// it, by offset, and the sink goes on: the rejection reaches the dead-letter path, not a
 /// stop.
@@ -182,18 +156,18 @@ async fn a_table_change_duckdb_refuses_rejects_its_record() {
     };
     apply(
         &mut h.sink,
-        &[with_schema(0, 1, schema(1, ColumnKind::Int64))],
+        &[with_schema(0, 1, compliance_schema(1, ColumnKind::Int64))],
     )
     .await
     .unwrap();
-    let retyped = with_schema(1, 2, schema(2, ColumnKind::Uuid));
+    let retyped = with_schema(1, 2, compliance_schema(2, ColumnKind::Uuid));
     match apply(&mut h.sink, &[retyped]).await {
         Err(Error::Rejected { offset, .. }) => assert_eq!(offset, 1),
         other => panic!("expected offset 1 to be rejected, got {other:?}"),
     }
     apply(
         &mut h.sink,
-        &[with_schema(2, 3, schema(1, ColumnKind::Int64))],
+        &[with_schema(2, 3, compliance_schema(1, ColumnKind::Int64))],
     )
     .await
     .unwrap();

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+use siphon_core::event::Event;
 use siphon_core::log::LogId;
 use siphon_core::sink::{Sink, SinkBatch, SinkRecord, StoreCursor};
 use siphon_core::source::{TableInfo, now_ms};
@@ -11,7 +12,8 @@ use siphon_core::{Error, Result};
 use siphon_kafka::config::{KafkaSettings, Seek};
 use siphon_kafka::consume::{consumer, latest_of_key, reach};
 use siphon_kafka::headers::RecordHeaders;
-use siphon_kafka::{Delivery, OutRecord, Publisher, RecordEncoder, TopicSpec, Topics};
+use siphon_kafka::{Delivery, OutRecord, Publisher, RecordEncoder, TopicSpec, Topics, topic_name};
+use siphon_sink_message::{MessageEncoder, ValueForm, event_id};
 
 use crate::config::KafkaSinkConfig;
 
@@ -32,13 +34,32 @@ struct Connected {
     encoder: RecordEncoder,
 }
 
-/// Publishes a pipeline's events to Kafka; see the crate documentation.
-pub struct KafkaSink {
+/// How to reach the cluster and what to connect as: what the blocking calls take with them.
+#[derive(Debug, Clone)]
+struct Endpoint {
     settings: KafkaSettings,
     pipeline: String,
     cursor_topic: String,
     transactional_id: String,
+    /// Values are row states.
+    row_states: bool,
+}
+
+/// An event ready to become Kafka records: shaped (the row state, where values are row
+/// states), its topic and headers known.
+#[derive(Debug)]
+struct Outgoing {
+    event: Event,
+    topic: String,
+    headers: RecordHeaders,
+}
+
+/// Publishes a pipeline's events to Kafka; see the crate documentation.
+pub struct KafkaSink {
+    endpoint: Endpoint,
     topic_spec: TopicSpec,
+    /// What every message sink does to an event: its destination, the row state.
+    messages: MessageEncoder,
     connected: Option<Connected>,
     /// The log its cursor is a position in (given at open).
     log: Option<LogId>,
@@ -49,8 +70,8 @@ pub struct KafkaSink {
 impl std::fmt::Debug for KafkaSink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KafkaSink")
-            .field("pipeline", &self.pipeline)
-            .field("cursor_topic", &self.cursor_topic)
+            .field("pipeline", &self.endpoint.pipeline)
+            .field("cursor_topic", &self.endpoint.cursor_topic)
             .field("cursor", &self.cursor)
             .finish_non_exhaustive()
     }
@@ -63,35 +84,13 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
         .map_err(|e| Error::permanent(format!("a Kafka sink task failed: {e}")))
 }
 
-impl KafkaSink {
-    /// Sink `sink` of pipeline `pipeline` (they name its cursor topic and producer).
-    pub fn new(config: &KafkaSinkConfig, pipeline: &str, sink: &str) -> Result<Self> {
-        config.validate().map_err(Error::Config)?;
-        let settings = config.kafka();
-        Ok(KafkaSink {
-            cursor_topic: config
-                .cursor_topic
-                .clone()
-                .unwrap_or_else(|| format!("siphon.{pipeline}.{sink}.cursor")),
-            transactional_id: settings
-                .transactional_id
-                .clone()
-                .unwrap_or_else(|| format!("siphon.{pipeline}.{sink}")),
-            topic_spec: TopicSpec {
-                partitions: settings.topics.partitions,
-                replication_factor: settings.topics.replication_factor,
-                config: settings.topics.topic_config(),
-            },
-            settings,
-            pipeline: pipeline.to_owned(),
-            connected: None,
-            log: None,
-            cursor: None,
-        })
-    }
-
+impl Endpoint {
     fn timeout(&self) -> Duration {
         self.settings.timeout.0
+    }
+
+    fn client_id(&self) -> String {
+        format!("siphon-{}-sink", self.pipeline)
     }
 
     /// Connects: a transactional producer fences the earlier ones of this sink. Blocks.
@@ -104,10 +103,9 @@ impl KafkaSink {
         } else {
             Delivery::Idempotent
         };
-        let client_id = format!("siphon-{}-sink", self.pipeline);
         let publisher = Publisher::connect(
             &connection,
-            &client_id,
+            &self.client_id(),
             delivery,
             &[(
                 "compression.type",
@@ -115,7 +113,7 @@ impl KafkaSink {
             )],
             self.timeout(),
         )?;
-        let topics = Topics::connect(&connection, &client_id, self.timeout())?;
+        let topics = Topics::connect(&connection, &self.client_id(), self.timeout())?;
         topics.ensure(
             std::slice::from_ref(&self.cursor_topic),
             &TopicSpec {
@@ -130,6 +128,11 @@ impl KafkaSink {
             self.settings.topics.cleanup_policy.compacts(),
             self.timeout(),
         )?;
+        let encoder = if self.row_states {
+            encoder.with_row_states()
+        } else {
+            encoder
+        };
         Ok(Connected {
             publisher,
             topics,
@@ -139,11 +142,7 @@ impl KafkaSink {
 
     /// The cursor the cursor topic holds. Blocks.
     fn stored_cursor(&self) -> Result<Option<Cursor>> {
-        let reader = consumer(
-            &self.settings.connection(),
-            &format!("siphon-{}-sink", self.pipeline),
-            true,
-        )?;
+        let reader = consumer(&self.settings.connection(), &self.client_id(), true)?;
         latest_of_key(
             &reader,
             &self.cursor_topic,
@@ -161,6 +160,39 @@ impl KafkaSink {
         })
         .transpose()
     }
+}
+
+impl KafkaSink {
+    /// Sink `sink` of pipeline `pipeline` (they name its cursor topic and producer).
+    pub fn new(config: &KafkaSinkConfig, pipeline: &str, sink: &str) -> Result<Self> {
+        config.validate().map_err(Error::Config)?;
+        let settings = config.kafka();
+        let messages = config.message();
+        Ok(KafkaSink {
+            endpoint: Endpoint {
+                cursor_topic: config
+                    .cursor_topic
+                    .clone()
+                    .unwrap_or_else(|| format!("siphon.{pipeline}.{sink}.cursor")),
+                transactional_id: settings
+                    .transactional_id
+                    .clone()
+                    .unwrap_or_else(|| format!("siphon.{pipeline}.{sink}")),
+                row_states: messages.value == ValueForm::Row,
+                pipeline: pipeline.to_owned(),
+                settings: settings.clone(),
+            },
+            topic_spec: TopicSpec {
+                partitions: settings.topics.partitions,
+                replication_factor: settings.topics.replication_factor,
+                config: settings.topics.topic_config(),
+            },
+            messages: MessageEncoder::new(&messages, pipeline).map_err(Error::Config)?,
+            connected: None,
+            log: None,
+            cursor: None,
+        })
+    }
 
     /// The cursor's record: at `next`, or deleted (a tombstone) with `None`.
     fn cursor_record(&self, next_offset: Option<u64>) -> Result<OutRecord> {
@@ -174,7 +206,7 @@ impl KafkaSink {
             })
             .transpose()?;
         Ok(OutRecord {
-            topic: self.cursor_topic.clone(),
+            topic: self.endpoint.cursor_topic.clone(),
             key: Some(CURSOR_KEY.to_vec()),
             value,
             headers: RecordHeaders::default(),
@@ -182,22 +214,49 @@ impl KafkaSink {
         })
     }
 
-    /// Publishes the Kafka records of `records` and the cursor `next` in one transaction (or
+    /// What `records` become before their Kafka records are made: shaped (a delete the row
+    /// state drops is gone), with their topics and headers.
+    fn outgoing<'a>(
+        &self,
+        log: &LogId,
+        records: impl Iterator<Item = &'a SinkRecord>,
+    ) -> Vec<Outgoing> {
+        records
+            .filter_map(|record| {
+                let event = &record.event;
+                let shaped = self.messages.shape(event)?;
+                Some(Outgoing {
+                    topic: topic_name(&[&self.messages.destination(event)]),
+                    headers: RecordHeaders {
+                        offset: record.offset,
+                        position: Some(event.source.position.commit_point()),
+                        txid: event.source.tx_id.map(|id| id.to_string()),
+                        id: Some(event_id(log, record.offset)),
+                        ..RecordHeaders::default()
+                    },
+                    event: shaped.into_owned(),
+                })
+            })
+            .collect()
+    }
+
+    /// Publishes the Kafka records of `outgoing` and the cursor `next` in one transaction (or
     /// acknowledged in turn). On an error nothing of it counts: the producer is back at its
-    /// last commit. The records are made on the blocking thread too: a new table version's
-    /// Avro schemas are registered there.
-    async fn publish(&mut self, records: Vec<SinkRecord>, next: Option<u64>) -> Result<()> {
+    /// last commit (one that failed for good, not fenced, is made anew by the next try). The
+    /// records are made on the blocking thread too: a new table version's Avro schemas are
+    /// registered there.
+    async fn publish(&mut self, outgoing: Vec<Outgoing>, next: Option<u64>) -> Result<()> {
         let mut connected = match self.connected.take() {
             Some(c) => c,
             None => {
-                let sink = self.clone_settings();
-                blocking(move || sink.connect()).await??
+                let endpoint = self.endpoint.clone();
+                blocking(move || endpoint.connect()).await??
             }
         };
         let cursor = self.cursor_record(next)?;
         let spec = self.topic_spec.clone();
         let (connected, result) = blocking(move || {
-            let result = encode(&mut connected.encoder, &records)
+            let result = encode(&mut connected.encoder, outgoing)
                 .and_then(|records| send_all(&mut connected, &records, &cursor, &spec));
             if result.is_err() {
                 connected.publisher.abort();
@@ -205,53 +264,27 @@ impl KafkaSink {
             (connected, result)
         })
         .await?;
-        match result {
-            Ok(()) => {
-                self.connected = Some(connected);
-                self.cursor = next;
-                Ok(())
-            }
-            Err(e) if e.is_transient() => {
-                self.connected = Some(connected);
-                Err(e)
-            }
-            // A producer failed for good but not fenced is made anew on the next call: the
-            // new one aborts what this one left open, and the batch goes again from the
-            // cursor.
-            Err(e) if connected.publisher.failed_unfenced() => {
-                Err(Error::transient(format!("{e}; making a new producer")))
-            }
-            Err(e) => Err(e),
+        if result.is_ok() {
+            self.cursor = next;
         }
-    }
-
-    /// What connecting needs, apart from the connection itself.
-    fn clone_settings(&self) -> KafkaSink {
-        KafkaSink {
-            settings: self.settings.clone(),
-            pipeline: self.pipeline.clone(),
-            cursor_topic: self.cursor_topic.clone(),
-            transactional_id: self.transactional_id.clone(),
-            topic_spec: self.topic_spec.clone(),
-            connected: None,
-            log: self.log.clone(),
-            cursor: self.cursor,
+        if result.as_ref().is_ok() || result.as_ref().is_err_and(Error::is_transient) {
+            self.connected = Some(connected);
         }
+        result
     }
 }
 
-/// The Kafka records of `records`. Blocks (a new table version's Avro schemas are registered).
-fn encode(encoder: &mut RecordEncoder, records: &[SinkRecord]) -> Result<Vec<OutRecord>> {
-    let mut out = Vec::with_capacity(records.len() + 1);
-    for record in records {
-        let event = &record.event;
-        let headers = RecordHeaders {
-            offset: record.offset,
-            position: Some(event.source.position.commit_point()),
-            txid: event.source.tx_id.map(|id| id.to_string()),
-            ..RecordHeaders::default()
-        };
-        out.extend(encoder.encode(event, headers, event.ts_ms)?);
+/// The Kafka records of `outgoing`. Blocks (a new table version's Avro schemas are
+/// registered).
+fn encode(encoder: &mut RecordEncoder, outgoing: Vec<Outgoing>) -> Result<Vec<OutRecord>> {
+    let mut out = Vec::with_capacity(outgoing.len() + 1);
+    for Outgoing {
+        event,
+        topic,
+        headers,
+    } in outgoing
+    {
+        out.extend(encoder.encode_to(&event, topic, headers, event.ts_ms)?);
     }
     Ok(out)
 }
@@ -281,16 +314,16 @@ fn send_all(
 #[async_trait]
 impl Sink for KafkaSink {
     async fn check(&mut self) -> Result<()> {
-        let settings = self.settings.clone();
-        let client_id = format!("siphon-{}-check", self.pipeline);
+        let settings = self.endpoint.settings.clone();
+        let client_id = format!("siphon-{}-check", self.endpoint.pipeline);
         blocking(move || reach(&settings, &client_id)).await?
     }
 
     async fn open(&mut self, _tables: &[TableInfo], log: &LogId) -> Result<Option<StoreCursor>> {
         self.log = Some(log.clone());
-        let sink = self.clone_settings();
+        let endpoint = self.endpoint.clone();
         let (connected, stored) =
-            blocking(move || -> Result<_> { Ok((sink.connect()?, sink.stored_cursor()?)) })
+            blocking(move || -> Result<_> { Ok((endpoint.connect()?, endpoint.stored_cursor()?)) })
                 .await??;
         self.connected = Some(connected);
         self.cursor = stored.as_ref().map(|c| c.next_offset);
@@ -311,13 +344,12 @@ impl Sink for KafkaSink {
         if batch.end <= published {
             return Ok(());
         }
-        let records = batch
-            .records
-            .iter()
-            .filter(|r| r.offset >= published)
-            .cloned()
-            .collect();
-        self.publish(records, Some(batch.end)).await
+        let log = self
+            .log
+            .as_ref()
+            .ok_or_else(|| Error::permanent("kafka: a batch before the sink was opened"))?;
+        let outgoing = self.outgoing(log, batch.records.iter().filter(|r| r.offset >= published));
+        self.publish(outgoing, Some(batch.end)).await
     }
 
     async fn rewind(&mut self, next: u64) -> Result<()> {
@@ -328,16 +360,21 @@ impl Sink for KafkaSink {
     /// keeps its records, which the log's records published again then supersede) and
     /// deletes the cursor.
     async fn reset(&mut self, tables: &[TableInfo]) -> Result<()> {
-        let prefix = self.settings.prefix(&self.pipeline);
-        let topics: Vec<String> = tables
+        let mut topics: Vec<String> = tables
             .iter()
-            .map(|t| siphon_kafka::table_topic(&prefix, t.name.namespace(), t.name.table()))
+            .flat_map(|t| self.messages.destinations_of(t))
+            .map(|destination| topic_name(&[&destination]))
             .collect();
-        let connection = self.settings.connection();
-        let client_id = format!("siphon-{}-sink", self.pipeline);
-        let timeout = self.timeout();
+        topics.sort_unstable();
+        topics.dedup();
+        let endpoint = self.endpoint.clone();
         blocking(move || {
-            Topics::connect(&connection, &client_id, timeout)?.delete_records(&topics)
+            Topics::connect(
+                &endpoint.settings.connection(),
+                &endpoint.client_id(),
+                endpoint.timeout(),
+            )?
+            .delete_records(&topics)
         })
         .await??;
         self.publish(Vec::new(), None).await

@@ -18,17 +18,29 @@ struct Harness {
     sink: KafkaSink,
 }
 
+/// A record as a `read_committed` consumer reads it.
+#[derive(Debug)]
+struct Read {
+    /// Header `siphon.offset`.
+    offset: u64,
+    /// Header `siphon.id`, if there.
+    id: Option<String>,
+    key: Option<Vec<u8>>,
+    /// `None`: a tombstone.
+    value: Option<Vec<u8>>,
+}
+
 /// The values a `read_committed` consumer reads from `topic` (one partition), tombstones
 /// left out.
 fn published(brokers: &str, topic: &str) -> Vec<serde_json::Value> {
-    published_at(brokers, topic)
+    read_all(brokers, topic)
         .into_iter()
-        .map(|(_, value)| value)
+        .filter_map(|r| r.value.map(|v| serde_json::from_slice(&v).unwrap()))
         .collect()
 }
 
-/// [`published`], each value with its record's siphon offset (header `siphon.offset`).
-fn published_at(brokers: &str, topic: &str) -> Vec<(u64, serde_json::Value)> {
+/// Every record a `read_committed` consumer reads from `topic` (one partition), in order.
+fn read_all(brokers: &str, topic: &str) -> Vec<Read> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("group.id", "siphon-test-reader")
@@ -56,16 +68,20 @@ fn published_at(brokers: &str, topic: &str) -> Vec<(u64, serde_json::Value)> {
         );
         match consumer.poll(Duration::from_millis(100)) {
             Some(Ok(m)) => {
-                if let Some(value) = m.payload() {
-                    use rdkafka::message::Headers;
-                    let offset = m
-                        .headers()
-                        .and_then(|h| h.iter().find(|h| h.key == "siphon.offset"))
+                use rdkafka::message::Headers;
+                let header = |name: &str| {
+                    m.headers()
+                        .and_then(|h| h.iter().find(|h| h.key == name))
                         .and_then(|h| h.value)
-                        .map(|v| u64::from_be_bytes(v.try_into().unwrap()))
-                        .unwrap();
-                    out.push((offset, serde_json::from_slice(value).unwrap()));
-                }
+                };
+                out.push(Read {
+                    offset: u64::from_be_bytes(
+                        header("siphon.offset").unwrap().try_into().unwrap(),
+                    ),
+                    id: header("siphon.id").map(|v| String::from_utf8(v.to_vec()).unwrap()),
+                    key: m.key().map(<[u8]>::to_vec),
+                    value: m.payload().map(<[u8]>::to_vec),
+                });
             }
             Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => return out,
             Some(Err(e)) => panic!("reading {topic}: {e}"),
@@ -135,12 +151,14 @@ impl siphon_core::testing::MessageHarness for MessageSide {
     async fn delivered(&mut self) -> Vec<siphon_core::testing::Delivered> {
         let brokers = self.broker.brokers();
         let read =
-            tokio::task::spawn_blocking(move || published_at(&brokers, "demo.public.compliance"))
+            tokio::task::spawn_blocking(move || read_all(&brokers, "demo.public.compliance"))
                 .await
                 .unwrap();
-        let log = siphon_core::testing::log_id();
         read.into_iter()
-            .map(|(offset, value)| (format!("{log}:{offset}"), value))
+            .filter_map(|r| {
+                let value = serde_json::from_slice(&r.value?).unwrap();
+                Some((r.id.expect("every record carries siphon.id"), value))
+            })
             .collect()
     }
 
@@ -210,4 +228,170 @@ async fn a_producer_failed_for_good_unfenced_is_made_anew() {
         sink.open(&tables(), &log_id()).await.unwrap();
         sink.apply(&batch(2..4)).await.unwrap();
     }
+}
+
+/// The Kafka sink is a message sink like the others: its topics from `destination` (what
+/// Kafka does not allow in a name becomes `_`), each record's `siphon.id` the event's id, and
+/// with `value = "row"` each value the row state (no tombstone after a delete but where the
+/// row state is one; a delete dropped is no record).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn destinations_and_row_states_shape_the_kafka_records() {
+    use siphon_core::event::{Op, Value};
+    use siphon_core::sink::SinkBatch;
+    use siphon_core::testing::{TABLE, event, log_id, record, row, tables};
+    let broker = KafkaBroker::start().unwrap();
+    let changes = || {
+        SinkBatch::whole(vec![
+            record(
+                0,
+                event(TABLE, Op::Create, 1, None, Some(row(1, "one", Value::Null))),
+            ),
+            record(
+                1,
+                event(TABLE, Op::Update, 1, None, Some(row(1, "uno", Value::Null))),
+            ),
+            record(
+                2,
+                event(TABLE, Op::Delete, 1, Some(row(1, "uno", Value::Null)), None),
+            ),
+        ])
+    };
+    for (deletes, values) in [
+        ("tombstone", vec![Some("one"), Some("uno"), None]),
+        ("rewrite", vec![Some("one"), Some("uno"), Some("uno")]),
+        ("drop", vec![Some("one"), Some("uno")]),
+    ] {
+        let config: KafkaSinkConfig = serde_json::from_value(serde_json::json!({
+            "brokers": broker.brokers(),
+            "schemas": false,
+            "seek": "beginning",
+            "destination": format!("{{prefix}}:{deletes}:{{table}}"),
+            "topic_prefix": "rows",
+            "value": "row",
+            "deletes": deletes,
+        }))
+        .unwrap();
+        let mut sink = KafkaSink::new(&config, "demo", deletes).unwrap();
+        sink.open(&tables(), &log_id()).await.unwrap();
+        sink.apply(&changes()).await.unwrap();
+        let brokers = broker.brokers();
+        let topic = format!("rows_{deletes}_{TABLE}");
+        let read = tokio::task::spawn_blocking(move || read_all(&brokers, &topic))
+            .await
+            .unwrap();
+        let names: Vec<Option<String>> = read
+            .iter()
+            .map(|r| {
+                r.value.as_ref().map(|v| {
+                    let v: serde_json::Value = serde_json::from_slice(v).unwrap();
+                    assert!(v.get("after").is_none(), "a row, not an envelope: {v}");
+                    v["name"].as_str().unwrap().to_owned()
+                })
+            })
+            .collect();
+        let expected: Vec<Option<String>> = values.iter().map(|v| v.map(str::to_owned)).collect();
+        assert_eq!(names, expected, "deletes = {deletes}");
+        for (r, offset) in read.iter().zip(0u64..) {
+            assert_eq!(r.offset, offset);
+            assert_eq!(r.id, Some(format!("{}:{offset}", log_id())));
+            let key: serde_json::Value = serde_json::from_slice(r.key.as_ref().unwrap()).unwrap();
+            assert_eq!(key, serde_json::json!({ "id": 1 }));
+        }
+        if deletes == "rewrite" {
+            let deleted: serde_json::Value =
+                serde_json::from_slice(read[2].value.as_ref().unwrap()).unwrap();
+            assert_eq!(
+                (&deleted["__deleted"], &deleted["__op"]),
+                (&serde_json::json!("true"), &serde_json::json!("d"))
+            );
+        }
+    }
+}
+
+/// With `format = "avro"` and `value = "row"`, each value is the row state in Avro: its
+/// schema (`<server>.<schema>.<table>.Value`, the table's columns and the added fields)
+/// registered once under `<topic>-value`, and a delete with `deletes = "tombstone"` a record
+/// without a value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn avro_row_states_take_a_schema_of_their_own() {
+    use siphon_core::event::{Op, Value};
+    use siphon_core::schema::ColumnKind;
+    use siphon_core::sink::SinkBatch;
+    use siphon_core::testing::{TABLE, compliance_schema, event, log_id, record, row, tables};
+    use siphon_test_support::RegistryStandIn;
+    let broker = KafkaBroker::start().unwrap();
+    let registry = RegistryStandIn::start().unwrap();
+    let config: KafkaSinkConfig = serde_json::from_value(serde_json::json!({
+        "brokers": broker.brokers(),
+        "seek": "beginning",
+        "format": "avro",
+        "registry": { "url": registry.url },
+        "value": "row",
+        "deletes": "tombstone",
+        "row_fields": ["op", "position"],
+    }))
+    .unwrap();
+    let with_schema = |offset: u64, mut e: siphon_core::event::Event| {
+        e.schema = Some(compliance_schema(1, ColumnKind::Int64));
+        record(offset, e)
+    };
+    let mut sink = KafkaSink::new(&config, "demo", "avro").unwrap();
+    sink.open(&tables(), &log_id()).await.unwrap();
+    sink.apply(&SinkBatch::whole(vec![
+        with_schema(
+            0,
+            event(
+                TABLE,
+                Op::Delete,
+                9,
+                Some(row(9, "gone", Value::Null)),
+                None,
+            ),
+        ),
+        with_schema(
+            1,
+            event(TABLE, Op::Create, 1, None, Some(row(1, "one", Value::Null))),
+        ),
+        with_schema(
+            2,
+            event(
+                TABLE,
+                Op::Update,
+                1,
+                None,
+                Some(row(1, "uno", Value::Text("n".into()))),
+            ),
+        ),
+    ]))
+    .await
+    .unwrap();
+    let brokers = broker.brokers();
+    let read = tokio::task::spawn_blocking(move || read_all(&brokers, "demo.public.compliance"))
+        .await
+        .unwrap();
+    assert_eq!(read.len(), 3, "{read:?}");
+    assert!(read[0].value.is_none(), "a tombstone for the delete");
+    let (_, key) = registry
+        .decode(read[0].key.as_ref().unwrap(), None)
+        .unwrap();
+    assert_eq!(key, serde_json::json!({ "id": 9 }));
+    let values: Vec<serde_json::Value> = read[1..]
+        .iter()
+        .map(|r| registry.decode(r.value.as_ref().unwrap(), None).unwrap().1)
+        .collect();
+    assert_eq!(
+        values,
+        [
+            serde_json::json!({ "id": 1, "name": "one", "note": null, "__op": "c" }),
+            serde_json::json!({ "id": 1, "name": "uno", "note": "n", "__op": "u" }),
+        ]
+    );
+    let subjects = registry.subjects();
+    let versions = &subjects["demo.public.compliance-value"];
+    assert_eq!(versions.len(), 1, "{subjects:#?}");
+    assert!(
+        versions[0].contains("\"__op\"") && !versions[0].contains("\"after\""),
+        "a row state's schema: {}",
+        versions[0]
+    );
 }

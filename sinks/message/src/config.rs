@@ -64,6 +64,58 @@ impl MessageSettings {
     }
 }
 
+/// Adds the keys that shape every message sink's messages — `destination`, `value`,
+/// `row_fields` and `deletes`, documented here once — to a settings struct that the macro
+/// `$base` declares with the fields given (`siphon_kafka::kafka_config` for the Kafka sink,
+/// whose keys of the cluster and of how values are written are its own), and gives it
+/// `fn row_state()`.
+#[macro_export]
+macro_rules! message_fields {
+    (
+        [$($base:tt)+]
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $( $(#[$field_meta:meta])* pub $field:ident : $ty:ty, )*
+        }
+    ) => {
+        $($base)+ ! {
+            $(#[$meta])*
+            pub struct $name {
+                /// Where each event goes: a template of `{prefix}`, `{schema}`, `{table}` and
+                /// `{op}` (c, u, d, r, t). Default: Debezium's `{prefix}.{schema}.{table}`.
+                #[serde(default = "siphon_sink_message::default_destination")]
+                pub destination: String,
+                /// Each message's value: "envelope" (Debezium's change event, the default) or
+                /// "row" (the row after the change, with `row_fields`: Debezium's
+                /// ExtractNewRecordState).
+                #[serde(default)]
+                pub value: siphon_sink_message::ValueForm,
+                /// With `value = "row"`: the fields added to each row, each as `__<name>`:
+                /// "op", "table", "position" (`__lsn` or `__gtid`) and "ts_ms" (all four by
+                /// default).
+                #[serde(default = "siphon_core::sink::row_state::RowState::all_fields")]
+                pub row_fields: Vec<siphon_core::sink::row_state::RowField>,
+                /// With `value = "row"`: what becomes of a delete: "rewrite" (the old row with
+                /// `__deleted: "true"`, and every other row `"false"`; the default),
+                /// "tombstone" (a `null` value) or "drop".
+                #[serde(default)]
+                pub deletes: siphon_core::sink::row_state::DeleteHandling,
+                $( $(#[$field_meta])* pub $field : $ty, )*
+            }
+        }
+
+        impl $name {
+            /// The row-state stage `row_fields` and `deletes` make.
+            pub fn row_state(&self) -> siphon_core::sink::row_state::RowState {
+                siphon_core::sink::row_state::RowState {
+                    fields: self.row_fields.clone(),
+                    deletes: self.deletes,
+                }
+            }
+        }
+    };
+}
+
 /// Declares a message sink's settings (`#[serde(deny_unknown_fields)]`, so that a misspelt
 /// key is an error naming it): the keys every message sink has, documented here once, then
 /// the sink's own, and `fn message()` handing the shared ones out as [`MessageSettings`].
@@ -75,45 +127,28 @@ macro_rules! message_config {
             $( $(#[$field_meta:meta])* pub $field:ident : $ty:ty, )*
         }
     ) => {
-        $(#[$meta])*
-        #[derive(Debug, Clone, PartialEq, serde::Deserialize)]
-        #[serde(deny_unknown_fields)]
-        pub struct $name {
-            /// Where each event goes: a template of `{prefix}`, `{schema}`, `{table}` and
-            /// `{op}` (c, u, d, r, t). Default: Debezium's `{prefix}.{schema}.{table}`.
-            #[serde(default = "siphon_sink_message::default_destination")]
-            pub destination: String,
-            /// What `{prefix}` stands for (Debezium's `topic.prefix`). Unset: the
-            /// pipeline's name.
-            #[serde(default)]
-            pub prefix: Option<String>,
-            /// Wrap keys and values as `{"schema":…,"payload":…}` (Kafka Connect's
-            /// JsonConverter with `schemas.enable = true`, Debezium Server's default);
-            /// `false`: the payload alone.
-            #[serde(default = "siphon_sink_message::yes")]
-            pub schemas: bool,
-            /// Fill each event's `transaction` block (Debezium's
-            /// `provide.transaction.metadata`).
-            #[serde(default)]
-            pub transaction_metadata: bool,
-            /// Debezium's handling modes for values (as for the file sink).
-            #[serde(default)]
-            pub debezium: siphon_format::debezium::Modes,
-            /// Each message's value: "envelope" (Debezium's change event, the default) or
-            /// "row" (the row after the change, with `row_fields`: Debezium's
-            /// ExtractNewRecordState).
-            #[serde(default)]
-            pub value: $crate::ValueForm,
-            /// With `value = "row"`: the fields added to each row, each as `__<name>`: "op",
-            /// "table", "position" (`__lsn` or `__gtid`) and "ts_ms" (all four by default).
-            #[serde(default = "siphon_core::sink::row_state::RowState::all_fields")]
-            pub row_fields: Vec<siphon_core::sink::row_state::RowField>,
-            /// With `value = "row"`: what becomes of a delete: "rewrite" (the old row with
-            /// `__deleted: "true"`, and every other row `"false"`; the default),
-            /// "tombstone" (a `null` value) or "drop".
-            #[serde(default)]
-            pub deletes: siphon_core::sink::row_state::DeleteHandling,
-            $( $(#[$field_meta])* pub $field : $ty, )*
+        $crate::message_fields! {
+            [$crate::settings_struct]
+            $(#[$meta])*
+            pub struct $name {
+                /// What `{prefix}` stands for (Debezium's `topic.prefix`). Unset: the
+                /// pipeline's name.
+                #[serde(default)]
+                pub prefix: Option<String>,
+                /// Wrap keys and values as `{"schema":…,"payload":…}` (Kafka Connect's
+                /// JsonConverter with `schemas.enable = true`, Debezium Server's default);
+                /// `false`: the payload alone.
+                #[serde(default = "siphon_sink_message::yes")]
+                pub schemas: bool,
+                /// Fill each event's `transaction` block (Debezium's
+                /// `provide.transaction.metadata`).
+                #[serde(default)]
+                pub transaction_metadata: bool,
+                /// Debezium's handling modes for values (as for the file sink).
+                #[serde(default)]
+                pub debezium: siphon_format::debezium::Modes,
+                $( $(#[$field_meta])* pub $field : $ty, )*
+            }
         }
 
         impl $name {
@@ -126,12 +161,29 @@ macro_rules! message_config {
                     transaction_metadata: self.transaction_metadata,
                     debezium: self.debezium,
                     value: self.value,
-                    row_state: siphon_core::sink::row_state::RowState {
-                        fields: self.row_fields.clone(),
-                        deletes: self.deletes,
-                    },
+                    row_state: self.row_state(),
                 }
             }
+        }
+    };
+}
+
+/// A settings struct as declared, `#[serde(deny_unknown_fields)]`: the base of
+/// [`message_config!`].
+#[doc(hidden)]
+#[macro_export]
+macro_rules! settings_struct {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $( $(#[$field_meta:meta])* pub $field:ident : $ty:ty, )*
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct $name {
+            $( $(#[$field_meta])* pub $field : $ty, )*
         }
     };
 }

@@ -1,6 +1,8 @@
 //! An event as a message.
 
-use siphon_core::event::Op;
+use std::borrow::Cow;
+
+use siphon_core::event::{Event, Op};
 use siphon_core::log::LogId;
 use siphon_core::sink::SinkRecord;
 use siphon_core::sink::routing::NameTemplate;
@@ -66,6 +68,11 @@ impl Message {
     }
 }
 
+/// The id of the event at `offset` of log `log`: `<log identity>:<offset>`.
+pub fn event_id(log: &LogId, offset: u64) -> String {
+    format!("{log}:{offset}")
+}
+
 /// Makes messages of a pipeline's events.
 #[derive(Debug)]
 pub struct MessageEncoder {
@@ -101,27 +108,39 @@ impl MessageEncoder {
     /// `record` of log `log` as a message; `None` for an event the row state drops (a delete,
     /// with `deletes = "drop"`).
     pub fn encode(&mut self, record: &SinkRecord, log: &LogId) -> Option<Message> {
+        let shaped = self.shape(&record.event)?;
         let event = &record.event;
-        let value = match &self.row_state {
-            None => self.format.value_bytes(event, &mut self.schemas),
-            Some(stage) => {
-                let mut state = event.clone();
-                if !stage.apply(&mut state) {
-                    return None;
-                }
-                self.format.row_state_bytes(&state)
-            }
+        let value = match &shaped {
+            Cow::Borrowed(event) => self.format.value_bytes(event, &mut self.schemas),
+            Cow::Owned(state) => self.format.row_state_bytes(state),
         };
         Some(Message {
-            destination: self.render(event.source.namespace(), &event.source.table, event.op),
+            destination: self.destination(event),
             key: self.format.key_bytes(event, &mut self.schemas),
             value,
-            id: format!("{log}:{}", record.offset),
+            id: event_id(log, record.offset),
             offset: record.offset,
             position: event.source.position.commit_point(),
             txid: event.source.tx_id.map(|id| id.to_string()),
             op: event.op.code(),
         })
+    }
+
+    /// The event a message's value is made of: `event` itself, or its row state (`None`
+    /// when the row state drops it).
+    pub fn shape<'a>(&self, event: &'a Event) -> Option<Cow<'a, Event>> {
+        match &self.row_state {
+            None => Some(Cow::Borrowed(event)),
+            Some(stage) => {
+                let mut state = event.clone();
+                stage.apply(&mut state).then_some(Cow::Owned(state))
+            }
+        }
+    }
+
+    /// Where `event` goes.
+    pub fn destination(&self, event: &Event) -> String {
+        self.render(event.source.namespace(), &event.source.table, event.op)
     }
 
     /// Every destination `table`'s events can have (one for each operation when the
