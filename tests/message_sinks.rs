@@ -14,8 +14,8 @@ use common::pg::{
     History, WRITER_TABLES, assert_every_change_once, current_lsn, pg_source, spawn_writer,
 };
 use siphon_test_support::{
-    Daemon, PgDatabase, PrivateNats, PrivateRedis, nats, nats_messages, postgres, rabbitmq,
-    rabbitmq_close_connections, redis, redis_conn,
+    Daemon, PgDatabase, PrivateNats, PrivateRabbitmq, PrivateRedis, RabbitExchange, nats,
+    nats_messages, postgres, rabbitmq, rabbitmq_at, rabbitmq_close_connections, redis, redis_conn,
 };
 
 /// A stream's entries: (entry id, fields), in the stream's order.
@@ -392,44 +392,115 @@ async fn rabbitmq_gets_every_change_at_least_once_and_an_unroutable_sink_stops_a
         "{lost}"
     );
     drop(d);
-
-    let mut by_id: BTreeMap<String, serde_json::Value> = BTreeMap::new();
-    let mut first_copies = Vec::new();
-    let mut copies = 0;
-    for message in ex.drain().await.unwrap() {
-        copies += 1;
-        let id = message
-            .properties
-            .message_id()
-            .as_ref()
-            .unwrap()
-            .to_string();
-        let value: serde_json::Value = serde_json::from_slice(&message.delivery.data).unwrap();
-        let table = message.delivery.routing_key.to_string();
-        match by_id.get(&id) {
-            Some(seen) => assert_eq!(seen, &value, "two messages under id {id}"),
-            None => {
-                by_id.insert(id, value.clone());
-                first_copies.push((table, value));
-            }
-        }
-    }
-    assert!(copies >= first_copies.len());
-    let of_table = |table: &str| {
-        history_of(
-            first_copies
-                .iter()
-                .filter(|(key, _)| *key == format!("demo.public.{table}"))
-                .map(|(_, value)| value.clone()),
-        )
-    };
-    assert_every_change_once(&db, &of_table("counters"), &of_table("ledger")).await;
+    assert_every_change_at_least_once(&db, queued(&ex).await).await;
     ex.channel()
         .await
         .unwrap()
         .exchange_delete(unbound.as_str().into(), Default::default())
         .await
         .unwrap();
+}
+
+/// `events` (id, destination, value: a Debezium envelope), as a consumer got them, hold every
+/// change `db`'s writer committed at least once, every copy of an id alike, and kept once by
+/// id each key's changes in commit order. Returns how many copies came beyond the first.
+async fn assert_every_change_at_least_once(
+    db: &PgDatabase,
+    events: impl IntoIterator<Item = (String, String, serde_json::Value)>,
+) -> usize {
+    let mut by_id: BTreeMap<String, (String, serde_json::Value)> = BTreeMap::new();
+    let mut first_copies = Vec::new();
+    let mut again = 0;
+    for (id, destination, value) in events {
+        match by_id.get(&id) {
+            Some(seen) => {
+                assert_eq!(seen, &(destination, value), "two events under id {id}");
+                again += 1;
+            }
+            None => {
+                by_id.insert(id, (destination.clone(), value.clone()));
+                first_copies.push((destination, value));
+            }
+        }
+    }
+    let of_table = |table: &str| {
+        history_of(
+            first_copies
+                .iter()
+                .filter(|(destination, _)| *destination == format!("demo.public.{table}"))
+                .map(|(_, value)| value.clone()),
+        )
+    };
+    assert_every_change_once(db, &of_table("counters"), &of_table("ledger")).await;
+    again
+}
+
+/// What the queue bound to `ex` holds, as [`assert_every_change_at_least_once`] takes it.
+async fn queued(ex: &RabbitExchange) -> Vec<(String, String, serde_json::Value)> {
+    ex.drain_events()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.id, e.routing_key, e.value))
+        .collect()
+}
+
+/// A RabbitMQ node of the test's own killed -9 and started again twice, each time while the
+/// sink publishes what a writer wrote just before: the sink reconnects by itself, and the
+/// durable queue holds every committed change at least once (what the broker confirmed
+/// survived it; what it had not, the sink sent again), copies alike, first copies in commit
+/// order. The writer writes in bursts of some thousand changes, not through the node's boot
+/// (seconds of Erlang), when it would write hundreds of thousands the sink then takes minutes
+/// to publish.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rabbitmq_restart_mid_stream_loses_nothing() {
+    let db = postgres().await.unwrap();
+    db.execute(WRITER_TABLES).await.unwrap();
+    let mut broker = PrivateRabbitmq::start().unwrap();
+    let ex = rabbitmq_at(&broker.url()).await.unwrap();
+    let setup = pipeline(
+        &db,
+        "rabbit",
+        &format!(
+            "kind = \"rabbitmq\"\nurl = \"{}\"\nexchange = \"{}\"\nschemas = false",
+            ex.url, ex.exchange
+        ),
+    );
+    let d = setup.start();
+    applied_past(&d, "rabbit", 29).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut transactions = 0;
+    let end = |status: &serde_json::Value| status[0]["log"]["end_offset"].as_u64().unwrap();
+    for _ in 0..2 {
+        let from = end(&common::wait_status(&d, Duration::from_secs(60), "status", |_| true).await);
+        stop.store(false, Ordering::Relaxed);
+        let writer = spawn_writer(&db, stop.clone(), Arc::default()).await;
+        // A burst of some thousand changes in the log, then the node goes while the sink
+        // publishes them.
+        common::wait_status(&d, Duration::from_secs(60), "the writer's burst", |s| {
+            end(s) > from + 3000
+        })
+        .await;
+        stop.store(true, Ordering::Relaxed);
+        transactions += writer.await.unwrap();
+        broker.restart().unwrap();
+    }
+    assert!(transactions > 10, "the writer committed {transactions}");
+    common::wait_applied(
+        &d,
+        "rabbit",
+        &current_lsn(&db).await,
+        Duration::from_secs(90),
+    )
+    .await;
+    let log = d.log();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("sink=rabbit") && l.contains("retrying")),
+        "the sink never noticed RabbitMQ going away:\n{log}\n{}",
+        broker.log()
+    );
+    assert_every_change_at_least_once(&db, queued(&ex).await).await;
 }
 
 /// Every event a webhook receiver got, in arrival order; it answers 503 to every fifth
@@ -497,30 +568,18 @@ async fn a_webhook_gets_every_change_at_least_once_each_copy_with_its_id() {
     drop(d);
 
     let events = hook.events.lock().unwrap().clone();
-    let mut by_id: BTreeMap<String, serde_json::Value> = BTreeMap::new();
-    let mut first_copies = Vec::new();
-    for event in &events {
-        let id = event["id"].as_str().unwrap().to_owned();
-        match by_id.get(&id) {
-            Some(seen) => assert_eq!(seen, event, "two events under id {id}"),
-            None => {
-                by_id.insert(id, event.clone());
-                first_copies.push(event.clone());
-            }
-        }
-    }
+    let received = events.len();
+    let again = assert_every_change_at_least_once(
+        &db,
+        events.into_iter().map(|e| {
+            let id = e["id"].as_str().unwrap().to_owned();
+            let destination = e["destination"].as_str().unwrap().to_owned();
+            (id, destination, e["value"].clone())
+        }),
+    )
+    .await;
     assert!(
-        events.len() > first_copies.len(),
-        "no event came twice ({} received): the kills missed the requests held",
-        events.len()
+        again > 0,
+        "no event came twice ({received} received): the kills missed the requests held"
     );
-    let of_table = |table: &str| {
-        history_of(
-            first_copies
-                .iter()
-                .filter(|e| e["destination"] == format!("demo.public.{table}"))
-                .map(|e| e["value"].clone()),
-        )
-    };
-    assert_every_change_once(&db, &of_table("counters"), &of_table("ledger")).await;
 }

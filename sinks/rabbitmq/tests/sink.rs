@@ -42,15 +42,8 @@ impl MessageHarness for Harness {
     }
 
     async fn delivered(&mut self) -> Vec<Delivered> {
-        for message in self.ex.drain().await.unwrap() {
-            let id = message
-                .properties
-                .message_id()
-                .as_ref()
-                .unwrap()
-                .to_string();
-            let value = serde_json::from_slice(&message.delivery.data).unwrap();
-            self.got.push((id, value));
+        for event in self.ex.drain_events().await.unwrap() {
+            self.got.push((event.id, event.value));
         }
         self.got.clone()
     }

@@ -22,10 +22,11 @@ mod services;
 pub use daemon::{Daemon, free_port};
 pub use disk::SmallDisk;
 pub use kafka::KafkaBroker;
-pub use private::{PrivateMariadb, PrivateNats, PrivatePostgres, PrivateRedis};
+pub use private::{PrivateMariadb, PrivateNats, PrivatePostgres, PrivateRabbitmq, PrivateRedis};
 pub use process::ServerProcess;
 pub use registry::RegistryStandIn;
 pub use services::{
-    MysqlDatabase, NatsNamespace, PgDatabase, RabbitExchange, RedisKeyspace, mysql, nats,
-    nats_messages, postgres, rabbitmq, rabbitmq_close_connections, redis, redis_conn,
+    MysqlDatabase, NatsNamespace, PgDatabase, RabbitEvent, RabbitExchange, RedisKeyspace, mysql,
+    nats, nats_messages, postgres, rabbitmq, rabbitmq_at, rabbitmq_close_connections, redis,
+    redis_conn,
 };

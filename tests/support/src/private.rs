@@ -401,3 +401,68 @@ impl PrivateNats {
         self.server.log()
     }
 }
+
+/// A RabbitMQ node of its own (`rabbitmq-server` under its own node name, AMQP and
+/// distribution ports, database and logs in its directory, no plugins), on a free port. It
+/// keeps a durable queue's persistent messages through kill -9, as the shared broker does.
+#[derive(Debug)]
+pub struct PrivateRabbitmq {
+    server: crate::ServerProcess,
+}
+
+impl PrivateRabbitmq {
+    /// A new node, started and listening (Erlang takes some seconds to boot).
+    pub fn start() -> anyhow::Result<PrivateRabbitmq> {
+        let server = crate::ServerProcess::start_with_env(
+            "rabbitmq-server",
+            // The script itself: the wrapper in /usr/sbin would run it as the rabbitmq user.
+            "/usr/lib/rabbitmq/bin/rabbitmq-server",
+            |data, port| {
+                let config = data.join("rabbitmq.conf");
+                let plugins = data.join("enabled_plugins");
+                // Errors surface as the server's own when it starts without them.
+                let _ = std::fs::write(&config, format!("listeners.tcp.default = 127.0.0.1:{port}\n"));
+                let _ = std::fs::write(&plugins, "[].\n");
+                let path = |p: PathBuf| p.into_os_string();
+                let env = [
+                    // Not the machine's broker's settings (its node name, its port).
+                    ("RABBITMQ_CONF_ENV_FILE", "/dev/null".into()),
+                    ("RABBITMQ_NODENAME", format!("siphon-test-{port}@localhost").into()),
+                    ("RABBITMQ_NODE_IP_ADDRESS", "127.0.0.1".into()),
+                    ("RABBITMQ_NODE_PORT", port.to_string().into()),
+                    ("RABBITMQ_DIST_PORT", free_port().to_string().into()),
+                    ("RABBITMQ_CONFIG_FILE", path(config)),
+                    ("RABBITMQ_ENABLED_PLUGINS_FILE", path(plugins)),
+                    ("RABBITMQ_MNESIA_BASE", path(data.join("mnesia"))),
+                    ("RABBITMQ_LOG_BASE", path(data.join("log"))),
+                    ("RABBITMQ_PID_FILE", path(data.join("pid"))),
+                ];
+                (
+                    Vec::new(),
+                    env.into_iter().map(|(k, v)| (k.into(), v)).collect(),
+                )
+            },
+        )
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "{e:#} (rabbitmq-server comes with the rabbitmq-server package, which scripts/services installs)"
+            )
+        })?;
+        Ok(PrivateRabbitmq { server })
+    }
+
+    /// Its URL, as user guest (allowed from loopback).
+    pub fn url(&self) -> String {
+        format!("amqp://guest:guest@127.0.0.1:{}/%2f", self.server.port)
+    }
+
+    /// kill -9 of the node and a start on the same port and database.
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        self.server.restart()
+    }
+
+    /// What the node printed.
+    pub fn log(&self) -> String {
+        self.server.log()
+    }
+}

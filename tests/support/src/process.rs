@@ -1,9 +1,11 @@
 //! A server of a test's own: a child process listening on a free port of 127.0.0.1, its data
 //! and log in a temporary directory; killed -9 when dropped, and restartable on the same
-//! port and data.
+//! port and data. It runs in a process group of its own, and a kill reaches the whole group:
+//! a server started by a script (rabbitmq-server runs Erlang as its child) dies whole.
 
 use std::ffi::OsString;
 use std::net::TcpStream;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -18,6 +20,7 @@ pub struct ServerProcess {
     name: &'static str,
     program: OsString,
     args: Vec<OsString>,
+    env: Vec<(OsString, OsString)>,
     dir: tempfile::TempDir,
     child: Option<Child>,
     /// Its port.
@@ -32,14 +35,26 @@ impl ServerProcess {
         program: impl Into<OsString>,
         args: impl FnOnce(&Path, u16) -> Vec<OsString>,
     ) -> anyhow::Result<ServerProcess> {
+        Self::start_with_env(name, program, |data, port| (args(data, port), Vec::new()))
+    }
+
+    /// [`ServerProcess::start`] for a server that takes its settings from the environment
+    /// too: `setup` makes its arguments and environment of its data directory and port.
+    pub fn start_with_env(
+        name: &'static str,
+        program: impl Into<OsString>,
+        setup: impl FnOnce(&Path, u16) -> (Vec<OsString>, Vec<(OsString, OsString)>),
+    ) -> anyhow::Result<ServerProcess> {
         let dir = tempfile::tempdir()?;
         let port = free_port();
         let data = dir.path().join("data");
         std::fs::create_dir_all(&data)?;
+        let (args, env) = setup(&data, port);
         let mut server = ServerProcess {
             name,
             program: program.into(),
-            args: args(&data, port),
+            args,
+            env,
             dir,
             child: None,
             port,
@@ -55,6 +70,8 @@ impl ServerProcess {
             .open(self.dir.path().join("server.log"))?;
         let child = Command::new(&self.program)
             .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .process_group(0)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -86,10 +103,15 @@ impl ServerProcess {
         std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
     }
 
-    /// kill -9 of the server (its data stays).
+    /// kill -9 of the server's process group (its data stays).
     pub fn kill(&mut self) -> anyhow::Result<()> {
         if let Some(mut child) = self.child.take() {
-            child.kill()?;
+            // The group's id is the child's (process_group(0)).
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", child.id())])
+                .stderr(Stdio::null())
+                .status();
+            child.kill().ok();
             child.wait()?;
         }
         Ok(())

@@ -445,10 +445,15 @@ pub struct RabbitExchange {
 
 /// A fresh exchange and queue on the test RabbitMQ server.
 pub async fn rabbitmq() -> anyhow::Result<RabbitExchange> {
+    rabbitmq_at(&endpoint("SIPHON_TEST_RABBITMQ_URL", RABBITMQ_DEFAULT)).await
+}
+
+/// A fresh exchange and queue on the RabbitMQ server at `url` (one of a test's own).
+pub async fn rabbitmq_at(url: &str) -> anyhow::Result<RabbitExchange> {
     use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
     use lapin::types::FieldTable;
     let ex = RabbitExchange {
-        url: endpoint("SIPHON_TEST_RABBITMQ_URL", RABBITMQ_DEFAULT),
+        url: url.to_owned(),
         exchange: unique_name("siphon_test"),
     };
     let channel = ex.channel().await?;
@@ -509,6 +514,39 @@ impl RabbitExchange {
             out.push(message);
         }
         Ok(out)
+    }
+}
+
+/// A message siphon published, as a consumer reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RabbitEvent {
+    /// Its `message_id`: the event's id.
+    pub id: String,
+    /// Its routing key: the event's destination.
+    pub routing_key: String,
+    /// Its body, as JSON.
+    pub value: serde_json::Value,
+}
+
+impl RabbitExchange {
+    /// Takes every message the queue holds, in order, as siphon's events.
+    pub async fn drain_events(&self) -> anyhow::Result<Vec<RabbitEvent>> {
+        self.drain()
+            .await?
+            .into_iter()
+            .map(|message| {
+                Ok(RabbitEvent {
+                    id: message
+                        .properties
+                        .message_id()
+                        .as_ref()
+                        .context("a message without message_id")?
+                        .to_string(),
+                    routing_key: message.delivery.routing_key.to_string(),
+                    value: serde_json::from_slice(&message.delivery.data)?,
+                })
+            })
+            .collect()
     }
 }
 
