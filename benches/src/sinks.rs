@@ -140,8 +140,8 @@ fn events(rows: u64) -> anyhow::Result<WarmLog> {
     })
 }
 
-/// Applies the log in batches of `batch`; returns the elapsed time.
-async fn apply(sink: &mut dyn Sink, log: &WarmLog, batch: usize) -> anyhow::Result<Duration> {
+/// Applies the log in batches of `batch`; returns the events applied per second.
+async fn apply(sink: &mut dyn Sink, log: &WarmLog, batch: usize) -> anyhow::Result<f64> {
     let table = TableInfo {
         name: siphon_core::TableName::new("public", "orders"),
         key_columns: vec!["id".into()],
@@ -172,7 +172,7 @@ async fn apply(sink: &mut dyn Sink, log: &WarmLog, batch: usize) -> anyhow::Resu
         (total - in_sink).as_secs_f64(),
         in_sink.as_secs_f64()
     );
-    Ok(total)
+    Ok(log.len() as f64 / total.as_secs_f64())
 }
 
 /// `redis-benchmark` pipelined (100 deep) over `rows` random keys: `-t hset` (one field), or
@@ -408,8 +408,7 @@ async fn redis(redis_url: &str, log: &WarmLog, rows: u64, batch: usize) -> anyho
         "bench",
         "redis",
     )?;
-    let took = apply(&mut redis, log, batch).await?;
-    let rate = rows as f64 / took.as_secs_f64();
+    let rate = apply(&mut redis, log, batch).await?;
     table_row(
         "redis (hash)",
         rows,
@@ -534,12 +533,12 @@ async fn nats(nats_url: &str, log: &WarmLog, rows: u64, batch: usize) -> anyhow:
         "prefix": "siphon-bench-nats",
     }))?;
     let mut sink = siphon_sink_nats::NatsSink::new(&config, "bench", "nats")?;
-    let took = apply(&mut sink, log, batch).await?;
+    let rate = apply(&mut sink, log, batch).await?;
     table_row(
         "nats",
         rows,
         batch,
-        rows as f64 / took.as_secs_f64(),
+        rate,
         "async-nats publish loop, acks per batch",
         reference,
     );
@@ -609,12 +608,12 @@ async fn rabbitmq(log: &WarmLog, rows: u64, batch: usize) -> anyhow::Result<()> 
             "exchange": target.exchange,
         }))?;
     let mut sink = siphon_sink_rabbitmq::RabbitmqSink::new(&config, "bench", "rabbit")?;
-    let took = apply(&mut sink, log, batch).await?;
+    let rate = apply(&mut sink, log, batch).await?;
     table_row(
         "rabbitmq",
         rows,
         batch,
-        rows as f64 / took.as_secs_f64(),
+        rate,
         "lapin publish loop, confirms per batch",
         reference,
     );
@@ -667,8 +666,7 @@ async fn redis_stream(
             "cursor_key": "siphon-bench-stream:cursor",
         }))?;
     let mut stream = siphon_sink_redis_stream::RedisStreamSink::new(&config, "bench", "stream")?;
-    let took = apply(&mut stream, log, batch).await?;
-    let rate = rows as f64 / took.as_secs_f64();
+    let rate = apply(&mut stream, log, batch).await?;
     table_row(
         "redis_stream",
         rows,
@@ -710,8 +708,7 @@ async fn postgres(pg_url: &str, log: &WarmLog, rows: u64, batch: usize) -> anyho
     let reference = rows as f64 / copy.as_secs_f64();
     let bound = rows as f64 / upsert.as_secs_f64();
     let mut pg = PostgresSink::new(PostgresSinkConfig::new(&target), "bench", "pg")?;
-    let took = apply(&mut pg, log, batch).await?;
-    let rate = rows as f64 / took.as_secs_f64();
+    let rate = apply(&mut pg, log, batch).await?;
     table_row(
         "postgres (mirror)",
         rows,
@@ -789,8 +786,7 @@ async fn duckdb(log: &WarmLog, rows: u64, batch: usize) -> anyhow::Result<()> {
         "bench",
         "duckdb",
     )?;
-    let took = apply(&mut sink, log, batch).await?;
-    let rate = rows as f64 / took.as_secs_f64();
+    let rate = apply(&mut sink, log, batch).await?;
     table_row(
         "duckdb (mirror)",
         rows,
