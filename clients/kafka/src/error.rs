@@ -34,21 +34,23 @@ fn permanent(code: RDKafkaErrorCode) -> bool {
     )
 }
 
+/// Whether `code` says another producer took over this one's `transactional.id`.
+pub fn is_fence(code: RDKafkaErrorCode) -> bool {
+    use RDKafkaErrorCode as C;
+    matches!(
+        code,
+        C::ProducerFenced | C::InvalidProducerEpoch | C::Fenced
+    )
+}
+
 /// Whether a producer error means another process took over this producer's
 /// `transactional.id` (a second siphon for the same pipeline started).
 pub fn is_fenced(e: &KafkaError) -> bool {
-    use RDKafkaErrorCode as C;
     match e {
         KafkaError::Transaction(t) => {
-            matches!(
-                t.code(),
-                C::ProducerFenced | C::InvalidProducerEpoch | C::Fenced
-            ) || t.is_fatal() && t.string().contains("fenced")
+            is_fence(t.code()) || t.is_fatal() && t.string().contains("fenced")
         }
-        other => matches!(
-            other.rdkafka_error_code(),
-            Some(C::ProducerFenced | C::InvalidProducerEpoch | C::Fenced)
-        ),
+        other => other.rdkafka_error_code().is_some_and(is_fence),
     }
 }
 

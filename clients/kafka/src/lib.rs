@@ -18,4 +18,4 @@ pub use admin::{TopicSpec, Topics};
 pub use context::Quiet;
 pub use error::{is_fenced, kafka_error};
 pub use publisher::{Delivery, Place, Publisher};
-pub use records::{OutRecord, RecordEncoder, table_topic, topic_name};
+pub use records::{OutRecord, RecordEncoder, distinct_topics, table_topic, topic_name};

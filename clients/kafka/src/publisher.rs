@@ -26,7 +26,7 @@ use rdkafka::{ClientConfig, ClientContext};
 use siphon_core::{Error, Result};
 
 use crate::config::Connection;
-use crate::error::{is_fenced, kafka_error};
+use crate::error::{is_fence, is_fenced, kafka_error};
 use crate::records::OutRecord;
 
 /// Where a record landed.
@@ -103,8 +103,11 @@ pub enum Delivery {
 
 /// A producer of siphon's records. One that librdkafka failed for good but not fenced (an
 /// idempotent producer's sequence lost with a restarted broker, say) is made anew, with the
-/// same `transactional.id`, by the next [`Publisher::abort`] or [`Publisher::send`]: the
-/// error that met it is transient, and the new producer aborts what the old one left open.
+/// same `transactional.id`, by the next [`Publisher::abort`] — which every caller makes after
+/// an error, going back to its last commit: the error that met it is transient, and the new
+/// producer aborts what the old one left open. A producer that failed so while a commit was
+/// under way (its records all answered, the commit sent) may or may not have committed: that
+/// error is permanent, for the caller to learn where it stands as at a start.
 pub struct Publisher {
     producer: BaseProducer<Deliveries>,
     /// What the producer was made with, to make it anew.
@@ -181,9 +184,6 @@ impl Publisher {
     /// caller gives it) keeps where it lands ([`Publisher::remembered`], once flushed). Waits
     /// only while librdkafka's queue is full.
     pub fn send(&mut self, record: &OutRecord, remember: Option<u64>) -> Result<()> {
-        if !self.open {
-            self.renew_if_failed()?;
-        }
         if self.transactional() && !self.open {
             self.producer
                 .begin_transaction()
@@ -263,6 +263,14 @@ impl Publisher {
                 self.abort();
                 return Err(e);
             }
+            // A producer that failed for good on a record's answer never sent the commit:
+            // nothing of the transaction is written, and a new producer takes over.
+            if let Some(reason) = self.failed_unfenced() {
+                self.abort();
+                return Err(Error::transient(format!(
+                    "kafka: committing a transaction: the producer failed for good before the commit ({reason}); a new one takes over"
+                )));
+            }
             match self.producer.commit_transaction(self.timeout) {
                 Ok(()) => {
                     self.open = false;
@@ -275,7 +283,12 @@ impl Publisher {
                     tracing::warn!(error = %t, attempt, "committing a Kafka transaction; retrying");
                 }
                 Err(e) => {
-                    let error = self.error("committing a transaction", &e);
+                    let error = match self.failed_unfenced() {
+                        Some(reason) => Error::permanent(format!(
+                            "kafka: committing a transaction: the producer failed for good while committing ({reason}): whether the transaction committed is unknown"
+                        )),
+                        None => self.error("committing a transaction", &e),
+                    };
                     if error.is_transient() {
                         self.abort();
                     }
@@ -306,28 +319,23 @@ impl Publisher {
         }
     }
 
-    /// Whether librdkafka has met a fatal error other than a fence (an idempotent
-    /// producer's sequence lost with a restarted broker, say): this producer may write no
-    /// more, but a new one with the same `transactional.id` may — it aborts what this one
-    /// left open.
-    fn failed_unfenced(&self) -> bool {
-        use RDKafkaErrorCode as C;
+    /// Why librdkafka failed this producer for good, if it did and not for a fence (an
+    /// idempotent producer's sequence lost with a restarted broker, say): it may write no
+    /// more, but a new one with the same `transactional.id` may — it aborts what this one left
+    /// open.
+    pub fn failed_unfenced(&self) -> Option<String> {
         self.producer
             .client()
             .fatal_error()
-            .is_some_and(|(code, _)| {
-                !matches!(
-                    code,
-                    C::ProducerFenced | C::InvalidProducerEpoch | C::Fenced
-                )
-            })
+            .filter(|(code, _)| !is_fence(*code))
+            .map(|(_, reason)| reason)
     }
 
     /// Aborts the open transaction, if any (what was sent since the last commit is dropped),
     /// and makes a producer that failed for good, unfenced, anew.
     pub fn abort(&mut self) {
         if self.open
-            && !self.failed_unfenced()
+            && self.failed_unfenced().is_none()
             && let Err(e) = self.producer.abort_transaction(self.timeout)
         {
             tracing::warn!(error = %e, "aborting a Kafka transaction");
@@ -341,7 +349,7 @@ impl Publisher {
 
     /// Makes the producer anew if librdkafka failed it for good, unfenced.
     fn renew_if_failed(&mut self) -> Result<()> {
-        if self.failed_unfenced() {
+        if self.failed_unfenced().is_some() {
             self.producer = producer(&self.config, &self.delivery, self.timeout)?;
             self.open = false;
             tracing::info!(
@@ -367,11 +375,7 @@ impl Publisher {
             return fenced(self.id());
         }
         if let Some((code, reason)) = self.producer.client().fatal_error() {
-            use RDKafkaErrorCode as C;
-            if matches!(
-                code,
-                C::ProducerFenced | C::InvalidProducerEpoch | C::Fenced
-            ) {
+            if is_fence(code) {
                 return fenced(self.id());
             }
             return Error::transient(format!(

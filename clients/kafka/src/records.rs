@@ -48,6 +48,14 @@ pub fn topic_name(parts: &[&str]) -> String {
         .collect()
 }
 
+/// Each of `topics` once, sorted.
+pub fn distinct_topics(topics: impl IntoIterator<Item = String>) -> Vec<String> {
+    let mut topics: Vec<String> = topics.into_iter().collect();
+    topics.sort_unstable();
+    topics.dedup();
+    topics
+}
+
 /// The topic of a table: `<prefix>.<namespace>.<table>` (Debezium's naming).
 pub fn table_topic(prefix: &str, namespace: &str, table: &str) -> String {
     topic_name(&[prefix, namespace, table])
@@ -187,11 +195,12 @@ impl RecordEncoder {
     }
 }
 
-/// Avro records: each table version's key and value schemas, made and registered once.
+/// Avro records: each table version's key and value schemas, made and registered once per
+/// topic (a sink's destination may send a table to several, each with subjects of its own).
 #[derive(Debug)]
 struct AvroRecords {
     registry: Registry,
-    versions: HashMap<SchemaId, AvroVersion>,
+    versions: HashMap<String, HashMap<SchemaId, AvroVersion>>,
 }
 
 /// A record's key and value bytes (`None`: no key; no value, a tombstone).
@@ -225,9 +234,13 @@ impl AvroRecords {
                 event.source.table_name()
             )));
         };
-        if !self.versions.contains_key(&table.id) {
+        if !self
+            .versions
+            .get(topic)
+            .is_some_and(|v| v.contains_key(&table.id))
+        {
             let key = self.key_schema(event, table, topic, format)?;
-            self.versions.insert(
+            self.versions.entry(topic.to_owned()).or_default().insert(
                 table.id,
                 AvroVersion {
                     key,
@@ -243,7 +256,7 @@ impl AvroRecords {
                 .is_some()
                 .then(|| envelope::row_state(event, &format.modes)),
         };
-        if document.is_some() && self.versions[&table.id].value.is_none() {
+        if document.is_some() && self.version(topic, table.id).value.is_none() {
             let connect = match row_states {
                 false => debezium::envelope_schema(event, table, &format.modes),
                 true => envelope::row_state_schema(event, &format.modes),
@@ -252,9 +265,9 @@ impl AvroRecords {
             let id = self
                 .registry
                 .register(&registry::subject(topic, false), schema.text())?;
-            self.versions.get_mut(&table.id).expect("made above").value = Some((schema, id));
+            self.version(topic, table.id).value = Some((schema, id));
         }
-        let version = self.versions.get_mut(&table.id).expect("made above");
+        let version = self.version(topic, table.id);
         // A truncate names no row: no key.
         let mut mismatched = Vec::new();
         let key = match (&version.key, debezium::key(event, &format.modes)) {
@@ -282,6 +295,14 @@ impl AvroRecords {
             );
         }
         Ok((key, value))
+    }
+
+    /// The schemas of table version `id` in `topic`, made by [`AvroRecords::encode`].
+    fn version(&mut self, topic: &str, id: SchemaId) -> &mut AvroVersion {
+        self.versions
+            .get_mut(topic)
+            .and_then(|versions| versions.get_mut(&id))
+            .expect("made before it is asked for")
     }
 
     /// Makes a table version's key schema and registers it (`None`: no primary key).

@@ -17,7 +17,8 @@ pub enum RowField {
     /// `__table`: the table's name.
     Table,
     /// Where the change committed in the source, as Debezium's `source` block has it:
-    /// `__lsn` (PostgreSQL) or `__gtid` (MySQL/MariaDB with GTIDs).
+    /// `__lsn` (PostgreSQL) or `__gtid` (MySQL/MariaDB: the GTID, null for a change without
+    /// one).
     Position,
     /// `__ts_ms`: when siphon processed the change (the envelope's `ts_ms`).
     TsMs,
@@ -74,6 +75,10 @@ impl RowState {
                         let value = match (name, value) {
                             ("lsn", Json::Number(n)) => n.as_i64().map(Value::Int),
                             ("gtid", Json::String(gtid)) => Some(Value::Text(gtid)),
+                            // Null where a change has no GTID (a snapshot read, a server
+                            // without GTIDs), so that every row of a table has the same
+                            // fields: one Avro schema serves them all.
+                            ("gtid", Json::Null) => Some(Value::Null),
                             _ => None,
                         };
                         if let Some(value) = value {
@@ -153,6 +158,62 @@ mod tests {
         );
         assert_eq!(after.get("__ts_ms"), Some(&Value::Int(updated.ts_ms)));
         assert_eq!(after.get("__deleted"), Some(&Value::Text("false".into())));
+    }
+
+    /// A binlog position with a GTID or without one.
+    #[derive(Debug)]
+    struct Binlog(Option<&'static str>);
+
+    impl crate::position::Position for Binlog {
+        fn encode(&self) -> Vec<u8> {
+            Vec::new()
+        }
+
+        fn commit_point(&self) -> String {
+            String::new()
+        }
+
+        fn debezium_source(
+            &self,
+            _: crate::position::SourceFields<'_>,
+        ) -> crate::position::DebeziumSource {
+            crate::position::DebeziumSource {
+                fields: vec![
+                    ("gtid", serde_json::json!(self.0)),
+                    ("pos", serde_json::json!(4)),
+                ],
+                schema_name: "test.Source",
+                schema_fields: vec![("string", true, "gtid"), ("int64", false, "pos")],
+            }
+        }
+
+        fn to_json(&self) -> Json {
+            Json::Null
+        }
+    }
+
+    /// Every row of a table has the same fields: a change without a GTID has `__gtid` null,
+    /// so that one schema (Avro's) serves every row. The first row of a table version made it
+    /// before: a snapshot read without a GTID left `__gtid` out of every Avro value after.
+    #[test]
+    fn a_change_without_a_gtid_has_it_null() {
+        let with = |gtid| {
+            let mut e = event(
+                "compliance",
+                Op::Create,
+                1,
+                None,
+                Some(row(1, "x", Value::Null)),
+            );
+            e.source.position = crate::position::SourcePosition::new(Binlog(gtid));
+            assert!(stage(DeleteHandling::Rewrite).apply(&mut e));
+            e.after.unwrap()
+        };
+        assert_eq!(
+            with(Some("0-1-7")).get("__gtid"),
+            Some(&Value::Text("0-1-7".into()))
+        );
+        assert_eq!(with(None).get("__gtid"), Some(&Value::Null));
     }
 
     #[test]

@@ -16,7 +16,7 @@ use siphon_core::position::PositionDecoder;
 use siphon_core::source::now_ms;
 use siphon_core::{Error, Result};
 use siphon_kafka::headers::RecordHeaders;
-use siphon_kafka::{OutRecord, Publisher, RecordEncoder, TopicSpec, Topics};
+use siphon_kafka::{OutRecord, Publisher, RecordEncoder, TopicSpec, Topics, distinct_topics};
 
 use crate::checkpoint::{Checkpoint, INLINE_LIMIT, LastRecord};
 use crate::config::Names;
@@ -127,12 +127,7 @@ impl Writer {
             self.encode(&log_record, &mut out)?;
             last = Some(log_record);
         }
-        let topics: Vec<String> = {
-            let mut topics: Vec<String> = out.iter().map(|r| r.topic.clone()).collect();
-            topics.sort_unstable();
-            topics.dedup();
-            topics
-        };
+        let topics = distinct_topics(out.iter().map(|r| r.topic.clone()));
         self.topics.ensure(&topics, &self.topic_spec)?;
         // Readers learn of a topic from the catalog, in this transaction at the latest.
         self.schemas.note_topics(&topics);

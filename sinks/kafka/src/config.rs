@@ -21,20 +21,64 @@ impl KafkaSinkConfig {
     /// The settings every message sink has: `{prefix}` is `topic_prefix`, and what Kafka
     /// does not allow in a topic name becomes `_`.
     pub fn message(&self) -> MessageSettings {
-        MessageSettings {
-            destination: self.destination.clone(),
-            prefix: self.topic_prefix.clone(),
-            schemas: self.schemas,
-            transaction_metadata: self.transaction_metadata,
-            debezium: self.debezium,
-            value: self.value,
-            row_state: self.row_state(),
-        }
+        self.message_with(
+            self.topic_prefix.clone(),
+            self.schemas,
+            self.transaction_metadata,
+            self.debezium,
+        )
     }
 
     /// Checks what serde cannot; the message names the key.
     pub fn validate(&self) -> Result<(), String> {
         self.kafka().validate()?;
-        self.message().validate()
+        let message = self.message();
+        message.validate()?;
+        if self.topics.cleanup_policy.compacts() && !message.per_table() {
+            return Err(format!(
+                "destination: {:?} puts several tables' records in one topic, and compaction (topics.cleanup_policy) would keep one record per key across them: name {{schema}} and {{table}} in it",
+                self.destination
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(extra: serde_json::Value) -> KafkaSinkConfig {
+        let mut doc = serde_json::json!({ "brokers": "127.0.0.1:9092" });
+        doc.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        serde_json::from_value(doc).unwrap()
+    }
+
+    /// Compaction keeps one record per key in a topic: tables sharing one would lose each
+    /// other's rows (one's tombstone deleting another's key).
+    #[test]
+    fn compacted_topics_of_several_tables_are_refused() {
+        let shared = config(serde_json::json!({
+            "destination": "{prefix}.all",
+            "topics": { "cleanup_policy": "compact" },
+        }));
+        let error = shared.validate().unwrap_err();
+        assert!(error.starts_with("destination:"), "{error}");
+        assert!(
+            config(serde_json::json!({ "destination": "{prefix}.all" }))
+                .validate()
+                .is_ok(),
+            "without compaction a shared topic is the user's choice"
+        );
+        assert!(
+            config(serde_json::json!({
+                "destination": "{prefix}.{schema}.{table}.{op}",
+                "topics": { "cleanup_policy": "compact" },
+            }))
+            .validate()
+            .is_ok()
+        );
     }
 }

@@ -12,8 +12,10 @@ use siphon_core::{Error, Result};
 use siphon_kafka::config::{KafkaSettings, Seek};
 use siphon_kafka::consume::{consumer, latest_of_key, reach};
 use siphon_kafka::headers::RecordHeaders;
-use siphon_kafka::{Delivery, OutRecord, Publisher, RecordEncoder, TopicSpec, Topics, topic_name};
-use siphon_sink_message::{MessageEncoder, ValueForm, event_id};
+use siphon_kafka::{
+    Delivery, OutRecord, Publisher, RecordEncoder, TopicSpec, Topics, distinct_topics, topic_name,
+};
+use siphon_sink_message::{Facts, MessageEncoder, ValueForm};
 
 use crate::config::KafkaSinkConfig;
 
@@ -214,6 +216,16 @@ impl KafkaSink {
         })
     }
 
+    /// Every topic `tables`' events can go to, each once.
+    fn topics_of(&self, tables: &[TableInfo]) -> Vec<String> {
+        distinct_topics(
+            tables
+                .iter()
+                .flat_map(|t| self.messages.destinations_of(t))
+                .map(|destination| topic_name(&[&destination])),
+        )
+    }
+
     /// What `records` become before their Kafka records are made: shaped (a delete the row
     /// state drops is gone), with their topics and headers.
     fn outgoing<'a>(
@@ -225,13 +237,14 @@ impl KafkaSink {
             .filter_map(|record| {
                 let event = &record.event;
                 let shaped = self.messages.shape(event)?;
+                let Facts { id, position, txid } = Facts::of(record, log);
                 Some(Outgoing {
                     topic: topic_name(&[&self.messages.destination(event)]),
                     headers: RecordHeaders {
                         offset: record.offset,
-                        position: Some(event.source.position.commit_point()),
-                        txid: event.source.tx_id.map(|id| id.to_string()),
-                        id: Some(event_id(log, record.offset)),
+                        position: Some(position),
+                        txid,
+                        id: Some(id),
                         ..RecordHeaders::default()
                     },
                     event: shaped.into_owned(),
@@ -264,13 +277,23 @@ impl KafkaSink {
             (connected, result)
         })
         .await?;
-        if result.is_ok() {
-            self.cursor = next;
+        match result {
+            Ok(()) => {
+                self.cursor = next;
+                self.connected = Some(connected);
+                Ok(())
+            }
+            Err(e) if e.is_transient() => {
+                self.connected = Some(connected);
+                Err(e)
+            }
+            // A producer that failed for good while committing leaves the batch committed
+            // or not: the cursor topic says which, and the sink reads it when it opens again.
+            Err(e) if connected.publisher.failed_unfenced().is_some() => {
+                Err(Error::transient(format!("{e}; the sink opens again")))
+            }
+            Err(e) => Err(e),
         }
-        if result.as_ref().is_ok() || result.as_ref().is_err_and(Error::is_transient) {
-            self.connected = Some(connected);
-        }
-        result
     }
 }
 
@@ -296,10 +319,10 @@ fn send_all(
     cursor: &OutRecord,
     spec: &TopicSpec,
 ) -> Result<()> {
-    let mut topics: Vec<String> = records.iter().map(|r| r.topic.clone()).collect();
-    topics.sort_unstable();
-    topics.dedup();
-    connected.topics.ensure(&topics, spec)?;
+    connected.topics.ensure(
+        &distinct_topics(records.iter().map(|r| r.topic.clone())),
+        spec,
+    )?;
     for record in records {
         connected.publisher.send(record, None)?;
     }
@@ -319,7 +342,17 @@ impl Sink for KafkaSink {
         blocking(move || reach(&settings, &client_id)).await?
     }
 
-    async fn open(&mut self, _tables: &[TableInfo], log: &LogId) -> Result<Option<StoreCursor>> {
+    async fn open(&mut self, tables: &[TableInfo], log: &LogId) -> Result<Option<StoreCursor>> {
+        // Kafka refuses these names; an event sent there would go nowhere.
+        if let Some(bad) = self
+            .topics_of(tables)
+            .into_iter()
+            .find(|t| t.is_empty() || t == "." || t == ".." || t.len() > 249)
+        {
+            return Err(Error::Config(format!(
+                "destination: {bad:?} is no Kafka topic name (1 to 249 characters, not \".\" or \"..\")"
+            )));
+        }
         self.log = Some(log.clone());
         let endpoint = self.endpoint.clone();
         let (connected, stored) =
@@ -360,13 +393,7 @@ impl Sink for KafkaSink {
     /// keeps its records, which the log's records published again then supersede) and
     /// deletes the cursor.
     async fn reset(&mut self, tables: &[TableInfo]) -> Result<()> {
-        let mut topics: Vec<String> = tables
-            .iter()
-            .flat_map(|t| self.messages.destinations_of(t))
-            .map(|destination| topic_name(&[&destination]))
-            .collect();
-        topics.sort_unstable();
-        topics.dedup();
+        let topics = self.topics_of(tables);
         let endpoint = self.endpoint.clone();
         blocking(move || {
             Topics::connect(

@@ -395,3 +395,61 @@ async fn avro_row_states_take_a_schema_of_their_own() {
         versions[0]
     );
 }
+
+/// A destination that sends a table to several topics (`{op}`) registers each table version's
+/// schemas under every topic's subjects (they were registered under the first topic's only).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn avro_schemas_go_to_every_topic_of_a_table() {
+    use siphon_core::event::{Op, Value};
+    use siphon_core::schema::ColumnKind;
+    use siphon_core::sink::SinkBatch;
+    use siphon_core::testing::{TABLE, compliance_schema, event, log_id, record, row, tables};
+    use siphon_test_support::RegistryStandIn;
+    let broker = KafkaBroker::start().unwrap();
+    let registry = RegistryStandIn::start().unwrap();
+    let config: KafkaSinkConfig = serde_json::from_value(serde_json::json!({
+        "brokers": broker.brokers(),
+        "seek": "beginning",
+        "format": "avro",
+        "registry": { "url": registry.url },
+        "destination": "{prefix}.{schema}.{table}.{op}",
+    }))
+    .unwrap();
+    let with_schema = |offset: u64, mut e: siphon_core::event::Event| {
+        e.schema = Some(compliance_schema(1, ColumnKind::Int64));
+        record(offset, e)
+    };
+    let mut sink = KafkaSink::new(&config, "demo", "ops").unwrap();
+    sink.open(&tables(), &log_id()).await.unwrap();
+    sink.apply(&SinkBatch::whole(vec![
+        with_schema(
+            0,
+            event(TABLE, Op::Create, 1, None, Some(row(1, "a", Value::Null))),
+        ),
+        with_schema(
+            1,
+            event(TABLE, Op::Update, 1, None, Some(row(1, "b", Value::Null))),
+        ),
+    ]))
+    .await
+    .unwrap();
+    let subjects: Vec<String> = registry.subjects().into_keys().collect();
+    assert_eq!(
+        subjects,
+        [
+            "demo.public.compliance.c-key",
+            "demo.public.compliance.c-value",
+            "demo.public.compliance.u-key",
+            "demo.public.compliance.u-value",
+        ]
+    );
+    let brokers = broker.brokers();
+    let updates =
+        tokio::task::spawn_blocking(move || read_all(&brokers, "demo.public.compliance.u"))
+            .await
+            .unwrap();
+    let (_, value) = registry
+        .decode(updates[0].value.as_ref().unwrap(), None)
+        .unwrap();
+    assert_eq!(value["after"]["name"], "b");
+}

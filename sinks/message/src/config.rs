@@ -68,7 +68,7 @@ impl MessageSettings {
 /// `row_fields` and `deletes`, documented here once — to a settings struct that the macro
 /// `$base` declares with the fields given (`siphon_kafka::kafka_config` for the Kafka sink,
 /// whose keys of the cluster and of how values are written are its own), and gives it
-/// `fn row_state()`.
+/// `fn message_with()`, making [`MessageSettings`] of them and of the base's keys.
 #[macro_export]
 macro_rules! message_fields {
     (
@@ -105,11 +105,26 @@ macro_rules! message_fields {
         }
 
         impl $name {
-            /// The row-state stage `row_fields` and `deletes` make.
-            pub fn row_state(&self) -> siphon_core::sink::row_state::RowState {
-                siphon_core::sink::row_state::RowState {
-                    fields: self.row_fields.clone(),
-                    deletes: self.deletes,
+            /// The settings every message sink has: these keys, and how values are written
+            /// (the keys of that are the base's).
+            pub fn message_with(
+                &self,
+                prefix: Option<String>,
+                schemas: bool,
+                transaction_metadata: bool,
+                debezium: siphon_format::debezium::Modes,
+            ) -> siphon_sink_message::MessageSettings {
+                siphon_sink_message::MessageSettings {
+                    destination: self.destination.clone(),
+                    prefix,
+                    schemas,
+                    transaction_metadata,
+                    debezium,
+                    value: self.value,
+                    row_state: siphon_core::sink::row_state::RowState {
+                        fields: self.row_fields.clone(),
+                        deletes: self.deletes,
+                    },
                 }
             }
         }
@@ -154,15 +169,12 @@ macro_rules! message_config {
         impl $name {
             /// The settings every message sink has.
             pub fn message(&self) -> $crate::MessageSettings {
-                $crate::MessageSettings {
-                    destination: self.destination.clone(),
-                    prefix: self.prefix.clone(),
-                    schemas: self.schemas,
-                    transaction_metadata: self.transaction_metadata,
-                    debezium: self.debezium,
-                    value: self.value,
-                    row_state: self.row_state(),
-                }
+                self.message_with(
+                    self.prefix.clone(),
+                    self.schemas,
+                    self.transaction_metadata,
+                    self.debezium,
+                )
             }
         }
     };

@@ -68,9 +68,27 @@ impl Message {
     }
 }
 
-/// The id of the event at `offset` of log `log`: `<log identity>:<offset>`.
-pub fn event_id(log: &LogId, offset: u64) -> String {
-    format!("{log}:{offset}")
+/// What a consumer dedupes and orders an event by, beside its offset.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Facts {
+    /// The event's id, `<log identity>:<offset>`.
+    pub id: String,
+    /// The source's position of its commit.
+    pub position: String,
+    /// The source transaction's id, if any.
+    pub txid: Option<String>,
+}
+
+impl Facts {
+    /// The facts of `record` of log `log`.
+    pub fn of(record: &SinkRecord, log: &LogId) -> Facts {
+        let source = &record.event.source;
+        Facts {
+            id: format!("{log}:{}", record.offset),
+            position: source.position.commit_point(),
+            txid: source.tx_id.map(|id| id.to_string()),
+        }
+    }
 }
 
 /// Makes messages of a pipeline's events.
@@ -114,14 +132,15 @@ impl MessageEncoder {
             Cow::Borrowed(event) => self.format.value_bytes(event, &mut self.schemas),
             Cow::Owned(state) => self.format.row_state_bytes(state),
         };
+        let Facts { id, position, txid } = Facts::of(record, log);
         Some(Message {
             destination: self.destination(event),
             key: self.format.key_bytes(event, &mut self.schemas),
             value,
-            id: event_id(log, record.offset),
+            id,
             offset: record.offset,
-            position: event.source.position.commit_point(),
-            txid: event.source.tx_id.map(|id| id.to_string()),
+            position,
+            txid,
             op: event.op.code(),
         })
     }

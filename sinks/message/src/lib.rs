@@ -9,4 +9,4 @@ mod config;
 mod encode;
 
 pub use config::{DESTINATION_PLACEHOLDERS, MessageSettings, ValueForm, default_destination, yes};
-pub use encode::{Message, MessageEncoder, event_id, header};
+pub use encode::{Facts, Message, MessageEncoder, header};
