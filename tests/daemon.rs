@@ -840,3 +840,36 @@ async fn shutdown_timeout_and_a_second_signal_bound_a_stuck_sink() {
         std::fs::read_to_string(setup.dir.path().join("daemon.log")).unwrap_or_default()
     );
 }
+
+/// A full disk under the data directory (a tmpfs of the test's own) pauses the pipeline:
+/// the log's appends and the sinks' cursor saves fail and are retried, and once space
+/// returns everything goes on, nothing lost or repeated. A sink whose cursor could not be
+/// saved stopped for good before (the chaos harness found it).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_full_disk_pauses_the_pipeline_until_space_returns() {
+    let disk = siphon_test_support::SmallDisk::new(64 << 20).unwrap();
+    let setup = Setup::new(3000, "2ms", "");
+    std::os::unix::fs::symlink(disk.path(), setup.dir.path().join("data")).unwrap();
+    let d = setup.start();
+    wait_status(&d, Duration::from_secs(60), "some records applied", |s| {
+        sink(s)["next_offset"].as_u64() > Some(200)
+    })
+    .await;
+    disk.fill().unwrap();
+    let status = wait_status(
+        &d,
+        Duration::from_secs(60),
+        "the sink meeting the full disk",
+        |s| {
+            sink(s)["last_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("No space left"))
+        },
+    )
+    .await;
+    assert_ne!(sink(&status)["state"], "failed", "{}", sink(&status));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    disk.free_up().unwrap();
+    drain_and_stop(d, 3000).await;
+    assert_exactly_once(&setup, 3000);
+}

@@ -299,8 +299,21 @@ impl SinkTask {
             None => self.progress.borrow().replay_until,
         }
         .filter(|until| next < *until);
-        self.save_cursor(next, None)
-            .map_err(|e| (Stop::Idle, self.fail(&e.to_string())))?;
+        loop {
+            match self.save_cursor(next, None) {
+                Ok(()) => break,
+                // A full disk: once space returns, the same write succeeds.
+                Err(e) if e.is_transient() => {
+                    self.wait_to_retry(
+                        &e,
+                        "sink cannot save its cursor yet; retrying",
+                        &mut backoff,
+                    )
+                    .await?;
+                }
+                Err(e) => return Err((Stop::Idle, self.fail(&e.to_string()))),
+            }
+        }
         self.damaged_cursor = None;
         self.progress.send_replace(SinkProgress {
             next_offset: next,
@@ -386,11 +399,12 @@ impl SinkTask {
             match opened {
                 Some(Ok(reader)) => break reader,
                 Some(Err(e)) if e.is_transient() => {
-                    tracing::warn!(sink = %self.name, error = %e, "sink cannot join its consumer group yet; retrying");
-                    self.update(|s| s.component.retrying(&e));
-                    if sleep_unless_cancelled(&self.cancel, backoff.next_delay()).await {
-                        return Err((Stop::Shutdown, "shutting down".into()));
-                    }
+                    self.wait_to_retry(
+                        &e,
+                        "sink cannot join its consumer group yet; retrying",
+                        &mut backoff,
+                    )
+                    .await?;
                 }
                 Some(Err(e)) => return Err((Stop::Idle, self.fail(&e.to_string()))),
                 None => {
@@ -427,10 +441,8 @@ impl SinkTask {
             match self.sink.reset(tables).await {
                 Ok(()) => return Ok(()),
                 Err(e) if e.is_transient() => {
-                    self.update(|s| s.component.retrying(&e));
-                    if sleep_unless_cancelled(&self.cancel, backoff.next_delay()).await {
-                        return Err((Stop::Shutdown, "shutting down".into()));
-                    }
+                    self.wait_to_retry(&e, "sink cannot reset its store yet; retrying", backoff)
+                        .await?;
                 }
                 Err(e) => return Err((Stop::Idle, self.fail(&format!("reset failed: {e}")))),
             }
@@ -456,15 +468,28 @@ impl SinkTask {
             match opened {
                 Ok(stored) => return Ok(stored),
                 Err(e) if e.is_transient() => {
-                    tracing::warn!(sink = %self.name, error = %e, "sink cannot open yet; retrying");
-                    self.update(|s| s.component.retrying(&e));
-                    if sleep_unless_cancelled(&self.cancel, backoff.next_delay()).await {
-                        return Err((Stop::Shutdown, "shutting down".into()));
-                    }
+                    self.wait_to_retry(&e, "sink cannot open yet; retrying", backoff)
+                        .await?;
                 }
                 Err(e) => return Err((Stop::Idle, self.fail(&e.to_string()))),
             }
         }
+    }
+
+    /// After transient `error` while opening: says so (`what`), and waits out the backoff;
+    /// `Err` on shutdown.
+    async fn wait_to_retry(
+        &mut self,
+        error: &Error,
+        what: &str,
+        backoff: &mut Backoff,
+    ) -> Result<(), (Stop, String)> {
+        tracing::warn!(sink = %self.name, %error, "{what}");
+        self.update(|s| s.component.retrying(error));
+        if sleep_unless_cancelled(&self.cancel, backoff.next_delay()).await {
+            return Err((Stop::Shutdown, "shutting down".into()));
+        }
+        Ok(())
     }
 
     /// Whether a store's cursor is a position in another log: it names another identity, or
@@ -538,11 +563,8 @@ impl SinkTask {
             match made {
                 Ok(reader) => return Ok(reader),
                 Err(e) if e.is_transient() => {
-                    tracing::warn!(sink = %self.name, error = %e, "sink cannot read the log yet; retrying");
-                    self.update(|s| s.component.retrying(&e));
-                    if sleep_unless_cancelled(&self.cancel, backoff.next_delay()).await {
-                        return Err((Stop::Shutdown, "shutting down".into()));
-                    }
+                    self.wait_to_retry(&e, "sink cannot read the log yet; retrying", backoff)
+                        .await?;
                 }
                 Err(e) => return Err((Stop::Idle, self.fail(&e.to_string()))),
             }
@@ -607,6 +629,19 @@ impl SinkTask {
         file.sync_data()
     }
 
+    /// After transient `error` in the batch from `first_offset`: says so, waits out the
+    /// backoff, and has the sink opened again.
+    async fn reopen_after(&mut self, error: &Error, first_offset: u64) -> Stop {
+        tracing::warn!(sink = %self.name, %error, first_offset, "sink error; reopening and retrying");
+        self.update(|s| s.component.retrying(error));
+        let delay = self.retry_backoff.next_delay();
+        if sleep_unless_cancelled(&self.cancel, delay).await {
+            Stop::Shutdown
+        } else {
+            Stop::Reopen
+        }
+    }
+
     /// Applies one batch, retrying transient errors; saves the cursor after it.
     async fn apply(&mut self, decoded: DecodedBatch) -> Result<(), Stop> {
         let DecodedBatch {
@@ -620,13 +655,7 @@ impl SinkTask {
             match self.sink.apply(&batch).await {
                 Ok(()) => break,
                 Err(e) if e.is_transient() => {
-                    tracing::warn!(sink = %self.name, error = %e, first_offset, "sink error; reopening and retrying");
-                    self.update(|s| s.component.retrying(&e));
-                    let delay = self.retry_backoff.next_delay();
-                    if sleep_unless_cancelled(&self.cancel, delay).await {
-                        return Err(Stop::Shutdown);
-                    }
-                    return Err(Stop::Reopen);
+                    return Err(self.reopen_after(&e, first_offset).await);
                 }
                 Err(Error::Rejected {
                     offset,
@@ -681,9 +710,19 @@ impl SinkTask {
             } else {
                 self.offsets.save_sink(&self.name, &cursor)
             };
-            if let Err(e) = saved {
-                self.fail(&format!("saving the cursor: {e}"));
-                return Err(Stop::Idle);
+            match saved {
+                Ok(()) => {}
+                // A full disk: the batch is applied, its cursor not saved. The sink opens
+                // again and goes on from the cursor it keeps (the store's own has the batch;
+                // siphon's file sends it again, as after a crash).
+                Err(e) if e.is_transient() => {
+                    let error = Error::transient(format!("saving the cursor: {e}"));
+                    return Err(self.reopen_after(&error, first_offset).await);
+                }
+                Err(e) => {
+                    self.fail(&format!("saving the cursor: {e}"));
+                    return Err(Stop::Idle);
+                }
             }
         }
         let mut replay_done = false;

@@ -72,6 +72,19 @@ impl SmallDisk {
         Ok(())
     }
 
+    /// Fills it up completely, while others write there too: until a write finds no space.
+    pub fn fill(&self) -> anyhow::Result<()> {
+        match self.fill_leaving(0) {
+            Err(e)
+                if e.downcast_ref::<std::io::Error>()
+                    .is_some_and(|e| e.kind() == std::io::ErrorKind::StorageFull) =>
+            {
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
     /// Frees what [`SmallDisk::fill_leaving`] took.
     pub fn free_up(&self) -> anyhow::Result<()> {
         match std::fs::remove_file(&self.filler) {
