@@ -99,10 +99,7 @@ async fn a_message_carries_its_id_and_headers() {
     let got = ex.drain().await.unwrap();
     assert_eq!(got.len(), 1);
     let message = &got[0];
-    assert_eq!(
-        message.delivery.routing_key.as_str(),
-        "demo.public.compliance"
-    );
+    assert_eq!(message.routing_key.as_str(), "demo.public.compliance");
     let properties = &message.properties;
     assert_eq!(
         properties.message_id().as_ref().unwrap().as_str(),
@@ -117,7 +114,7 @@ async fn a_message_carries_its_id_and_headers() {
     assert_eq!(text("siphon.offset"), "41");
     assert_eq!(text("siphon.op"), "c");
     assert_eq!(text("debezium.key"), r#"{"id":7}"#);
-    let value: serde_json::Value = serde_json::from_slice(&message.delivery.data).unwrap();
+    let value: serde_json::Value = serde_json::from_slice(&message.data).unwrap();
     assert_eq!(value["after"]["name"], "seven");
 }
 

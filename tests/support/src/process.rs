@@ -103,16 +103,20 @@ impl ServerProcess {
         std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
     }
 
-    /// kill -9 of the server's process group (its data stays).
+    /// kill -9 of the server's process group (its data stays), and a wait until its port
+    /// is closed (the group's processes gone with it).
     pub fn kill(&mut self) -> anyhow::Result<()> {
         if let Some(mut child) = self.child.take() {
-            // The group's id is the child's (process_group(0)).
-            let _ = Command::new("kill")
-                .args(["-KILL", "--", &format!("-{}", child.id())])
-                .stderr(Stdio::null())
-                .status();
+            signal_group(&child, "KILL");
             child.kill().ok();
             child.wait()?;
+            let started = Instant::now();
+            while TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                if started.elapsed() > Duration::from_secs(30) {
+                    bail!("{} still listens on {} after kill -9", self.name, self.port);
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
         }
         Ok(())
     }
@@ -122,9 +126,7 @@ impl ServerProcess {
     /// data.
     pub fn restart_gracefully(&mut self) -> anyhow::Result<()> {
         if let Some(mut child) = self.child.take() {
-            let _ = Command::new("kill")
-                .args(["-TERM", &child.id().to_string()])
-                .status();
+            signal_group(&child, "TERM");
             let started = Instant::now();
             while child.try_wait()?.is_none() {
                 if started.elapsed() > Duration::from_secs(30) {
@@ -141,6 +143,14 @@ impl ServerProcess {
         self.kill()?;
         self.run()
     }
+}
+
+/// Sends `signal` to `child`'s process group (its id is the child's: `process_group(0)`).
+fn signal_group(child: &Child, signal: &str) {
+    let _ = Command::new("kill")
+        .args([&format!("-{signal}"), "--", &format!("-{}", child.id())])
+        .stderr(Stdio::null())
+        .status();
 }
 
 impl Drop for ServerProcess {

@@ -501,17 +501,45 @@ impl RabbitExchange {
     }
 
     /// Takes every message the queue holds, in order.
-    pub async fn drain(&self) -> anyhow::Result<Vec<lapin::message::BasicGetMessage>> {
+    pub async fn drain(&self) -> anyhow::Result<Vec<lapin::message::Delivery>> {
+        use futures_util::StreamExt;
+        use lapin::options::{BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions};
+        use lapin::types::FieldTable;
         let channel = self.channel().await?;
-        let mut out = Vec::new();
-        while let Some(message) = channel
-            .basic_get(
-                self.exchange.as_str().into(),
-                lapin::options::BasicGetOptions { no_ack: true },
+        let queue = self.exchange.as_str();
+        let held = channel
+            .queue_declare(
+                queue.into(),
+                QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
             )
             .await?
-        {
-            out.push(message);
+            .message_count() as usize;
+        // A consumer with many deliveries in flight: one basic.get a message took minutes for
+        // a chaos run's hundreds of thousands.
+        channel.basic_qos(1000, BasicQosOptions::default()).await?;
+        let mut consumer = channel
+            .basic_consume(
+                queue.into(),
+                "siphon-test-drain".into(),
+                BasicConsumeOptions {
+                    no_ack: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await?;
+        let mut out = Vec::with_capacity(held);
+        while out.len() < held {
+            let delivery =
+                tokio::time::timeout(std::time::Duration::from_secs(60), consumer.next())
+                    .await
+                    .map_err(|_| anyhow!("the queue gave {} of {held} messages", out.len()))?
+                    .ok_or_else(|| anyhow!("the consumer ended after {} of {held}", out.len()))??;
+            out.push(delivery);
         }
         Ok(out)
     }
@@ -542,8 +570,8 @@ impl RabbitExchange {
                         .as_ref()
                         .context("a message without message_id")?
                         .to_string(),
-                    routing_key: message.delivery.routing_key.to_string(),
-                    value: serde_json::from_slice(&message.delivery.data)?,
+                    routing_key: message.routing_key.to_string(),
+                    value: serde_json::from_slice(&message.data)?,
                 })
             })
             .collect()
