@@ -12,16 +12,13 @@ use common::Setup;
 use common::pg::{
     History, WRITER_TABLES, assert_every_change_once, current_lsn, pg_source, spawn_writer,
 };
+use common::stores::{Rows, Tables, duckdb_rows, pg_rows, redis_rows};
 use rdkafka::Message as _;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
-use siphon_core::sink::Sink as _;
 use siphon_test_support::{
     KafkaBroker, PgDatabase, RedisKeyspace, RegistryStandIn, postgres, redis,
 };
-
-/// (table, id) → the row's values as text (`v`, `n`, `note`).
-type Rows = BTreeMap<(String, i64), Vec<Option<String>>>;
 
 const SCHEMA: &str = "
     create table items (id bigint primary key, v text not null, n bigint not null, note text);
@@ -46,108 +43,11 @@ const WORKLOAD: &[&str] = &[
     "update items set n = n + 100 where id between 100 and 400;",
 ];
 
-const TABLES: &[&str] = &["items", "orders"];
-
-/// The rows of `table` as a PostgreSQL query prints them (source or mirror).
-async fn pg_rows(client: &tokio_postgres::Client, schema: &str, rows: &mut Rows) {
-    for table in TABLES {
-        let columns = match *table {
-            "items" => "v, n::text, note",
-            _ => "item::text, qty::text, null::text",
-        };
-        for r in client
-            .query(
-                &format!("select id::int8, {columns} from {schema}.{table}"),
-                &[],
-            )
-            .await
-            .unwrap()
-        {
-            rows.insert(
-                ((*table).to_owned(), r.get(0)),
-                (1..4).map(|i| r.get::<_, Option<String>>(i)).collect(),
-            );
-        }
-    }
-}
+/// The tables the workload writes, and their columns compared.
+const TABLES: Tables<'static> = &[("items", &["v", "n", "note"]), ("orders", &["item", "qty"])];
 
 async fn source_rows(db: &PgDatabase) -> Rows {
-    let mut rows = Rows::new();
-    pg_rows(&db.client().await.unwrap(), "public", &mut rows).await;
-    rows
-}
-
-async fn redis_rows(cache: &RedisKeyspace) -> Rows {
-    let mut conn = cache.conn().await.unwrap();
-    let mut rows = Rows::new();
-    for table in TABLES {
-        let keys: Vec<String> = redis::cmd("KEYS")
-            .arg(format!("{}{table}:*", cache.prefix))
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        for key in keys {
-            let fields: BTreeMap<String, String> = redis::cmd("HGETALL")
-                .arg(&key)
-                .query_async(&mut conn)
-                .await
-                .unwrap();
-            let id: i64 = key.rsplit(':').next().unwrap().parse().unwrap();
-            let values = match *table {
-                "items" => vec![
-                    fields.get("v").cloned(),
-                    fields.get("n").cloned(),
-                    fields.get("note").cloned(),
-                ],
-                _ => vec![
-                    fields.get("item").cloned(),
-                    fields.get("qty").cloned(),
-                    None,
-                ],
-            };
-            rows.insert(((*table).to_owned(), id), values);
-        }
-    }
-    rows
-}
-
-async fn duckdb_rows(path: &std::path::Path) -> Rows {
-    let mut inspect = siphon_sink_duckdb::DuckdbSink::new(
-        siphon_sink_duckdb::DuckdbSinkConfig::new(path),
-        "inspect",
-        "inspect",
-    )
-    .unwrap();
-    inspect.check().await.unwrap();
-    let duck = inspect.dialect().connection().unwrap();
-    let mut rows = Rows::new();
-    for table in TABLES {
-        let columns = match *table {
-            "items" => "v, CAST(n AS VARCHAR), note",
-            _ => "CAST(item AS VARCHAR), CAST(qty AS VARCHAR), NULL",
-        };
-        let mut stmt = duck
-            .prepare(&format!(
-                "SELECT CAST(id AS BIGINT), {columns} FROM public_{table}"
-            ))
-            .unwrap();
-        let found: Vec<(i64, Vec<Option<String>>)> = stmt
-            .query_map([], |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    (1..4)
-                        .map(|i| r.get::<_, Option<String>>(i).unwrap())
-                        .collect(),
-                ))
-            })
-            .unwrap()
-            .map(Result::unwrap)
-            .collect();
-        for (id, values) in found {
-            rows.insert(((*table).to_owned(), id), values);
-        }
-    }
-    rows
+    pg_rows(&db.client().await.unwrap(), "public", TABLES).await
 }
 
 /// The `[pipelines.demo.log]` body of a Kafka log on `broker`, its tables' topics of three
@@ -279,12 +179,15 @@ batch_size = 100
 
     let want = source_rows(&db).await;
     assert!(want.len() > 700, "the workload's rows: {}", want.len());
-    let mut mirrored = Rows::new();
-    pg_rows(&target.client().await.unwrap(), "public", &mut mirrored).await;
+    let mirrored = pg_rows(&target.client().await.unwrap(), "public", TABLES).await;
     assert_eq!(mirrored, want, "the PostgreSQL mirror");
-    assert_eq!(redis_rows(&cache).await, want, "the Redis cache");
     assert_eq!(
-        duckdb_rows(&lake.path().join("lake.duckdb")).await,
+        redis_rows(&cache.url, &cache.prefix, TABLES).await,
+        want,
+        "the Redis cache"
+    );
+    assert_eq!(
+        duckdb_rows(&lake.path().join("lake.duckdb"), TABLES).await,
         want,
         "the DuckDB mirror"
     );

@@ -5,6 +5,7 @@
 
 pub mod db;
 pub mod pg;
+pub mod stores;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -89,11 +90,17 @@ batch_size = 50
     }
 
     pub fn start(&self) -> Daemon {
-        let d = Daemon::start(
+        self.start_with_env(&[])
+    }
+
+    /// [`Setup::start`] with variables `env` set in the daemon's environment.
+    pub fn start_with_env(&self, env: &[(&str, &str)]) -> Daemon {
+        let d = Daemon::start_with_env(
             Path::new(BIN),
             &self.config,
             self.admin_port,
             &self.dir.path().join("daemon.log"),
+            env,
         )
         .unwrap();
         self.wait_for_admin(&d);

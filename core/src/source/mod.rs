@@ -133,7 +133,7 @@ impl SourceContext {
     /// Appends events already encoded with [`encode_events`] (so that encoding can run in
     /// parallel) and returns once they are durable.
     pub async fn append_records(&self, records: Vec<NewRecord>) -> Result<Range<u64>> {
-        self.log.append(records).await
+        self.log.append(planted_loss(records)).await
     }
 
     /// Appends the first events of a transaction that is still open, without waiting for them
@@ -148,7 +148,7 @@ impl SourceContext {
     /// [`SourceContext::append_open_transaction`]): a snapshot in progress, which nothing is
     /// confirmed on until it ends.
     pub async fn append_records_unsynced(&self, records: Vec<NewRecord>) -> Result<Range<u64>> {
-        self.log.append_unsynced(records).await
+        self.log.append_unsynced(planted_loss(records)).await
     }
 
     /// The last event appended to the log (see [`ChangeLog::last_record`]): where the source
@@ -166,6 +166,35 @@ impl SourceContext {
     pub fn register_schema(&self, schema: &TableSchema) -> Result<Arc<TableSchema>> {
         self.log.schemas().register(schema)
     }
+}
+
+/// A test hook of debug builds, for the chaos harness to prove that it sees a loss: with
+/// `SIPHON_TEST_LOSE_ONE_IN=N` in the environment, every N-th record a source appends that
+/// does not end a transaction is dropped before the log. Release builds have no such hook.
+#[cfg(debug_assertions)]
+fn planted_loss(mut records: Vec<NewRecord>) -> Vec<NewRecord> {
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static ONE_IN: OnceLock<Option<u64>> = OnceLock::new();
+    static SEEN: AtomicU64 = AtomicU64::new(0);
+    let one_in = ONE_IN.get_or_init(|| {
+        std::env::var("SIPHON_TEST_LOSE_ONE_IN")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&n| n > 0)
+    });
+    if let Some(n) = *one_in {
+        records.retain(|r| {
+            r.flags.contains(RecordFlags::TXN_END)
+                || SEEN.fetch_add(1, Ordering::Relaxed) % n != n - 1
+        });
+    }
+    records
+}
+
+#[cfg(not(debug_assertions))]
+fn planted_loss(records: Vec<NewRecord>) -> Vec<NewRecord> {
+    records
 }
 
 /// Log records of events; `transaction_ends` index the events that end a transaction.

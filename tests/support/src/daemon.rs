@@ -29,6 +29,17 @@ impl Daemon {
         admin_port: u16,
         log_path: &Path,
     ) -> anyhow::Result<Self> {
+        Self::start_with_env(binary, config, admin_port, log_path, &[])
+    }
+
+    /// [`Daemon::start`] with variables `env` set in the daemon's environment.
+    pub fn start_with_env(
+        binary: &Path,
+        config: &Path,
+        admin_port: u16,
+        log_path: &Path,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -41,6 +52,7 @@ impl Daemon {
                 "RUST_LOG",
                 std::env::var("SIPHON_TEST_LOG").unwrap_or_else(|_| "info".into()),
             )
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()?;
