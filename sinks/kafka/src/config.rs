@@ -49,11 +49,11 @@ mod tests {
     use super::*;
 
     fn config(extra: serde_json::Value) -> KafkaSinkConfig {
-        let mut doc = serde_json::json!({ "brokers": "127.0.0.1:9092" });
-        doc.as_object_mut()
-            .unwrap()
-            .extend(extra.as_object().unwrap().clone());
-        serde_json::from_value(doc).unwrap()
+        let serde_json::Value::Object(mut doc) = extra else {
+            panic!("keys, as an object")
+        };
+        doc.insert("brokers".into(), "127.0.0.1:9092".into());
+        serde_json::from_value(doc.into()).unwrap()
     }
 
     /// Compaction keeps one record per key in a topic: tables sharing one would lose each
