@@ -34,6 +34,21 @@ pub enum Error {
         /// What was wrong.
         reason: String,
     },
+    /// A record of the change log failed its checksum or framing. Neither it nor what follows
+    /// it in its segment is read past: a reader stops there, and a log whose last segment is
+    /// damaged before intact records does not open (recovery cuts only a torn tail).
+    #[error("change log record {offset} is damaged ({path}, byte {position}): {reason}")]
+    DamagedRecord {
+        /// The offset of the damaged record: the one after the last record read before it
+        /// (where compaction removed records, the first offset it can have).
+        offset: u64,
+        /// The segment file.
+        path: PathBuf,
+        /// Byte position of the record in the file.
+        position: u64,
+        /// What was wrong.
+        reason: String,
+    },
     /// A reader asked for an offset the log no longer (or not yet) holds.
     #[error(
         "offset {requested} is outside the log (it holds {start}..{end}); records before {start} \

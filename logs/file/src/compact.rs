@@ -23,7 +23,7 @@ use std::io::{BufWriter, Write};
 use std::path::Path;
 
 use super::FileLog;
-use super::segment::{self, Next, Segment, SegmentCursor, log_path};
+use super::segment::{self, Next, SeekPoint, Segment, SegmentCursor, log_path};
 use crate::frame::encode_frame;
 use siphon_core::log::{LogRecord, MaintenanceReport, RecordFlags};
 use siphon_core::source::now_ms;
@@ -363,7 +363,7 @@ pub(super) fn pass(
             base: s.base,
             size: s.size,
             end: s.end(),
-            clean_at: s.seek_position(clean),
+            clean_at: s.seek_point(clean),
         })
         .collect();
     let limit = inner.durable_end();
@@ -393,7 +393,11 @@ pub(super) fn pass(
         .iter()
         .filter(|s| s.end > clean && s.base < eligible_end)
     {
-        let from = if seg.base < clean { seg.clean_at } else { 0 };
+        let from = if seg.base < clean {
+            seg.clean_at
+        } else {
+            seg.start()
+        };
         let mut cursor = SegmentCursor::open(log_path(dir, seg.base), from)?;
         while let Next::Record(rec) = cursor.next(eligible_end.min(limit))? {
             if rec.offset < clean {
@@ -482,8 +486,18 @@ struct Extent {
     size: u64,
     /// Offset after its last record.
     end: u64,
-    /// The byte position to read from for the first record at or past `cleaned_to`.
-    clean_at: u64,
+    /// Where to read from for the first record at or past `cleaned_to`.
+    clean_at: SeekPoint,
+}
+
+impl Extent {
+    /// The start of its file.
+    fn start(&self) -> SeekPoint {
+        SeekPoint {
+            position: 0,
+            offset: self.base,
+        }
+    }
 }
 
 /// What becomes of a record in a rewrite: kept with this key and these flags, or gone.
@@ -526,7 +540,7 @@ fn rewrite(
     let mut frame = Vec::new();
     let (mut dropped, mut changed) = (0u64, false);
     let interval = inner.config.index_interval.0;
-    let mut cursor = SegmentCursor::open(path.clone(), 0)?;
+    let mut cursor = SegmentCursor::open(path.clone(), seg.start())?;
     let limit = inner.durable_end();
     let mut emit = |rec: &LogRecord, kept: Kept| -> Result<()> {
         let Some((key, flags)) = kept else {

@@ -100,13 +100,12 @@ pub(crate) fn read_frame(r: &mut impl Read, buf: &mut Vec<u8>) -> Result<LogReco
     if got < FRAME_HEADER {
         return Err(FrameError::Eof { clean: got == 0 });
     }
-    let len = u32::from_le_bytes(header[..4].try_into().unwrap()) as usize;
-    let crc = u32::from_le_bytes(header[4..].try_into().unwrap());
-    if !(BODY_FIXED..=MAX_BODY).contains(&len) {
+    let Some((len, crc)) = parse_header(&header) else {
         return Err(FrameError::Corrupt(format!(
-            "impossible record length {len}"
+            "impossible record length {}",
+            u32::from_le_bytes(header[..4].try_into().unwrap())
         )));
-    }
+    };
     buf.resize(len, 0);
     if read_full(r, buf).map_err(FrameError::Io)? < len {
         return Err(FrameError::Eof { clean: false });
@@ -117,8 +116,20 @@ pub(crate) fn read_frame(r: &mut impl Read, buf: &mut Vec<u8>) -> Result<LogReco
     decode_body(buf).ok_or_else(|| FrameError::Corrupt("malformed record body".into()))
 }
 
+/// A frame header's body length and checksum; `None` for a length no record can have.
+pub(crate) fn parse_header(header: &[u8; FRAME_HEADER]) -> Option<(usize, u32)> {
+    let len = u32::from_le_bytes(header[..4].try_into().unwrap()) as usize;
+    let crc = u32::from_le_bytes(header[4..].try_into().unwrap());
+    (BODY_FIXED..=MAX_BODY).contains(&len).then_some((len, crc))
+}
+
+/// The offset a record body starts with.
+pub(crate) fn body_offset(body: &[u8]) -> Option<u64> {
+    Some(u64::from_le_bytes(body.get(0..8)?.try_into().ok()?))
+}
+
 fn decode_body(b: &[u8]) -> Option<LogRecord> {
-    let offset = u64::from_le_bytes(b.get(0..8)?.try_into().ok()?);
+    let offset = body_offset(b)?;
     let timestamp_ms = i64::from_le_bytes(b.get(8..16)?.try_into().ok()?);
     let flags = RecordFlags(*b.get(16)?);
     let key_len = u32::from_le_bytes(b.get(17..21)?.try_into().ok()?) as usize;

@@ -456,7 +456,25 @@ fn load_segments(dir: &Path, config: &FileLogConfig, repair: bool) -> Result<Vec
         let mut seg = Segment::empty(base);
         match segment::scan(&path, &mut seg, 0, interval)? {
             ScanEnd::Clean => {}
-            ScanEnd::Damaged { position, reason } if is_last => {
+            ScanEnd::Damaged {
+                position,
+                offset,
+                reason,
+            } if is_last => {
+                if let Some((intact, at)) =
+                    segment::first_record_after(&path, position, seg.last_offset)?
+                {
+                    return Err(Error::DamagedRecord {
+                        offset,
+                        path,
+                        position,
+                        reason: format!(
+                            "{reason}; whole records follow it (record {intact} at byte {at}), so \
+                             it is not a write a crash cut short, and recovery does not cut the \
+                             log there"
+                        ),
+                    });
+                }
                 if repair {
                     tracing::warn!(
                         segment = %path.display(), position, reason,
@@ -471,8 +489,13 @@ fn load_segments(dir: &Path, config: &FileLogConfig, repair: bool) -> Result<Vec
                     f.sync_all().map_err(Error::io("fsync", &path))?;
                 }
             }
-            ScanEnd::Damaged { position, reason } => {
-                return Err(Error::Corrupt {
+            ScanEnd::Damaged {
+                position,
+                offset,
+                reason,
+            } => {
+                return Err(Error::DamagedRecord {
+                    offset,
                     path,
                     position,
                     reason,
@@ -523,7 +546,7 @@ impl Inner {
         let Some(seg) = i.checked_sub(1).map(|i| &segments[i]) else {
             return Ok(None);
         };
-        let cursor = SegmentCursor::open(log_path(&self.dir, seg.base), seg.seek_position(offset))?;
+        let cursor = SegmentCursor::open(log_path(&self.dir, seg.base), seg.seek_point(offset))?;
         Ok(Some((seg.base, cursor)))
     }
 

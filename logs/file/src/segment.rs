@@ -5,7 +5,7 @@ use std::fs::{self, File};
 use std::io::{BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use crate::frame::{FrameError, framed_len, read_frame};
+use crate::frame::{FRAME_HEADER, FrameError, body_offset, framed_len, parse_header, read_frame};
 use siphon_core::log::LogRecord;
 use siphon_core::{Error, Result};
 
@@ -45,11 +45,17 @@ impl Segment {
         self.last_offset.map_or(self.base, |o| o + 1)
     }
 
-    /// Byte position from which to scan for `offset`.
-    pub fn seek_position(&self, offset: u64) -> u64 {
+    /// Where to scan from for `offset`: an indexed record at or before it, or the start.
+    pub fn seek_point(&self, offset: u64) -> SeekPoint {
         match self.index.partition_point(|(o, _)| *o <= offset) {
-            0 => 0,
-            i => self.index[i - 1].1,
+            0 => SeekPoint {
+                position: 0,
+                offset: self.base,
+            },
+            i => SeekPoint {
+                position: self.index[i - 1].1,
+                offset: self.index[i - 1].0,
+            },
         }
     }
 
@@ -97,13 +103,25 @@ pub(crate) fn list_bases(dir: &Path) -> Result<Vec<u64>> {
     Ok(bases)
 }
 
+/// A byte position of a segment file on a record boundary, and the offset of the record there
+/// (at least: the first offset a record there can have).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SeekPoint {
+    pub position: u64,
+    pub offset: u64,
+}
+
 /// How a scan ended.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum ScanEnd {
     /// At the end of the file, on a record boundary.
     Clean,
-    /// At a torn or damaged record at this byte position.
-    Damaged { position: u64, reason: String },
+    /// At a torn or damaged record at this byte position, which would have had `offset`.
+    Damaged {
+        position: u64,
+        offset: u64,
+        reason: String,
+    },
 }
 
 /// Reads a segment from byte `from` (a record boundary, with `seg` describing what is before
@@ -121,6 +139,7 @@ pub(crate) fn scan(path: &Path, seg: &mut Segment, from: u64, interval: u64) -> 
                 if seg.last_offset.is_some_and(|last| rec.offset <= last) || rec.offset < seg.base {
                     return Ok(ScanEnd::Damaged {
                         position: pos,
+                        offset: seg.end(),
                         reason: format!("offset {} out of order", rec.offset),
                     });
                 }
@@ -132,12 +151,14 @@ pub(crate) fn scan(path: &Path, seg: &mut Segment, from: u64, interval: u64) -> 
             Err(FrameError::Eof { clean: false }) => {
                 return Ok(ScanEnd::Damaged {
                     position: pos,
+                    offset: seg.end(),
                     reason: "torn record".into(),
                 });
             }
             Err(FrameError::Corrupt(reason)) => {
                 return Ok(ScanEnd::Damaged {
                     position: pos,
+                    offset: seg.end(),
                     reason,
                 });
             }
@@ -150,6 +171,59 @@ pub(crate) fn scan(path: &Path, seg: &mut Segment, from: u64, interval: u64) -> 
             }
         }
     }
+}
+
+/// The first whole record that starts after byte `damaged` of a segment file and has an offset
+/// after `after`, as `(offset, byte position)`. Recovery tells a torn tail (nothing whole after
+/// it: a write a crash cut short, never confirmed) from damage in the middle (whole records
+/// after it, written, synced and maybe confirmed to the database) by it. Reads in bounded
+/// windows, whatever the lengths the damaged bytes claim.
+pub(crate) fn first_record_after(
+    path: &Path,
+    damaged: u64,
+    after: Option<u64>,
+) -> Result<Option<(u64, u64)>> {
+    use std::os::unix::fs::FileExt;
+    const WINDOW: u64 = 1 << 20;
+    let file = File::open(path).map_err(Error::io("open", path))?;
+    let len = file.metadata().map_err(Error::io("stat", path))?.len();
+    let read_at = |buf: &mut Vec<u8>, at: u64, n: u64| -> Result<()> {
+        buf.resize(n as usize, 0);
+        file.read_exact_at(buf, at).map_err(Error::io("read", path))
+    };
+    let (mut window, mut window_start) = (Vec::new(), 0u64);
+    let mut chunk = Vec::new();
+    let mut position = damaged + 1;
+    while position + FRAME_HEADER as u64 <= len {
+        if position + FRAME_HEADER as u64 > window_start + window.len() as u64 {
+            window_start = position;
+            read_at(&mut window, position, WINDOW.min(len - position))?;
+        }
+        let at = (position - window_start) as usize;
+        let header = window[at..at + FRAME_HEADER].try_into().expect("8 bytes");
+        let body_at = position + FRAME_HEADER as u64;
+        if let Some((body_len, crc)) = parse_header(header)
+            && body_at + body_len as u64 <= len
+        {
+            // The checksum over the body, read in windows.
+            let (mut sum, mut done, mut head) = (0u32, 0u64, None);
+            while done < body_len as u64 {
+                let n = WINDOW.min(body_len as u64 - done);
+                read_at(&mut chunk, body_at + done, n)?;
+                sum = crc32c::crc32c_append(sum, &chunk);
+                head = head.or_else(|| body_offset(&chunk));
+                done += n;
+            }
+            if sum == crc
+                && let Some(offset) = head
+                && after.is_none_or(|a| offset > a)
+            {
+                return Ok(Some((offset, position)));
+            }
+        }
+        position += 1;
+    }
+    Ok(None)
 }
 
 /// Writes the index file of a closed segment. Not fsynced: an index lost or damaged by a crash
@@ -215,6 +289,8 @@ pub(crate) struct SegmentCursor {
     path: PathBuf,
     reader: BufReader<File>,
     position: u64,
+    /// The offset of the record at `position` (at least: the first one it can have).
+    offset: u64,
     buf: Vec<u8>,
 }
 
@@ -223,6 +299,7 @@ impl std::fmt::Debug for SegmentCursor {
         f.debug_struct("SegmentCursor")
             .field("path", &self.path)
             .field("position", &self.position)
+            .field("offset", &self.offset)
             .finish()
     }
 }
@@ -235,16 +312,17 @@ pub(crate) enum Next {
 }
 
 impl SegmentCursor {
-    pub fn open(path: PathBuf, from: u64) -> Result<Self> {
+    pub fn open(path: PathBuf, from: SeekPoint) -> Result<Self> {
         let file = File::open(&path).map_err(Error::io("open", &path))?;
         let mut reader = BufReader::with_capacity(256 << 10, file);
         reader
-            .seek(SeekFrom::Start(from))
+            .seek(SeekFrom::Start(from.position))
             .map_err(Error::io("seek", &path))?;
         Ok(SegmentCursor {
             path,
             reader,
-            position: from,
+            position: from.position,
+            offset: from.offset,
             buf: Vec::new(),
         })
     }
@@ -256,6 +334,7 @@ impl SegmentCursor {
         match read_frame(&mut self.reader, &mut self.buf) {
             Ok(rec) if rec.offset < limit => {
                 self.position += framed_len(&rec) as u64;
+                self.offset = rec.offset + 1;
                 Ok(Next::Record(rec))
             }
             // Not durable yet, or not completely written yet: read it again later.
@@ -265,7 +344,8 @@ impl SegmentCursor {
                     .map_err(Error::io("seek", &self.path))?;
                 Ok(Next::End)
             }
-            Err(FrameError::Corrupt(reason)) => Err(Error::Corrupt {
+            Err(FrameError::Corrupt(reason)) => Err(Error::DamagedRecord {
+                offset: self.offset,
                 path: self.path.clone(),
                 position: start,
                 reason,
