@@ -5,7 +5,8 @@
 //! body  = offset:u64le  timestamp_ms:i64le  flags:u8  key_len:u32le  key  value
 //! ```
 
-use std::io::{self, Read};
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom};
 
 use siphon_core::log::{LogRecord, RecordFlags};
 
@@ -93,27 +94,88 @@ pub(crate) enum FrameError {
     Io(io::Error),
 }
 
-/// Reads one frame; `buf` is reused between calls.
-pub(crate) fn read_frame(r: &mut impl Read, buf: &mut Vec<u8>) -> Result<LogRecord, FrameError> {
-    let mut header = [0u8; FRAME_HEADER];
-    let got = read_full(r, &mut header).map_err(FrameError::Io)?;
-    if got < FRAME_HEADER {
-        return Err(FrameError::Eof { clean: got == 0 });
+/// Bytes a [`FrameReader`] asks the file for at a time.
+const READ_CHUNK: usize = 256 << 10;
+
+/// Reads a file's frames in order through a buffer of its own, checking each frame where it
+/// lies in the buffer and copying out only its key and value.
+pub(crate) struct FrameReader {
+    file: File,
+    /// Bytes read from the file: `buf[at..end]` are not taken yet, and start at a frame.
+    buf: Vec<u8>,
+    at: usize,
+    end: usize,
+}
+
+impl FrameReader {
+    pub fn new(file: File) -> Self {
+        FrameReader {
+            file,
+            buf: Vec::new(),
+            at: 0,
+            end: 0,
+        }
     }
-    let Some((len, crc)) = parse_header(&header) else {
-        return Err(FrameError::Corrupt(format!(
-            "impossible record length {}",
-            u32::from_le_bytes(header[..4].try_into().unwrap())
-        )));
-    };
-    buf.resize(len, 0);
-    if read_full(r, buf).map_err(FrameError::Io)? < len {
-        return Err(FrameError::Eof { clean: false });
+
+    /// Reads the next frame.
+    pub fn next(&mut self) -> Result<LogRecord, FrameError> {
+        if !self.fill(FRAME_HEADER)? {
+            return Err(FrameError::Eof {
+                clean: self.at == self.end,
+            });
+        }
+        let header = self.buf[self.at..self.at + FRAME_HEADER]
+            .try_into()
+            .expect("8 bytes");
+        let Some((len, crc)) = parse_header(header) else {
+            return Err(FrameError::Corrupt(format!(
+                "impossible record length {}",
+                u32::from_le_bytes(header[..4].try_into().unwrap())
+            )));
+        };
+        if !self.fill(FRAME_HEADER + len)? {
+            return Err(FrameError::Eof { clean: false });
+        }
+        let body = &self.buf[self.at + FRAME_HEADER..self.at + FRAME_HEADER + len];
+        if crc32c::crc32c(body) != crc {
+            return Err(FrameError::Corrupt("checksum mismatch".into()));
+        }
+        let record =
+            decode_body(body).ok_or_else(|| FrameError::Corrupt("malformed record body".into()))?;
+        self.at += FRAME_HEADER + len;
+        Ok(record)
     }
-    if crc32c::crc32c(buf) != crc {
-        return Err(FrameError::Corrupt("checksum mismatch".into()));
+
+    /// Forgets what is buffered and goes on reading at byte `position` of the file.
+    pub fn seek(&mut self, position: u64) -> io::Result<()> {
+        (self.at, self.end) = (0, 0);
+        self.file.seek(SeekFrom::Start(position)).map(|_| ())
     }
-    decode_body(buf).ok_or_else(|| FrameError::Corrupt("malformed record body".into()))
+
+    /// Reads until `n` bytes are buffered from `at`; `false` if the file ends first.
+    fn fill(&mut self, n: usize) -> Result<bool, FrameError> {
+        if self.end - self.at >= n {
+            return Ok(true);
+        }
+        self.buf.copy_within(self.at..self.end, 0);
+        (self.at, self.end) = (0, self.end - self.at);
+        if self.buf.len() < n {
+            self.buf.resize(n.max(READ_CHUNK), 0);
+        } else if self.buf.len() > READ_CHUNK && n.max(self.end) <= READ_CHUNK {
+            // Back to the usual size once a large record is read.
+            self.buf.truncate(READ_CHUNK);
+            self.buf.shrink_to_fit();
+        }
+        while self.end < n {
+            match self.file.read(&mut self.buf[self.end..]) {
+                Ok(0) => return Ok(false),
+                Ok(got) => self.end += got,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(FrameError::Io(e)),
+            }
+        }
+        Ok(true)
+    }
 }
 
 /// A frame header's body length and checksum; `None` for a length no record can have.
@@ -133,8 +195,10 @@ fn decode_body(b: &[u8]) -> Option<LogRecord> {
     let timestamp_ms = i64::from_le_bytes(b.get(8..16)?.try_into().ok()?);
     let flags = RecordFlags(*b.get(16)?);
     let key_len = u32::from_le_bytes(b.get(17..21)?.try_into().ok()?) as usize;
-    let key = b.get(21..21 + key_len)?.to_vec();
-    let value = b.get(21 + key_len..)?.to_vec();
+    let key = b
+        .get(BODY_FIXED..BODY_FIXED.checked_add(key_len)?)?
+        .to_vec();
+    let value = b[BODY_FIXED + key_len..].to_vec();
     Some(LogRecord {
         offset,
         timestamp_ms,
@@ -142,17 +206,4 @@ fn decode_body(b: &[u8]) -> Option<LogRecord> {
         key,
         value,
     })
-}
-
-fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
-    let mut got = 0;
-    while got < buf.len() {
-        match r.read(&mut buf[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(got)
 }

@@ -52,7 +52,9 @@ impl FileLogReader {
 impl LogReader for FileLogReader {
     fn read_available(&mut self, max: usize) -> Result<Vec<LogRecord>> {
         let limit = self.log.inner.durable_end();
-        let mut out = Vec::new();
+        // At most one record an offset: sized once rather than grown record by record.
+        let room = limit.saturating_sub(self.next).min(max as u64).min(1 << 16);
+        let mut out = Vec::with_capacity(room as usize);
         while out.len() < max && self.next < limit {
             if self.current.is_none() && !self.open_current()? {
                 break;

@@ -2,10 +2,10 @@
 //! segment is closed.
 
 use std::fs::{self, File};
-use std::io::{BufReader, Read, Seek, SeekFrom, Write};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
-use crate::frame::{FRAME_HEADER, FrameError, body_offset, framed_len, parse_header, read_frame};
+use crate::frame::{FRAME_HEADER, FrameError, FrameReader, body_offset, framed_len, parse_header};
 use siphon_core::log::LogRecord;
 use siphon_core::{Error, Result};
 
@@ -128,13 +128,11 @@ pub(crate) enum ScanEnd {
 /// it) to its end, completing `seg`. Stops at the first torn or damaged record.
 pub(crate) fn scan(path: &Path, seg: &mut Segment, from: u64, interval: u64) -> Result<ScanEnd> {
     let file = File::open(path).map_err(Error::io("open", path))?;
-    let mut r = BufReader::with_capacity(1 << 20, file);
-    r.seek(SeekFrom::Start(from))
-        .map_err(Error::io("seek", path))?;
+    let mut r = FrameReader::new(file);
+    r.seek(from).map_err(Error::io("seek", path))?;
     let mut pos = from;
-    let mut buf = Vec::new();
     loop {
-        match read_frame(&mut r, &mut buf) {
+        match r.next() {
             Ok(rec) => {
                 if seg.last_offset.is_some_and(|last| rec.offset <= last) || rec.offset < seg.base {
                     return Ok(ScanEnd::Damaged {
@@ -287,11 +285,10 @@ pub(crate) fn read_index(dir: &Path, base: u64, file_len: u64) -> Option<Segment
 /// Reads records of one segment from byte `from`, in order, stopping at its end.
 pub(crate) struct SegmentCursor {
     path: PathBuf,
-    reader: BufReader<File>,
+    reader: FrameReader,
     position: u64,
     /// The offset of the record at `position` (at least: the first one it can have).
     offset: u64,
-    buf: Vec<u8>,
 }
 
 impl std::fmt::Debug for SegmentCursor {
@@ -314,16 +311,15 @@ pub(crate) enum Next {
 impl SegmentCursor {
     pub fn open(path: PathBuf, from: SeekPoint) -> Result<Self> {
         let file = File::open(&path).map_err(Error::io("open", &path))?;
-        let mut reader = BufReader::with_capacity(256 << 10, file);
+        let mut reader = FrameReader::new(file);
         reader
-            .seek(SeekFrom::Start(from.position))
+            .seek(from.position)
             .map_err(Error::io("seek", &path))?;
         Ok(SegmentCursor {
             path,
             reader,
             position: from.position,
             offset: from.offset,
-            buf: Vec::new(),
         })
     }
 
@@ -331,7 +327,7 @@ impl SegmentCursor {
     /// is not consumed: the cursor stays before it.
     pub fn next(&mut self, limit: u64) -> Result<Next> {
         let start = self.position;
-        match read_frame(&mut self.reader, &mut self.buf) {
+        match self.reader.next() {
             Ok(rec) if rec.offset < limit => {
                 self.position += framed_len(&rec) as u64;
                 self.offset = rec.offset + 1;
@@ -340,7 +336,7 @@ impl SegmentCursor {
             // Not durable yet, or not completely written yet: read it again later.
             Ok(_) | Err(FrameError::Eof { .. }) => {
                 self.reader
-                    .seek(SeekFrom::Start(start))
+                    .seek(start)
                     .map_err(Error::io("seek", &self.path))?;
                 Ok(Next::End)
             }

@@ -634,7 +634,14 @@ fn corruption_in_a_closed_segment_is_reported_not_hidden() {
     let mut reader = log.file_reader(0).unwrap();
     let err = reader.read_available(100).unwrap_err();
     assert!(
-        matches!(err, Error::DamagedRecord { offset: 0, position: 0, .. }),
+        matches!(
+            err,
+            Error::DamagedRecord {
+                offset: 0,
+                position: 0,
+                ..
+            }
+        ),
         "{err}"
     );
     assert!(err.to_string().contains("record 0"), "{err}");
@@ -647,7 +654,14 @@ fn corruption_in_a_closed_segment_is_reported_not_hidden() {
     let mut reader = log.file_reader(0).unwrap();
     let err = reader.read_available(100).unwrap_err();
     assert!(
-        matches!(err, Error::DamagedRecord { offset: 1, position: 430, .. }),
+        matches!(
+            err,
+            Error::DamagedRecord {
+                offset: 1,
+                position: 430,
+                ..
+            }
+        ),
         "{err}"
     );
 }
@@ -688,11 +702,21 @@ fn damage_in_the_middle_of_the_last_segment_is_reported_not_cut_off() {
         "{err}"
     );
     let text = err.to_string();
-    assert!(text.contains("record 7") && text.contains("checksum"), "{text}");
-    assert_eq!(fs::read(&path).unwrap(), bytes, "the segment is left as it was");
+    assert!(
+        text.contains("record 7") && text.contains("checksum"),
+        "{text}"
+    );
+    assert_eq!(
+        fs::read(&path).unwrap(),
+        bytes,
+        "the segment is left as it was"
+    );
     // Read-only (siphon status, log tail) sees the same.
     let err = FileLog::open_read_only(dir.path(), FileLogConfig::default()).unwrap_err();
-    assert!(matches!(err, Error::DamagedRecord { offset: 7, .. }), "{err}");
+    assert!(
+        matches!(err, Error::DamagedRecord { offset: 7, .. }),
+        "{err}"
+    );
 }
 
 #[test]
@@ -1262,4 +1286,42 @@ fn a_pass_cut_short_and_run_again_keeps_a_moved_rows_base() {
         kept.contains(&("k1".into(), "base".into())),
         "k2's base went when the pass ran again: {kept:?}"
     );
+}
+
+#[test]
+fn records_larger_than_a_read_chunk_and_across_chunks_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = FileLog::open(dir.path(), FileLogConfig::default()).unwrap();
+    // Sizes around and past the reader's 256 KiB chunk, so that frames straddle chunks and
+    // the buffer grows for a large record and shrinks after it.
+    let sizes = [
+        10,
+        300 << 10,
+        10,
+        (256 << 10) - 40,
+        7,
+        600 << 10,
+        3,
+        100_000,
+        100_000,
+        100_000,
+    ];
+    let values: Vec<String> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| format!("{i}").repeat(*n))
+        .collect();
+    for value in &values {
+        log.append_blocking(&[rec("k", value)]).unwrap();
+    }
+    let check = |log: &FileLog| {
+        let got: Vec<Vec<u8>> = read_all(log, 0).into_iter().map(|r| r.value).collect();
+        assert_eq!(got.len(), values.len());
+        for (got, want) in got.iter().zip(&values) {
+            assert!(got == want.as_bytes(), "a record of {} bytes", want.len());
+        }
+    };
+    check(&log);
+    drop(log);
+    check(&FileLog::open(dir.path(), FileLogConfig::default()).unwrap());
 }
