@@ -24,7 +24,9 @@ use siphon_log_kafka::{KafkaLog, KafkaLogConfig};
 use siphon_source_postgres::{PostgresKind, SnapshotMode};
 use siphon_test_support::KafkaBroker;
 
-use crate::pg::{BULK, TABLE, psql, rate, run_source, siphon_in, with_db};
+use crate::figure::{Figure, Measure, Rates, thousands};
+use crate::pg::{BULK, TABLE, psql, run_source, siphon_in};
+use crate::tools;
 
 /// A record as read back: key, value, headers.
 type Record = (Option<Vec<u8>>, Option<Vec<u8>>, Vec<(String, Vec<u8>)>);
@@ -144,16 +146,61 @@ fn produce(broker: &KafkaBroker, topic: &str, records: &[Record]) -> anyhow::Res
 /// Runs the bench on the server at `url`: `rows` rows, `rounds` rounds; prints a table row per
 /// round and the ratios' spread.
 pub fn run(url: &str, rows: u64, rounds: usize) -> anyhow::Result<()> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    tools::require(&[tools::PSQL])?;
+    let all = measure(url, rows, rounds, 0)?;
+    println!(
+        "| round | file log rows/s | Kafka, transactions rows/s | Kafka, idempotent rows/s | rdkafka produce loop records/s | transactions / rdkafka | idempotent / rdkafka |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    let rates = |f: &Figure| match &f.measure {
+        Measure::Rates(r) => r.clone(),
+        _ => unreachable!("the Kafka bench measures rates"),
+    };
+    for (round, figures) in all.iter().enumerate() {
+        let [tx, idem, file] = [&figures[0], &figures[1], &figures[2]].map(rates);
+        println!(
+            "| {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} |",
+            round + 1,
+            file.siphon_rate(),
+            tx.siphon_rate(),
+            idem.siphon_rate(),
+            tx.reference_rate(),
+            tx.ratio(),
+            idem.ratio(),
+        );
+    }
+    for (i, what) in ["transactions", "idempotent", "file log"]
+        .iter()
+        .enumerate()
+    {
+        let mut v: Vec<f64> = all.iter().map(|f| rates(&f[i]).ratio()).collect();
+        v.sort_by(f64::total_cmp);
+        println!(
+            "{what} / rdkafka: median {:.2}, min {:.2}, max {:.2}",
+            v[v.len() / 2],
+            v[0],
+            v[v.len() - 1]
+        );
+    }
+    Ok(())
+}
+
+/// `rounds` rounds of the bench on the server at `url`, each a Kafka broker's run with
+/// transactions, without, and the file log's, every one beside rdkafka's produce loop of the
+/// same records in the same round. Round `first_round` + i runs the four in turn when even,
+/// in the opposite order when odd.
+pub fn measure(
+    url: &str,
+    rows: u64,
+    rounds: usize,
+    first_round: usize,
+) -> anyhow::Result<Vec<Vec<Figure>>> {
+    let rt = crate::pg::runtime()?;
     let broker = KafkaBroker::start()?;
     let db = format!("siphon_bench_kafka_{}", std::process::id());
-    psql(url, &format!("create database {db}"))?;
-    let db_url = with_db(url, &db);
-    let result = (|| -> anyhow::Result<()> {
-        psql(&db_url, TABLE)?;
-        let slots: usize = psql(&db_url, "show max_replication_slots")?.parse()?;
+    crate::pg::in_database(url, &db, |db_url| {
+        psql(db_url, TABLE)?;
+        let slots: usize = psql(db_url, "show max_replication_slots")?.parse()?;
         anyhow::ensure!(
             rounds * 3 <= slots,
             "{rounds} rounds need {} replication slots; the server has max_replication_slots = {slots}",
@@ -162,24 +209,20 @@ pub fn run(url: &str, rows: u64, rounds: usize) -> anyhow::Result<()> {
         for round in 0..rounds {
             for what in ["file", "tx", "idem"] {
                 psql(
-                    &db_url,
+                    db_url,
                     &format!(
                         "select pg_create_logical_replication_slot('{what}_{round}', 'pgoutput')"
                     ),
                 )?;
             }
         }
-        psql(&db_url, &BULK.replace("$ROWS", &rows.to_string()))?;
-        println!(
-            "| round | file log rows/s | Kafka, transactions rows/s | Kafka, idempotent rows/s | rdkafka produce loop records/s | transactions / rdkafka | idempotent / rdkafka |"
-        );
-        println!("|---|---|---|---|---|---|---|");
+        psql(db_url, &BULK.replace("$ROWS", &rows.to_string()))?;
         let mut captured: Option<Vec<Record>> = None;
         let mut all = Vec::new();
         for round in 0..rounds {
             let mut r = Round::default();
             let mut steps: Vec<&str> = vec!["file", "tx", "idem", "ref"];
-            if round % 2 == 1 {
+            if (first_round + round) % 2 == 1 {
                 steps.reverse();
             }
             // The reference needs the records of a transactional run.
@@ -193,7 +236,7 @@ pub fn run(url: &str, rows: u64, rounds: usize) -> anyhow::Result<()> {
                         let dir = tempfile::tempdir()?;
                         r.file = rt.block_on(siphon_in(
                             &dir,
-                            &db_url,
+                            db_url,
                             &format!("file_{round}"),
                             SnapshotMode::Never,
                             rows,
@@ -202,7 +245,7 @@ pub fn run(url: &str, rows: u64, rounds: usize) -> anyhow::Result<()> {
                     "tx" => {
                         let pipeline = format!("tx{round}");
                         r.transactions = rt.block_on(siphon_kafka(
-                            &db_url,
+                            db_url,
                             &format!("tx_{round}"),
                             &broker,
                             &pipeline,
@@ -216,7 +259,7 @@ pub fn run(url: &str, rows: u64, rounds: usize) -> anyhow::Result<()> {
                     }
                     "idem" => {
                         r.idempotent = rt.block_on(siphon_kafka(
-                            &db_url,
+                            db_url,
                             &format!("idem_{round}"),
                             &broker,
                             &format!("idem{round}"),
@@ -235,49 +278,34 @@ pub fn run(url: &str, rows: u64, rounds: usize) -> anyhow::Result<()> {
                     }
                 }
             }
-            let reference = rate(rows, r.reference);
-            println!(
-                "| {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} |",
-                round + 1,
-                rate(rows, r.file),
-                rate(rows, r.transactions),
-                rate(rows, r.idempotent),
-                reference,
-                rate(rows, r.transactions) / reference,
-                rate(rows, r.idempotent) / reference,
-            );
-            all.push(r);
+            all.push(r.figures(rows));
         }
-        let ratios = |f: fn(&Round) -> Duration| -> Vec<f64> {
-            let mut v: Vec<f64> = all
-                .iter()
-                .map(|r| r.reference.as_secs_f64() / f(r).as_secs_f64())
-                .collect();
-            v.sort_by(f64::total_cmp);
-            v
-        };
-        for (what, v) in [
-            ("transactions", ratios(|r| r.transactions)),
-            ("idempotent", ratios(|r| r.idempotent)),
-            ("file log", ratios(|r| r.file)),
-        ] {
-            println!(
-                "{what} / rdkafka: median {:.2}, min {:.2}, max {:.2}",
-                v[v.len() / 2],
-                v[0],
-                v[v.len() - 1]
-            );
-        }
-        Ok(())
-    })();
-    for round in 0..rounds {
-        for what in ["file", "tx", "idem"] {
-            let _ = psql(
-                &db_url,
-                &format!("select pg_drop_replication_slot('{what}_{round}')"),
-            );
-        }
+        Ok(all)
+    })
+}
+
+impl Round {
+    /// The round as figures: Kafka with transactions, idempotent, and the file log, each
+    /// beside the produce loop.
+    fn figures(&self, rows: u64) -> Vec<Figure> {
+        [
+            ("Kafka log, transactions", self.transactions),
+            ("Kafka log, idempotent", self.idempotent),
+            ("file log (beside the Kafka log)", self.file),
+        ]
+        .into_iter()
+        .map(|(what, time)| Figure {
+            what: what.into(),
+            workload: format!("PostgreSQL, 1 transaction of {} rows", thousands(rows)),
+            measure: Measure::Rates(Rates::timed(
+                "rows",
+                "rdkafka's produce loop of the same records",
+                rows,
+                &[time],
+                &[self.reference],
+            )),
+            target: None,
+        })
+        .collect()
     }
-    psql(url, &format!("drop database {db}"))?;
-    result
 }

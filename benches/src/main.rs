@@ -1,19 +1,11 @@
 //! siphon-bench: measures siphon against the physical reference of the same machine, in the
 //! same run, and prints ratios (this machine is shared and noisy: absolute numbers drift,
-//! ratios much less).
-//!
-//! `siphon-bench log`: appends to the file change log vs a raw sequential buffered write with
-//! the same fsync cadence; replay of the log vs reading the same bytes raw.
+//! ratios much less). Each subcommand is one bench module returning [`figure::Figure`]s;
+//! `siphon-bench all` runs them all, repeated, into one table (`all.rs`).
 
-use std::fs::File;
-use std::io::{Read, Write};
-use std::path::Path;
-use std::time::{Duration, Instant};
+use clap::{Parser, Subcommand};
 
-use clap::{Parser, Subcommand, ValueEnum};
-use siphon_core::log::{LogReader, NewRecord};
-use siphon_core::units::ByteSize;
-use siphon_log_file::{FileLog, FileLogConfig, FsyncPolicy};
+use crate::log::Fsync;
 
 #[derive(Debug, Parser)]
 #[command(about = "siphon's benchmarks against this machine's raw references")]
@@ -24,6 +16,10 @@ struct Args {
 
 #[derive(Debug, Subcommand)]
 enum Bench {
+    /// Every figure of the report in one run, each beside its reference, repeated --runs
+    /// times: one table (every run, the spread, the target), written into BENCHMARKS.md's
+    /// summary with --write.
+    All(all::AllArgs),
     /// The change log: append and replay vs raw file I/O.
     Log {
         /// Records per measurement.
@@ -101,6 +97,12 @@ enum Bench {
         /// Redis URL (keys under `siphon-bench:`, removed afterwards).
         #[arg(long, default_value = "redis://127.0.0.1:6379")]
         redis: String,
+        /// NATS URL (JetStream).
+        #[arg(long, default_value = "nats://127.0.0.1:4222")]
+        nats: String,
+        /// RabbitMQ URL.
+        #[arg(long, default_value = "amqp://guest:guest@127.0.0.1:5672/%2f")]
+        rabbitmq: String,
         /// Which sinks to measure: redis, redis_stream, nats, rabbitmq (the machine's servers on
         /// their default ports), postgres, duckdb.
         #[arg(long, value_delimiter = ',', default_values_t = [String::from("redis"), String::from("redis_stream"), String::from("postgres"), String::from("duckdb")])]
@@ -126,29 +128,31 @@ enum Bench {
         #[arg(long)]
         linger: Option<String>,
     },
+    /// Internal (`all`'s peak RSS): the PostgreSQL source alone in this process on `slot`
+    /// until the log holds `records`; prints its peak RSS.
+    #[command(hide = true)]
+    RssChild {
+        #[arg(long)]
+        url: String,
+        #[arg(long)]
+        slot: String,
+        #[arg(long)]
+        records: u64,
+        /// A snapshot (the slot made by the source) rather than the slot's backlog.
+        #[arg(long)]
+        snapshot: bool,
+    },
 }
 
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum Fsync {
-    /// fsync after every batch.
-    Batch,
-    /// never fsync.
-    Never,
-}
-
-impl std::fmt::Display for Fsync {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Fsync::Batch => "batch",
-            Fsync::Never => "never",
-        })
-    }
-}
-
+mod all;
+mod figure;
 mod kafka;
+mod log;
 mod mysql;
 mod pg;
+mod rss;
 mod sinks;
+mod tools;
 mod wait;
 
 /// The allocator the `siphon` binary uses, so that the figures are the daemon's.
@@ -157,6 +161,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> anyhow::Result<()> {
     match Args::parse().bench {
+        Bench::All(args) => all::run(&args)?,
         Bench::Pg { rows, txns, url } => pg::run(&url, rows, txns)?,
         Bench::Kafka { rows, rounds, url } => kafka::run(&url, rows, rounds)?,
         Bench::Mysql { rows, small, url } => mysql::run(&url, rows, small)?,
@@ -172,8 +177,20 @@ fn main() -> anyhow::Result<()> {
             batch,
             url,
             redis,
+            nats,
+            rabbitmq,
             only,
-        } => sinks::run(&url, &redis, rows, batch, &only)?,
+        } => sinks::run(
+            &sinks::Servers {
+                postgres: url,
+                redis,
+                nats,
+                rabbitmq,
+            },
+            rows,
+            batch,
+            &only,
+        )?,
         Bench::Log {
             records,
             sizes,
@@ -183,173 +200,21 @@ fn main() -> anyhow::Result<()> {
             dir,
         } => {
             let tmp = tempfile::tempdir_in(dir.unwrap_or_else(std::env::temp_dir))?;
-            println!(
-                "| record | fsync | raw write rec/s | raw MB/s | log append rec/s | log MB/s | append ratio |"
-            );
-            println!("|---|---|---|---|---|---|---|");
-            let mut replays = Vec::new();
-            for &size in &sizes {
-                for &policy in &fsync {
-                    let raw = median(runs, || raw_write(tmp.path(), records, size, batch, policy))?;
-                    let log = median(runs, || {
-                        log_append(tmp.path(), records, size, batch, policy)
-                    })?;
-                    let bytes = (size + 16 + 29) as f64 * records as f64;
-                    println!(
-                        "| {size} B | {policy} | {:.0} | {:.1} | {:.0} | {:.1} | {:.2}x |",
-                        rate(records, raw),
-                        bytes / raw.as_secs_f64() / 1e6,
-                        rate(records, log),
-                        bytes / log.as_secs_f64() / 1e6,
-                        raw.as_secs_f64() / log.as_secs_f64(),
-                    );
-                }
-                replays.push((
-                    size,
-                    median(runs, || raw_read(tmp.path()))?,
-                    median(runs, || log_replay(tmp.path(), records))?,
-                ));
-            }
-            println!(
-                "\n| record | raw read rec/s | log replay rec/s | replay MB/s | replay ratio |"
-            );
-            println!("|---|---|---|---|---|");
-            for (size, raw, replay) in replays {
-                let bytes = (size + 16 + 29) as f64 * records as f64;
-                println!(
-                    "| {size} B | {:.0} | {:.0} | {:.1} | {:.2}x |",
-                    rate(records, raw),
-                    rate(records, replay),
-                    bytes / replay.as_secs_f64() / 1e6,
-                    raw.as_secs_f64() / replay.as_secs_f64(),
-                );
-            }
+            log::print(&log::measure(
+                tmp.path(),
+                records,
+                &sizes,
+                batch,
+                &fsync,
+                runs,
+            )?);
         }
+        Bench::RssChild {
+            url,
+            slot,
+            records,
+            snapshot,
+        } => rss::child_main(&url, &slot, snapshot, records)?,
     }
     Ok(())
-}
-
-fn rate(records: u64, d: Duration) -> f64 {
-    records as f64 / d.as_secs_f64()
-}
-
-fn median(
-    runs: usize,
-    mut f: impl FnMut() -> anyhow::Result<Duration>,
-) -> anyhow::Result<Duration> {
-    let mut times = (0..runs.max(1))
-        .map(|_| f())
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    times.sort();
-    Ok(times[times.len() / 2])
-}
-
-fn value(size: usize, i: u64) -> Vec<u8> {
-    let mut v = vec![b'x'; size];
-    v[..8].copy_from_slice(&i.to_le_bytes());
-    v
-}
-
-/// The reference: the same bytes (framed records are `size + key + 29` bytes) written
-/// sequentially through a buffer, fsynced with the same cadence.
-fn raw_write(
-    dir: &Path,
-    records: u64,
-    size: usize,
-    batch: usize,
-    policy: Fsync,
-) -> anyhow::Result<Duration> {
-    let path = dir.join("raw.bin");
-    let _ = std::fs::remove_file(&path);
-    let mut file = File::create(&path)?;
-    let frame = size + 16 + 29;
-    let mut buf = Vec::with_capacity(frame * batch);
-    let started = Instant::now();
-    let mut i = 0;
-    while i < records {
-        buf.clear();
-        let n = (batch as u64).min(records - i);
-        for j in 0..n {
-            buf.extend_from_slice(&(i + j).to_le_bytes());
-            buf.resize(buf.len() + frame - 8, b'x');
-        }
-        file.write_all(&buf)?;
-        if let Fsync::Batch = policy {
-            file.sync_data()?;
-        }
-        i += n;
-    }
-    Ok(started.elapsed())
-}
-
-fn raw_read(dir: &Path) -> anyhow::Result<Duration> {
-    let mut file = File::open(dir.join("raw.bin"))?;
-    let mut buf = vec![0u8; 1 << 20];
-    let started = Instant::now();
-    let mut sum = 0u64;
-    loop {
-        let n = file.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        sum = sum.wrapping_add(u64::from(buf[n - 1]));
-    }
-    std::hint::black_box(sum);
-    Ok(started.elapsed())
-}
-
-fn log_append(
-    dir: &Path,
-    records: u64,
-    size: usize,
-    batch: usize,
-    policy: Fsync,
-) -> anyhow::Result<Duration> {
-    let path = dir.join("log");
-    let _ = std::fs::remove_dir_all(&path);
-    let config = FileLogConfig {
-        fsync: match policy {
-            Fsync::Batch => FsyncPolicy::Batch,
-            Fsync::Never => FsyncPolicy::Never,
-        },
-        segment_size: ByteSize(256 << 20),
-        ..FileLogConfig::default()
-    };
-    let log = FileLog::open(&path, config)?;
-    let mut batch_records = Vec::with_capacity(batch);
-    // Only the appends are timed: building the records is the caller's work.
-    let mut elapsed = Duration::ZERO;
-    let mut i = 0;
-    while i < records {
-        batch_records.clear();
-        let n = (batch as u64).min(records - i);
-        for j in 0..n {
-            batch_records.push(NewRecord {
-                key: (i + j).to_le_bytes().repeat(2),
-                value: value(size, i + j),
-                ..Default::default()
-            });
-        }
-        let started = Instant::now();
-        log.append_blocking(&batch_records)?;
-        elapsed += started.elapsed();
-        i += n;
-    }
-    Ok(elapsed)
-}
-
-fn log_replay(dir: &Path, records: u64) -> anyhow::Result<Duration> {
-    let log = FileLog::open_read_only(dir.join("log"), FileLogConfig::default())?;
-    let mut reader = log.file_reader(0)?;
-    let started = Instant::now();
-    let mut seen = 0u64;
-    loop {
-        let batch = reader.read_available(10_000)?;
-        if batch.is_empty() {
-            break;
-        }
-        seen += batch.len() as u64;
-    }
-    anyhow::ensure!(seen == records, "replayed {seen} of {records} records");
-    Ok(started.elapsed())
 }

@@ -19,7 +19,9 @@ use siphon_log_file::FileLog;
 use siphon_source_mysql::{MysqlConfig, MysqlSource};
 use tokio_util::sync::CancellationToken;
 
+use crate::figure::{Figure, Measure, Rates, Target, thousands};
 use crate::pg::{abba, peak_rss_mib, report};
+use crate::tools;
 
 const TABLE: &str = "create table orders (id bigint auto_increment primary key, customer_id int not null, \
   city varchar(32) not null, amount decimal(12,2) not null, status varchar(16) not null, note text, \
@@ -43,6 +45,11 @@ fn sql(url: &mysql_async::Opts, sql: &str) -> anyhow::Result<String> {
         String::from_utf8_lossy(&out.stderr)
     );
     Ok(String::from_utf8(out.stdout)?.trim().to_owned())
+}
+
+/// `sql` on the server of `url`.
+pub(crate) fn sql_at(url: &str, query: &str) -> anyhow::Result<String> {
+    sql(&mysql_async::Opts::from_url(url)?, query)
 }
 
 /// mariadb-binlog reading `file` from the server to its end.
@@ -110,14 +117,35 @@ async fn siphon(
     Ok(elapsed)
 }
 
+/// The tools this bench runs.
+pub const TOOLS: &[tools::Tool] = &[tools::MARIADB, tools::MARIADB_BINLOG];
+
 pub fn run(url: &str, rows: u64, small: u64) -> anyhow::Result<()> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    tools::require(TOOLS)?;
+    let (figures, rss) = measure(url, rows, small)?;
+    for figure in &figures {
+        report(figure);
+    }
+    println!("\npeak RSS of this process after streaming the {rows}-row transaction: {rss:.0} MiB");
+    Ok(())
+}
+
+/// The four workloads, each beside its reference; and this process's peak RSS (MiB) after
+/// streaming the big transaction.
+pub fn measure(url: &str, rows: u64, small: u64) -> anyhow::Result<(Vec<Figure>, f64)> {
+    let rt = crate::pg::runtime()?;
     let opts = mysql_async::Opts::from_url(url)?;
     let db = format!("siphon_bench_{}", std::process::id());
+    sql(&opts, &format!("drop database if exists {db}"))?;
     sql(&opts, &format!("create database {db}"))?;
-    let result = (|| -> anyhow::Result<()> {
+    let result = (|| -> anyhow::Result<(Vec<Figure>, f64)> {
+        let mut figures = Vec::new();
+        let streaming = |workload: String, unit, n, reference: &str, times: Times, target| Figure {
+            what: "MariaDB streaming".into(),
+            workload,
+            measure: Measure::Rates(Rates::timed(unit, reference, n, &times.1, &times.0)),
+            target,
+        };
         sql(&opts, &format!("use {db}; {TABLE}"))?;
         sql(&opts, "flush binary logs")?;
         let file = sql(&opts, "show master status")?
@@ -135,33 +163,36 @@ pub fn run(url: &str, rows: u64, small: u64) -> anyhow::Result<()> {
         )?;
         // The insert's binlog file is closed, so that the references read to its end.
         sql(&opts, "flush binary logs")?;
-        let (reference, ours) = abba(
+        let times = abba(
             || binlog(&opts, &file, false),
             || binlog(&opts, &file, false),
             || rt.block_on(siphon(url, &db, Some(&file), rows)),
             || rt.block_on(siphon(url, &db, Some(&file), rows)),
         )?;
         let rss = peak_rss_mib();
-        report(
-            &format!("streaming, 1 transaction of {rows} rows, vs mariadb-binlog --raw"),
+        let big = format!("1 transaction of {} rows", thousands(rows));
+        figures.push(streaming(
+            big.clone(),
             "rows",
             rows,
-            reference,
-            ours,
-        );
-        let (reference, ours) = abba(
+            "mariadb-binlog --raw",
+            times,
+            None,
+        ));
+        let times = abba(
             || binlog(&opts, &file, true),
             || binlog(&opts, &file, true),
             || rt.block_on(siphon(url, &db, Some(&file), rows)),
             || rt.block_on(siphon(url, &db, Some(&file), rows)),
         )?;
-        report(
-            &format!("streaming, 1 transaction of {rows} rows, vs mariadb-binlog -v (decoded)"),
+        figures.push(streaming(
+            big,
             "rows",
             rows,
-            reference,
-            ours,
-        );
+            "mariadb-binlog -v (rows decoded)",
+            times,
+            Target::new(1.0, 22),
+        ));
         let small_file = sql(&opts, "show master status")?
             .split_whitespace()
             .next()
@@ -180,19 +211,20 @@ pub fn run(url: &str, rows: u64, small: u64) -> anyhow::Result<()> {
             conn.disconnect().await
         })?;
         sql(&opts, "flush binary logs")?;
-        let (reference, ours) = abba(
+        let times = abba(
             || binlog(&opts, &small_file, true),
             || binlog(&opts, &small_file, true),
             || rt.block_on(siphon(url, &db, Some(&small_file), small)),
             || rt.block_on(siphon(url, &db, Some(&small_file), small)),
         )?;
-        report(
-            &format!("streaming, {small} single-row transactions, vs mariadb-binlog -v (decoded)"),
-            "transactions",
+        figures.push(streaming(
+            format!("{} single-row transactions", thousands(small)),
+            "txns",
             small,
-            reference,
-            ours,
-        );
+            "mariadb-binlog -v (rows decoded)",
+            times,
+            None,
+        ));
         let scan = || -> anyhow::Result<Duration> {
             let started = Instant::now();
             let status = client(&opts)
@@ -209,16 +241,23 @@ pub fn run(url: &str, rows: u64, small: u64) -> anyhow::Result<()> {
             || rt.block_on(siphon(url, &db, None, table_rows)),
             || rt.block_on(siphon(url, &db, None, table_rows)),
         )?;
-        report(
-            &format!("snapshot of {table_rows} rows, vs SELECT * --quick"),
-            "rows",
-            table_rows,
-            reference,
-            ours,
-        );
-        println!("\npeak RSS after streaming the {rows}-row transaction: {rss:.0} MiB");
-        Ok(())
+        figures.push(Figure {
+            what: "MariaDB snapshot".into(),
+            workload: format!("{} rows", thousands(table_rows)),
+            measure: Measure::Rates(Rates::timed(
+                "rows",
+                "full scan (mariadb --quick, SELECT *)",
+                table_rows,
+                &ours,
+                &reference,
+            )),
+            target: Target::new(0.8, 22),
+        });
+        Ok((figures, rss))
     })();
     let _ = sql(&opts, &format!("drop database if exists {db}"));
     result
 }
+
+/// The reference's two times and siphon's, as [`abba`] returns them.
+type Times = ([Duration; 2], [Duration; 2]);

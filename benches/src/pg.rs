@@ -6,7 +6,9 @@
 //! 2. `txns` one-row transactions, likewise;
 //! 3. a snapshot of the `rows`-row table vs `COPY … TO STDOUT`.
 //!
-//! It also reports the process's peak RSS (VmHWM) after streaming the big transaction.
+//! Each in the order reference, siphon, siphon, reference ([`abba`]). It also reports the
+//! process's peak RSS (VmHWM) after streaming the big transaction (`siphon-bench all` measures
+//! peak RSS in a process of its own: `rss.rs`).
 
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -19,6 +21,9 @@ use siphon_core::source::{Source, SourceContext};
 use siphon_log_file::FileLog;
 use siphon_source_postgres::{PostgresConfig, PostgresSource, SnapshotMode};
 use tokio_util::sync::CancellationToken;
+
+use crate::figure::{Figure, Measure, Rates, Target, rate, thousands};
+use crate::tools;
 
 pub(crate) const TABLE: &str = "create table orders (id bigserial primary key, customer_id int not null, city text not null,
   amount numeric(12,2) not null, status text not null, note text, created_at timestamptz not null default now());
@@ -144,59 +149,128 @@ pub(crate) fn postgres_config(url: &str, slot: &str, snapshot: SnapshotMode) -> 
     }
 }
 
+/// The peak resident memory (`VmHWM`) of this process, in MiB.
 pub(crate) fn peak_rss_mib() -> f64 {
+    peak_rss_kib() / 1024.0
+}
+
+/// The peak resident memory (`VmHWM`) of this process, in KiB.
+pub(crate) fn peak_rss_kib() -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status
         .lines()
         .find_map(|l| l.strip_prefix("VmHWM:"))
         .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<f64>().ok())
-        .map_or(0.0, |kb| kb / 1024.0)
+        .unwrap_or(0.0)
 }
 
+/// What `measure` found: the figures, and what the subcommand prints after them.
+#[derive(Debug)]
+pub struct PgResult {
+    pub figures: Vec<Figure>,
+    pub notes: Vec<String>,
+}
+
+/// The tools this bench runs.
+pub const TOOLS: &[tools::Tool] = &[tools::PSQL, tools::PG_RECVLOGICAL, tools::PGBENCH];
+
 pub fn run(url: &str, rows: u64, txns: u64) -> anyhow::Result<()> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    let db = format!("siphon_bench_{}", std::process::id());
+    tools::require(TOOLS)?;
+    if std::env::var_os("SIPHON_BENCH_SNAPSHOT_ONLY").is_some() {
+        return snapshot_only(url, rows);
+    }
+    let result = measure(url, rows, txns)?;
+    for figure in &result.figures {
+        report(figure);
+    }
+    for note in &result.notes {
+        println!("\n{note}");
+    }
+    Ok(())
+}
+
+/// A database of its own for `f`, dropped after it with its replication slots.
+pub(crate) fn in_database<T>(
+    url: &str,
+    db: &str,
+    f: impl FnOnce(&str) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    psql(url, &format!("drop database if exists {db} with (force)"))?;
     psql(url, &format!("create database {db}"))?;
-    let db_url = with_db(url, &db);
-    let result = (|| -> anyhow::Result<()> {
-        psql(&db_url, TABLE)?;
-        if std::env::var_os("SIPHON_BENCH_SNAPSHOT_ONLY").is_some() {
-            psql(&db_url, &BULK.replace("$ROWS", &rows.to_string()))?;
-            let ours = rt.block_on(siphon(
-                &db_url,
-                "siphon_snapshot",
-                SnapshotMode::Initial,
-                rows,
-            ))?;
-            println!(
-                "| snapshot of {rows} rows | | {:.0} rows/s | |",
-                rate(rows, ours)
-            );
-            return Ok(());
-        }
-        // 1. One big transaction.
-        create_slots(&db_url, "bulk")?;
-        psql(&db_url, &BULK.replace("$ROWS", &rows.to_string()))?;
-        let end = psql(&db_url, "select pg_current_wal_lsn()")?;
-        let (reference, ours) = abba(
-            || recvlogical(&db_url, "ref_bulk", &end),
-            || recvlogical(&db_url, "ref_bulk_2", &end),
-            || rt.block_on(siphon(&db_url, "siphon_bulk", SnapshotMode::Never, rows)),
-            || rt.block_on(siphon(&db_url, "siphon_bulk_2", SnapshotMode::Never, rows)),
-        )?;
-        let rss = peak_rss_mib();
-        report(
-            &format!("streaming, 1 transaction of {rows} rows"),
-            "rows",
+    let result = f(&with_db(url, db));
+    let _ = psql(
+        url,
+        &format!(
+            "select pg_drop_replication_slot(slot_name) from pg_replication_slots where database = '{db}'"
+        ),
+    );
+    let _ = psql(url, &format!("drop database if exists {db} with (force)"));
+    result
+}
+
+/// The source's snapshot of `rows` rows alone, with no reference: a workload to profile
+/// (`SIPHON_BENCH_SNAPSHOT_ONLY`).
+fn snapshot_only(url: &str, rows: u64) -> anyhow::Result<()> {
+    let rt = runtime()?;
+    let db = format!("siphon_bench_{}", std::process::id());
+    in_database(url, &db, |db_url| {
+        psql(db_url, TABLE)?;
+        psql(db_url, &BULK.replace("$ROWS", &rows.to_string()))?;
+        let ours = rt.block_on(siphon(
+            db_url,
+            "siphon_snapshot",
+            SnapshotMode::Initial,
             rows,
-            reference,
-            ours,
+        ))?;
+        println!(
+            "| snapshot of {rows} rows | | {:.0} rows/s | |",
+            rate(rows, ours)
         );
+        Ok(())
+    })
+}
+
+pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
+/// The three workloads, each beside its reference.
+pub fn measure(url: &str, rows: u64, txns: u64) -> anyhow::Result<PgResult> {
+    let rt = runtime()?;
+    let db = format!("siphon_bench_{}", std::process::id());
+    in_database(url, &db, |db_url| {
+        let mut figures = Vec::new();
+        let mut notes = Vec::new();
+        psql(db_url, TABLE)?;
+        // 1. One big transaction.
+        create_slots(db_url, "bulk")?;
+        psql(db_url, &BULK.replace("$ROWS", &rows.to_string()))?;
+        let end = psql(db_url, "select pg_current_wal_lsn()")?;
+        let (reference, ours) = abba(
+            || recvlogical(db_url, "ref_bulk", &end),
+            || recvlogical(db_url, "ref_bulk_2", &end),
+            || rt.block_on(siphon(db_url, "siphon_bulk", SnapshotMode::Never, rows)),
+            || rt.block_on(siphon(db_url, "siphon_bulk_2", SnapshotMode::Never, rows)),
+        )?;
+        drop_slots(db_url, "bulk")?;
+        let rss = peak_rss_mib();
+        figures.push(Figure {
+            what: "PostgreSQL streaming".into(),
+            workload: format!("1 transaction of {} rows", thousands(rows)),
+            measure: Measure::Rates(Rates::timed(
+                "rows",
+                "pg_recvlogical",
+                rows,
+                &ours,
+                &reference,
+            )),
+            target: Target::new(0.95, 3),
+        });
 
         // 2. Many one-row transactions.
-        create_slots(&db_url, "small")?;
+        create_slots(db_url, "small")?;
         let script = tempfile::NamedTempFile::new()?;
         std::fs::write(
             script.path(),
@@ -220,76 +294,98 @@ pub fn run(url: &str, rows: u64, txns: u64) -> anyhow::Result<()> {
                 "-f",
             ])
             .arg(script.path())
-            .arg(&db_url)
+            .arg(db_url)
             .env("PGOPTIONS", "-c synchronous_commit=off")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()?;
         anyhow::ensure!(status.success(), "pgbench failed");
-        let end = psql(&db_url, "select pg_current_wal_lsn()")?;
+        let end = psql(db_url, "select pg_current_wal_lsn()")?;
         let n = txns / 4 * 4;
         let (reference, ours) = abba(
-            || recvlogical(&db_url, "ref_small", &end),
-            || recvlogical(&db_url, "ref_small_2", &end),
-            || rt.block_on(siphon(&db_url, "siphon_small", SnapshotMode::Never, n)),
-            || rt.block_on(siphon(&db_url, "siphon_small_2", SnapshotMode::Never, n)),
+            || recvlogical(db_url, "ref_small", &end),
+            || recvlogical(db_url, "ref_small_2", &end),
+            || rt.block_on(siphon(db_url, "siphon_small", SnapshotMode::Never, n)),
+            || rt.block_on(siphon(db_url, "siphon_small_2", SnapshotMode::Never, n)),
         )?;
-        report(
-            &format!("streaming, {n} one-row transactions"),
-            "txns",
-            n,
-            reference,
-            ours,
-        );
+        drop_slots(db_url, "small")?;
+        figures.push(Figure {
+            what: "PostgreSQL streaming".into(),
+            workload: format!("{} one-row transactions", thousands(n)),
+            measure: Measure::Rates(Rates::timed("txns", "pg_recvlogical", n, &ours, &reference)),
+            target: Target::new(0.95, 3),
+        });
 
-        // 3. Snapshot vs COPY.
-        psql(&db_url, &format!("delete from orders where id > {rows}"))?;
-        psql(&db_url, "vacuum orders")?;
-        let count: u64 = psql(&db_url, "select count(*) from orders")?.parse()?;
-        let started = Instant::now();
-        let status = Command::new("psql")
-            .args(["-X", "-q", "-d", &db_url, "-c", "copy orders to stdout"])
-            .stdout(Stdio::null())
-            .status()?;
-        anyhow::ensure!(status.success(), "COPY failed");
-        let reference = started.elapsed();
+        // 3. Snapshot vs COPY, in the same symmetric order.
+        psql(db_url, &format!("delete from orders where id > {rows}"))?;
+        psql(db_url, "vacuum orders")?;
+        let count: u64 = psql(db_url, "select count(*) from orders")?.parse()?;
+        let copy = || -> anyhow::Result<Duration> {
+            let started = Instant::now();
+            let status = Command::new("psql")
+                .args(["-X", "-q", "-d", db_url, "-c", "copy orders to stdout"])
+                .stdout(Stdio::null())
+                .status()?;
+            anyhow::ensure!(status.success(), "COPY failed");
+            Ok(started.elapsed())
+        };
         let dir = tempfile::tempdir()?;
-        let ours = rt.block_on(siphon_in(
-            &dir,
-            &db_url,
-            "siphon_snapshot",
-            SnapshotMode::Initial,
-            count,
-        ))?;
-        println!(
-            "| snapshot of {count} rows | {:.0} rows/s | {:.0} rows/s | {:.2}x |",
-            rate(count, reference),
-            rate(count, ours),
-            reference.as_secs_f64() / ours.as_secs_f64()
-        );
+        let (reference, ours) = abba(
+            copy,
+            copy,
+            || {
+                rt.block_on(siphon_in(
+                    &dir,
+                    db_url,
+                    "siphon_snapshot",
+                    SnapshotMode::Initial,
+                    count,
+                ))
+            },
+            || {
+                rt.block_on(siphon(
+                    db_url,
+                    "siphon_snapshot_2",
+                    SnapshotMode::Initial,
+                    count,
+                ))
+            },
+        )?;
+        for slot in ["siphon_snapshot", "siphon_snapshot_2"] {
+            psql(
+                db_url,
+                &format!("select pg_drop_replication_slot('{slot}')"),
+            )?;
+        }
+        figures.push(Figure {
+            what: "PostgreSQL snapshot".into(),
+            workload: format!("{} rows", thousands(count)),
+            measure: Measure::Rates(Rates::timed(
+                "rows",
+                "COPY TO STDOUT (psql)",
+                count,
+                &ours,
+                &reference,
+            )),
+            target: Target::new(0.8, 22),
+        });
         let (compact, named) = log_bytes(&dir)?;
         let copy_bytes: f64 = psql(
-            &db_url,
+            db_url,
             "select sum(octet_length(o::text) - 1) from orders o",
         )?
         .parse()?;
-        println!(
-            "\nlog bytes per row of the snapshot: {:.0} (values and schema id), {:.0} with column names as before the schema records; COPY's text: {:.0}",
+        notes.push(format!(
+            "log bytes per row of the snapshot: {:.0} (values and schema id), {:.0} with column names as before the schema records; COPY's text: {:.0}",
             compact / count as f64,
             named / count as f64,
             copy_bytes / count as f64
-        );
-        println!("\npeak RSS after streaming the {rows}-row transaction: {rss:.0} MiB");
-        Ok(())
-    })();
-    let _ = psql(
-        url,
-        &format!(
-            "select pg_drop_replication_slot(slot_name) from pg_replication_slots where database = '{db}'"
-        ),
-    );
-    let _ = psql(url, &format!("drop database if exists {db}"));
-    result
+        ));
+        notes.push(format!(
+            "peak RSS of this process after streaming the {rows}-row transaction: {rss:.0} MiB"
+        ));
+        Ok(PgResult { figures, notes })
+    })
 }
 
 /// Bytes of the log in `dir` on disk, and what the same records would take with their events
@@ -319,6 +415,19 @@ fn log_bytes(dir: &tempfile::TempDir) -> anyhow::Result<(f64, f64)> {
         }
     }
     Ok((on_disk, on_disk + saved))
+}
+
+/// Drops the slots [`create_slots`] made for `workload`: the server has few (max_replication_slots).
+fn drop_slots(db_url: &str, workload: &str) -> anyhow::Result<()> {
+    for slot in ["ref", "siphon"] {
+        for suffix in ["", "_2"] {
+            psql(
+                db_url,
+                &format!("select pg_drop_replication_slot('{slot}_{workload}{suffix}')"),
+            )?;
+        }
+    }
+    Ok(())
 }
 
 /// Two slots for the reference and two for siphon, on the same changes.
@@ -355,26 +464,28 @@ pub(crate) fn abba(
 
 /// One table row: the rates of both sides (first and second run), and the ratio of the
 /// total times (the position effects cancel), with the ratio of each adjacent pair.
-pub(crate) fn report(
-    what: &str,
-    unit: &str,
-    n: u64,
-    reference: [Duration; 2],
-    ours: [Duration; 2],
-) {
-    let total = |d: [Duration; 2]| d[0].as_secs_f64() + d[1].as_secs_f64();
+pub(crate) fn report(figure: &Figure) {
+    let Measure::Rates(r) = &figure.measure else {
+        return;
+    };
+    let list = |v: &[f64]| {
+        v.iter()
+            .map(|x| format!("{x:.0}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let pairs = r.pair_ratios();
+    let pairs = match pairs.as_slice() {
+        [first, second] => format!(" (first pair {first:.2}x, second {second:.2}x)"),
+        _ => String::new(),
+    };
     println!(
-        "| {what} | {:.0}, {:.0} {unit}/s | {:.0}, {:.0} {unit}/s | {:.2}x (first pair {:.2}x, second {:.2}x) |",
-        rate(n, reference[0]),
-        rate(n, reference[1]),
-        rate(n, ours[0]),
-        rate(n, ours[1]),
-        total(reference) / total(ours),
-        reference[0].as_secs_f64() / ours[0].as_secs_f64(),
-        reference[1].as_secs_f64() / ours[1].as_secs_f64(),
+        "| {}, {} | {} {unit}/s | {} {unit}/s | {:.2}x{pairs} |",
+        figure.what,
+        figure.workload,
+        list(&r.reference_rates),
+        list(&r.siphon),
+        r.ratio(),
+        unit = r.unit,
     );
-}
-
-pub(crate) fn rate(n: u64, d: Duration) -> f64 {
-    n as f64 / d.as_secs_f64()
 }

@@ -1,7 +1,10 @@
-//! `siphon-bench sinks`: 1M upserts from a warm log (events encoded as the log stores them,
-//! decoded per batch as the sink task does) applied by the Redis and PostgreSQL sinks, next to
-//! the same run's reference: `redis-benchmark` pipelined HSET, and COPY of the same rows into
-//! a table with the same primary key.
+//! `siphon-bench sinks`: upserts from a warm log (events encoded as the log stores them,
+//! decoded per batch as the sink task does) applied by each sink, directly and through the
+//! daemon's own path (`replay_offline` from a file log), next to the same run's reference:
+//! `redis-benchmark` pipelined HSET (the same six fields, and one field) and XADD of the same
+//! fields for Redis and Redis Streams; the same guarded upsert as one server-side statement, and
+//! COPY, for PostgreSQL; DuckDB's appender; a publish loop with the same client for NATS
+//! (async-nats) and RabbitMQ (lapin).
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -19,6 +22,9 @@ use siphon_log_file::{FileLog, FileLogConfig, SchemaRegistry};
 use siphon_sink_postgres::{PostgresSink, PostgresSinkConfig};
 use siphon_sink_redis::{RedisSink, RedisSinkConfig};
 use siphon_source_postgres::{PgPosition, PostgresKind};
+
+use crate::figure::{Figure, Measure, Rates, Target, thousands};
+use crate::tools;
 
 const CITIES: [&str; 5] = ["Berlin", "Paris", "Tokyo", "Lima", "Oslo"];
 
@@ -140,8 +146,9 @@ fn events(rows: u64) -> anyhow::Result<WarmLog> {
     })
 }
 
-/// Applies the log in batches of `batch`; returns the events applied per second.
-async fn apply(sink: &mut dyn Sink, log: &WarmLog, batch: usize) -> anyhow::Result<f64> {
+/// Applies the first `rows` events of the log in batches of `batch`; returns the events
+/// applied per second.
+async fn apply(sink: &mut dyn Sink, log: &WarmLog, rows: u64, batch: usize) -> anyhow::Result<f64> {
     let table = TableInfo {
         name: siphon_core::TableName::new("public", "orders"),
         key_columns: vec!["id".into()],
@@ -151,7 +158,7 @@ async fn apply(sink: &mut dyn Sink, log: &WarmLog, batch: usize) -> anyhow::Resu
         .await?;
     let started = Instant::now();
     let mut in_sink = Duration::ZERO;
-    for (n, chunk) in log.chunks(batch).enumerate() {
+    for (n, chunk) in log[..rows as usize].chunks(batch).enumerate() {
         let records = chunk
             .iter()
             .enumerate()
@@ -172,7 +179,7 @@ async fn apply(sink: &mut dyn Sink, log: &WarmLog, batch: usize) -> anyhow::Resu
         (total - in_sink).as_secs_f64(),
         in_sink.as_secs_f64()
     );
-    Ok(log.len() as f64 / total.as_secs_f64())
+    Ok(rows as f64 / total.as_secs_f64())
 }
 
 /// `redis-benchmark` pipelined (100 deep) over `rows` random keys: `-t hset` (one field), or
@@ -272,15 +279,17 @@ async fn remove_keys(url: &str, pattern: &str) -> anyhow::Result<()> {
 
 /// The same upserts applied by the daemon's own path: written to a file change log, then
 /// `replay_offline` of sink `name` (configured by `sink_toml`) from offset 0 with a reset —
-/// the log read, the next batch decoded while the current one is applied, cursors saved.
+/// the log read, the next batch decoded while the current one is applied, cursors saved;
+/// returns the events applied per second.
 async fn through_runtime(
     name: &str,
     sink_toml: &str,
     log: &WarmLog,
+    rows: u64,
     batch: usize,
-) -> anyhow::Result<Duration> {
+) -> anyhow::Result<f64> {
     let dir = tempfile::tempdir()?;
-    let records: Vec<NewRecord> = log
+    let records: Vec<NewRecord> = log[..rows as usize]
         .iter()
         .map(|bytes| {
             Ok(NewRecord {
@@ -324,60 +333,141 @@ batch_size = {batch}
         siphon::runtime::replay_offline(&config, "bench", name, 0, true, vec![table], |_, _| {})
             .await?;
     anyhow::ensure!(
-        status.next_offset == log.len() as u64,
+        status.next_offset == rows,
         "the replay stopped at {}",
         status.next_offset
     );
-    Ok(started.elapsed())
+    Ok(rows as f64 / started.elapsed().as_secs_f64())
 }
 
-/// Prints one row of the table: the sink's rate beside a reference's, and their ratio.
-fn table_row(sink: &str, rows: u64, batch: usize, rate: f64, reference: &str, reference_rate: f64) {
-    println!(
-        "| {sink} | {rows} | {batch} | {rate:.0} | {reference} | {reference_rate:.0} | {:.2}x |",
-        rate / reference_rate
-    );
+/// The servers the sinks write to.
+#[derive(Debug, Clone)]
+pub struct Servers {
+    /// PostgreSQL server URL (a database is created and dropped in it).
+    pub postgres: String,
+    /// Redis URL (keys under `siphon-bench…`, removed afterwards).
+    pub redis: String,
+    pub nats: String,
+    pub rabbitmq: String,
 }
 
-/// Runs both sinks and their references; prints a table.
-pub fn run(
-    pg_url: &str,
-    redis_url: &str,
+/// The sinks this bench knows, in the order it measures them.
+pub const SINKS: &[&str] = &[
+    "redis",
+    "redis_stream",
+    "nats",
+    "rabbitmq",
+    "postgres",
+    "duckdb",
+];
+
+/// The tools and servers the sinks of `plan` need; fails naming what is missing.
+pub fn preflight(servers: &Servers, plan: &[(String, u64)]) -> anyhow::Result<()> {
+    let has = |name: &str| plan.iter().any(|(s, _)| s == name);
+    for (name, _) in plan {
+        anyhow::ensure!(
+            SINKS.contains(&name.as_str()),
+            "unknown sink {name}; the bench knows {}",
+            SINKS.join(", ")
+        );
+    }
+    if has("redis") || has("redis_stream") {
+        tools::require(&[tools::REDIS_BENCHMARK])?;
+        tools::reachable_url("Redis", &servers.redis, 6379)?;
+    }
+    if has("postgres") {
+        tools::require(&[tools::PSQL])?;
+        tools::reachable_url("PostgreSQL", &servers.postgres, 5432)?;
+    }
+    if has("nats") {
+        tools::reachable_url("NATS", &servers.nats, 4222)?;
+    }
+    if has("rabbitmq") {
+        tools::reachable_url("RabbitMQ", &servers.rabbitmq, 5672)?;
+    }
+    Ok(())
+}
+
+/// One figure: the sink's rate beside a reference's in the same run.
+fn figure(
+    what: &str,
     rows: u64,
     batch: usize,
-    only: &[String],
-) -> anyhow::Result<()> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    rate: f64,
+    reference: &str,
+    reference_rate: f64,
+    target: Option<Target>,
+) -> Figure {
+    Figure {
+        what: what.into(),
+        workload: format!(
+            "{} upserts, batches of {}",
+            thousands(rows),
+            thousands(batch as u64)
+        ),
+        measure: Measure::Rates(Rates::one("rows", reference, rate, reference_rate)),
+        target,
+    }
+}
+
+/// Measures the sinks and their references; prints a table.
+pub fn run(servers: &Servers, rows: u64, batch: usize, only: &[String]) -> anyhow::Result<()> {
+    let plan: Vec<(String, u64)> = only.iter().map(|s| (s.clone(), rows)).collect();
+    preflight(servers, &plan)?;
+    let figures = measure(servers, batch, &plan)?;
+    println!("| sink | rows | batch | sink rows/s | reference | reference rows/s | ratio |");
+    println!("|---|---|---|---|---|---|---|");
+    for f in &figures {
+        let Measure::Rates(r) = &f.measure else {
+            continue;
+        };
+        println!(
+            "| {} | {rows} | {batch} | {:.0} | {} | {:.0} | {:.2}x |",
+            f.what,
+            r.siphon_rate(),
+            r.reference,
+            r.reference_rate(),
+            r.ratio()
+        );
+    }
+    Ok(())
+}
+
+/// The sinks of `plan` (name, upserts), in [`SINKS`]' order, each beside its reference.
+pub fn measure(
+    servers: &Servers,
+    batch: usize,
+    plan: &[(String, u64)],
+) -> anyhow::Result<Vec<Figure>> {
+    let rt = crate::pg::runtime()?;
     rt.block_on(async {
-        let log = events(rows)?;
-        println!("| sink | rows | batch | sink rows/s | reference | reference rows/s | ratio |");
-        println!("|---|---|---|---|---|---|---|");
-        if only.iter().any(|s| s == "redis") {
-            redis(redis_url, &log, rows, batch).await?;
+        let most = plan.iter().map(|(_, rows)| *rows).max().unwrap_or(0);
+        let log = events(most)?;
+        let mut figures = Vec::new();
+        for &name in SINKS {
+            let Some(&(_, rows)) = plan.iter().find(|(s, _)| s == name) else {
+                continue;
+            };
+            figures.extend(match name {
+                "redis" => redis(&servers.redis, &log, rows, batch).await?,
+                "redis_stream" => redis_stream(&servers.redis, &log, rows, batch).await?,
+                "nats" => nats(&servers.nats, &log, rows, batch).await?,
+                "rabbitmq" => rabbitmq(&servers.rabbitmq, &log, rows, batch).await?,
+                "postgres" => postgres(&servers.postgres, &log, rows, batch).await?,
+                _ => duckdb(&log, rows, batch).await?,
+            });
         }
-        if only.iter().any(|s| s == "redis_stream") {
-            redis_stream(redis_url, &log, rows, batch).await?;
-        }
-        if only.iter().any(|s| s == "nats") {
-            nats("nats://127.0.0.1:4222", &log, rows, batch).await?;
-        }
-        if only.iter().any(|s| s == "rabbitmq") {
-            rabbitmq(&log, rows, batch).await?;
-        }
-        if only.iter().any(|s| s == "postgres") {
-            postgres(pg_url, &log, rows, batch).await?;
-        }
-        if only.iter().any(|s| s == "duckdb") {
-            duckdb(&log, rows, batch).await?;
-        }
-        Ok(())
+        Ok(figures)
     })
 }
 
 /// The Redis sink vs redis-benchmark, pipelined, with one field and with the row's six.
-async fn redis(redis_url: &str, log: &WarmLog, rows: u64, batch: usize) -> anyhow::Result<()> {
+async fn redis(
+    redis_url: &str,
+    log: &WarmLog,
+    rows: u64,
+    batch: usize,
+) -> anyhow::Result<Vec<Figure>> {
     let one_field = redis_benchmark(rows, &[])?;
     // The same six fields a sink row has, under keys of their own (removed below).
     let same_rows = redis_benchmark(
@@ -408,47 +498,15 @@ async fn redis(redis_url: &str, log: &WarmLog, rows: u64, batch: usize) -> anyho
         "bench",
         "redis",
     )?;
-    let rate = apply(&mut redis, log, batch).await?;
-    table_row(
-        "redis (hash)",
-        rows,
-        batch,
-        rate,
-        "redis-benchmark -P 100 HSET of the same 6 fields",
-        same_rows,
-    );
-    table_row(
-        "redis (hash)",
-        rows,
-        batch,
-        rate,
-        "redis-benchmark -P 100 -t hset (1 field)",
-        one_field,
-    );
-    let took = through_runtime(
+    let rate = apply(&mut redis, log, rows, batch).await?;
+    let daemon = through_runtime(
         "redis",
         &format!("kind = \"redis\"\nurl = \"{redis_url}\"\nprefix = \"siphon-bench-rt:\""),
         log,
+        rows,
         batch,
     )
     .await?;
-    let rate = rows as f64 / took.as_secs_f64();
-    table_row(
-        "redis (hash), daemon path",
-        rows,
-        batch,
-        rate,
-        "redis-benchmark -P 100 HSET of the same 6 fields",
-        same_rows,
-    );
-    table_row(
-        "redis (hash), daemon path",
-        rows,
-        batch,
-        rate,
-        "redis-benchmark -P 100 -t hset (1 field)",
-        one_field,
-    );
     remove_keys(redis_url, "siphon-bench-rt:*").await?;
     redis
         .reset(&[TableInfo {
@@ -456,7 +514,31 @@ async fn redis(redis_url: &str, log: &WarmLog, rows: u64, batch: usize) -> anyho
             key_columns: vec!["id".into()],
         }])
         .await?;
-    Ok(())
+    let mut figures = Vec::new();
+    for (what, rate) in [
+        ("Redis sink (hash)", rate),
+        ("Redis sink (hash), daemon path", daemon),
+    ] {
+        figures.push(figure(
+            what,
+            rows,
+            batch,
+            rate,
+            "redis-benchmark -P 100 HSET of the same 6 fields",
+            same_rows,
+            Target::new(0.7, 22),
+        ));
+        figures.push(figure(
+            what,
+            rows,
+            batch,
+            rate,
+            "redis-benchmark -P 100 -t hset (1 field)",
+            one_field,
+            None,
+        ));
+    }
+    Ok(figures)
 }
 
 /// The first event of `log` as the message sinks make it (without schemas): what the
@@ -488,7 +570,12 @@ fn first_message(log: &WarmLog) -> anyhow::Result<siphon_sink_message::Message> 
 /// stream of the same settings: the first event's payload and headers with a `Nats-Msg-Id`
 /// of its own each time, published `batch` at a time without waiting, then their acks
 /// awaited, as the sink does.
-async fn nats(nats_url: &str, log: &WarmLog, rows: u64, batch: usize) -> anyhow::Result<()> {
+async fn nats(
+    nats_url: &str,
+    log: &WarmLog,
+    rows: u64,
+    batch: usize,
+) -> anyhow::Result<Vec<Figure>> {
     use async_nats::jetstream;
     let message = first_message(log)?;
     let context = jetstream::new(async_nats::connect(nats_url).await?);
@@ -533,32 +620,37 @@ async fn nats(nats_url: &str, log: &WarmLog, rows: u64, batch: usize) -> anyhow:
         "prefix": "siphon-bench-nats",
     }))?;
     let mut sink = siphon_sink_nats::NatsSink::new(&config, "bench", "nats")?;
-    let rate = apply(&mut sink, log, batch).await?;
-    table_row(
-        "nats",
+    let rate = apply(&mut sink, log, rows, batch).await?;
+    context.delete_stream("siphon-bench-nats").await?;
+    Ok(vec![figure(
+        "NATS JetStream sink",
         rows,
         batch,
         rate,
         "async-nats publish loop, acks per batch",
         reference,
-    );
-    context.delete_stream("siphon-bench-nats").await?;
-    Ok(())
+        None,
+    )])
 }
 
 /// The RabbitMQ sink vs a publish loop with the same client (lapin) on a channel in confirm
 /// mode: the first event's body, persistent and mandatory, with a `message_id` and headers,
 /// `batch` at a time, then their confirms awaited, as the sink does; both into a durable
 /// queue bound to the exchange.
-async fn rabbitmq(log: &WarmLog, rows: u64, batch: usize) -> anyhow::Result<()> {
+async fn rabbitmq(
+    rabbitmq_url: &str,
+    log: &WarmLog,
+    rows: u64,
+    batch: usize,
+) -> anyhow::Result<Vec<Figure>> {
     use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
     use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
     let message = first_message(log)?;
     // Exchanges of their own (the test support's), each with a queue bound with `#`:
     // removed when dropped.
     let (reference, target) = (
-        siphon_test_support::rabbitmq().await?,
-        siphon_test_support::rabbitmq().await?,
+        siphon_test_support::rabbitmq_at(rabbitmq_url).await?,
+        siphon_test_support::rabbitmq_at(rabbitmq_url).await?,
     );
     let channel = reference.channel().await?;
     channel
@@ -608,16 +700,16 @@ async fn rabbitmq(log: &WarmLog, rows: u64, batch: usize) -> anyhow::Result<()> 
             "exchange": target.exchange,
         }))?;
     let mut sink = siphon_sink_rabbitmq::RabbitmqSink::new(&config, "bench", "rabbit")?;
-    let rate = apply(&mut sink, log, batch).await?;
-    table_row(
-        "rabbitmq",
+    let rate = apply(&mut sink, log, rows, batch).await?;
+    Ok(vec![figure(
+        "RabbitMQ sink",
         rows,
         batch,
         rate,
         "lapin publish loop, confirms per batch",
         reference,
-    );
-    Ok(())
+        None,
+    )])
 }
 
 /// The Redis Streams sink vs redis-benchmark's pipelined XADD of entries of the same fields
@@ -627,7 +719,7 @@ async fn redis_stream(
     log: &WarmLog,
     rows: u64,
     batch: usize,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Vec<Figure>> {
     let message = first_message(log)?;
     let (key, value) = (
         String::from_utf8(message.key.clone().unwrap_or_default())?,
@@ -666,100 +758,106 @@ async fn redis_stream(
             "cursor_key": "siphon-bench-stream:cursor",
         }))?;
     let mut stream = siphon_sink_redis_stream::RedisStreamSink::new(&config, "bench", "stream")?;
-    let rate = apply(&mut stream, log, batch).await?;
-    table_row(
-        "redis_stream",
-        rows,
-        batch,
-        rate,
-        "redis-benchmark -P 100 XADD of the same fields",
-        reference,
-    );
+    let rate = apply(&mut stream, log, rows, batch).await?;
     remove_keys(redis_url, "siphon-bench-stream*").await?;
-    let took = through_runtime(
+    let daemon = through_runtime(
         "stream",
         &format!(
             "kind = \"redis_stream\"\nurl = \"{redis_url}\"\nschemas = false\nprefix = \"siphon-bench-rt-stream\"\ncursor_key = \"siphon-bench-rt-stream:cursor\""
         ),
         log,
+        rows,
         batch,
     )
     .await?;
-    let rate = rows as f64 / took.as_secs_f64();
-    table_row(
-        "redis_stream, daemon path",
-        rows,
-        batch,
-        rate,
-        "redis-benchmark -P 100 XADD of the same fields",
-        reference,
-    );
     remove_keys(redis_url, "siphon-bench-rt-stream*").await?;
-    Ok(())
+    Ok([
+        ("Redis Streams sink", rate),
+        ("Redis Streams sink, daemon path", daemon),
+    ]
+    .into_iter()
+    .map(|(what, rate)| {
+        figure(
+            what,
+            rows,
+            batch,
+            rate,
+            "redis-benchmark -P 100 XADD of the same fields",
+            reference,
+            None,
+        )
+    })
+    .collect())
 }
 
-async fn postgres(pg_url: &str, log: &WarmLog, rows: u64, batch: usize) -> anyhow::Result<()> {
+/// The PostgreSQL sink (a mirror) vs the same guarded upsert as one server-side statement,
+/// and vs COPY of the same rows.
+async fn postgres(
+    pg_url: &str,
+    log: &WarmLog,
+    rows: u64,
+    batch: usize,
+) -> anyhow::Result<Vec<Figure>> {
     let db = "siphon_bench_sinks";
     let admin = crate::pg::with_db(pg_url, "postgres");
-    crate::pg::psql(&admin, &format!("drop database if exists {db}"))?;
-    crate::pg::psql(&admin, &format!("create database {db}"))?;
-    let target = crate::pg::with_db(pg_url, db);
-    let (copy, upsert) = copy_load(&target, rows).await?;
-    let reference = rows as f64 / copy.as_secs_f64();
-    let bound = rows as f64 / upsert.as_secs_f64();
-    let mut pg = PostgresSink::new(PostgresSinkConfig::new(&target), "bench", "pg")?;
-    let rate = apply(&mut pg, log, batch).await?;
-    table_row(
-        "postgres (mirror)",
-        rows,
-        batch,
-        rate,
-        "COPY into a keyed table",
-        reference,
-    );
-    table_row(
-        "postgres (mirror)",
-        rows,
-        batch,
-        rate,
-        "the same upsert as one server-side INSERT … SELECT",
-        bound,
-    );
-    let took = through_runtime(
-        "pg",
-        &format!("kind = \"postgres\"\nurl = \"{target}\""),
-        log,
-        batch,
-    )
-    .await?;
-    let rate = rows as f64 / took.as_secs_f64();
-    table_row(
-        "postgres (mirror), daemon path",
-        rows,
-        batch,
-        rate,
-        "COPY into a keyed table",
-        reference,
-    );
-    table_row(
-        "postgres (mirror), daemon path",
-        rows,
-        batch,
-        rate,
-        "the same upsert as one server-side INSERT … SELECT",
-        bound,
-    );
-    drop(pg);
     crate::pg::psql(
         &admin,
         &format!("drop database if exists {db} with (force)"),
     )?;
-    Ok(())
+    crate::pg::psql(&admin, &format!("create database {db}"))?;
+    let target = crate::pg::with_db(pg_url, db);
+    let result = async {
+        let (copy, upsert) = copy_load(&target, rows).await?;
+        let reference = rows as f64 / copy.as_secs_f64();
+        let bound = rows as f64 / upsert.as_secs_f64();
+        let mut pg = PostgresSink::new(PostgresSinkConfig::new(&target), "bench", "pg")?;
+        let rate = apply(&mut pg, log, rows, batch).await?;
+        drop(pg);
+        let daemon = through_runtime(
+            "pg",
+            &format!("kind = \"postgres\"\nurl = \"{target}\""),
+            log,
+            rows,
+            batch,
+        )
+        .await?;
+        let mut figures = Vec::new();
+        for (what, rate) in [
+            ("PostgreSQL sink (mirror)", rate),
+            ("PostgreSQL sink (mirror), daemon path", daemon),
+        ] {
+            figures.push(figure(
+                what,
+                rows,
+                batch,
+                rate,
+                "the same guarded upsert as one server-side INSERT … SELECT",
+                bound,
+                Target::new(0.8, 22),
+            ));
+            figures.push(figure(
+                what,
+                rows,
+                batch,
+                rate,
+                "COPY into a keyed table",
+                reference,
+                None,
+            ));
+        }
+        anyhow::Ok(figures)
+    }
+    .await;
+    crate::pg::psql(
+        &admin,
+        &format!("drop database if exists {db} with (force)"),
+    )?;
+    result
 }
 
 /// The DuckDB sink into a fresh file vs DuckDB's appender loading the same rows into a keyed
 /// table of the same column types in another file.
-async fn duckdb(log: &WarmLog, rows: u64, batch: usize) -> anyhow::Result<()> {
+async fn duckdb(log: &WarmLog, rows: u64, batch: usize) -> anyhow::Result<Vec<Figure>> {
     let dir = tempfile::tempdir()?;
     let conn = duckdb::Connection::open(dir.path().join("reference.duckdb"))?;
     conn.execute_batch(
@@ -786,33 +884,33 @@ async fn duckdb(log: &WarmLog, rows: u64, batch: usize) -> anyhow::Result<()> {
         "bench",
         "duckdb",
     )?;
-    let rate = apply(&mut sink, log, batch).await?;
-    table_row(
-        "duckdb (mirror)",
-        rows,
-        batch,
-        rate,
-        "appender into a keyed table",
-        reference,
-    );
-    let took = through_runtime(
+    let rate = apply(&mut sink, log, rows, batch).await?;
+    let daemon = through_runtime(
         "lake",
         &format!(
             "kind = \"duckdb\"\npath = \"{}\"",
             dir.path().join("runtime.duckdb").display()
         ),
         log,
+        rows,
         batch,
     )
     .await?;
-    let rate = rows as f64 / took.as_secs_f64();
-    table_row(
-        "duckdb (mirror), daemon path",
-        rows,
-        batch,
-        rate,
-        "appender into a keyed table",
-        reference,
-    );
-    Ok(())
+    Ok([
+        ("DuckDB sink (mirror)", rate),
+        ("DuckDB sink (mirror), daemon path", daemon),
+    ]
+    .into_iter()
+    .map(|(what, rate)| {
+        figure(
+            what,
+            rows,
+            batch,
+            rate,
+            "DuckDB appender into a keyed table",
+            reference,
+            Target::new(0.6, 22),
+        )
+    })
+    .collect())
 }

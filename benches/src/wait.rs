@@ -6,10 +6,13 @@
 //! commit's return to the wait's answer).
 
 use std::io::Write as _;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::figure::{Figure, Latency, Measure, Target, thousands};
 use crate::pg::{psql, with_db};
+use crate::tools;
 
 const DB: &str = "siphon_bench_wait";
 const ROWS: u32 = 10_000;
@@ -29,6 +32,20 @@ impl Drop for Daemon {
     }
 }
 
+/// The tools this bench runs.
+pub const TOOLS: &[tools::Tool] = &[tools::PSQL, tools::PGBENCH, tools::REDIS_CLI];
+
+/// The release `siphon` binary beside this one; fails naming the build that makes it.
+pub fn daemon_binary() -> anyhow::Result<PathBuf> {
+    let siphon = std::env::current_exe()?.with_file_name("siphon");
+    anyhow::ensure!(
+        siphon.exists(),
+        "{} is missing: cargo build --release --bin siphon (with the same CARGO_TARGET_DIR)",
+        siphon.display()
+    );
+    Ok(siphon)
+}
+
 pub fn run(
     url: &str,
     redis: &str,
@@ -36,31 +53,48 @@ pub fn run(
     seconds: u64,
     linger: Option<&str>,
 ) -> anyhow::Result<()> {
-    let siphon = std::env::current_exe()?.with_file_name("siphon");
-    anyhow::ensure!(
-        siphon.exists(),
-        "{} is missing: cargo build --release --bin siphon",
-        siphon.display()
-    );
+    tools::require(TOOLS)?;
+    let siphon = daemon_binary()?;
     println!(
         "| pgbench -R (tx/s asked) | sustained tx/s | probes | p50 ms | p90 ms | p99 ms | max ms |"
     );
     println!("|---|---|---|---|---|---|---|");
     for &rate in rates {
-        let row = measure(url, redis, &siphon, rate, seconds, linger)?;
-        println!("{row}");
+        let figure = measure(url, redis, &siphon, rate, seconds, linger)?;
+        if let Measure::Latency(l) = &figure.measure {
+            println!(
+                "| {rate} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} |\n\n  {}\n",
+                l.sustained.map_or("?".into(), |s| format!("{s:.0}")),
+                l.probes,
+                l.p50_ms,
+                l.p90_ms,
+                l.p99_ms,
+                l.max_ms,
+                l.split
+            );
+        }
     }
     Ok(())
 }
 
-fn measure(
+/// The target the issue set for a rate: p99 ≤ 10 ms at 5,000 tx/s, ≤ 5 ms at 1,000.
+fn target(rate: u32) -> Option<Target> {
+    match rate {
+        1000 => Target::new(5.0, 22),
+        5000 => Target::new(10.0, 22),
+        _ => None,
+    }
+}
+
+/// The latency at `rate` tx/s of background load, `seconds` long, with the daemon `siphon`.
+pub fn measure(
     url: &str,
     redis: &str,
-    siphon: &std::path::Path,
+    siphon: &Path,
     rate: u32,
     seconds: u64,
     linger: Option<&str>,
-) -> anyhow::Result<String> {
+) -> anyhow::Result<Figure> {
     psql(url, &format!("drop database if exists {DB} with (force)"))?;
     let _ = psql(
         url,
@@ -124,7 +158,7 @@ prefix = "siphon-bench-wait:"
     result
 }
 
-async fn probe(daemon: &Daemon, db_url: &str, rate: u32, seconds: u64) -> anyhow::Result<String> {
+async fn probe(daemon: &Daemon, db_url: &str, rate: u32, seconds: u64) -> anyhow::Result<Figure> {
     let http = reqwest::Client::new();
     // The snapshot applied.
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -216,18 +250,17 @@ async fn probe(daemon: &Daemon, db_url: &str, rate: u32, seconds: u64) -> anyhow
     }
     let out = load.wait_with_output().await?;
     let text = String::from_utf8_lossy(&out.stdout);
-    let tps = text
+    let sustained = text
         .lines()
         .find_map(|l| l.strip_prefix("tps = "))
         .and_then(|l| l.split_whitespace().next())
-        .unwrap_or("?")
-        .to_owned();
+        .and_then(|t| t.parse::<f64>().ok());
+    anyhow::ensure!(!times.is_empty(), "no probe ran");
     times.sort();
     let ms = |q: f64| {
         let i = ((times.len() as f64 - 1.0) * q).round() as usize;
         times[i].as_secs_f64() * 1000.0
     };
-    anyhow::ensure!(!times.is_empty(), "no probe ran");
     // Where the slowest 1% of the probes spent their time, against the median probe's.
     parts.sort_by_key(|p| p.total);
     let tail = &parts[(parts.len() * 99 / 100).min(parts.len() - 1)..];
@@ -244,17 +277,26 @@ async fn probe(daemon: &Daemon, db_url: &str, rate: u32, seconds: u64) -> anyhow
             mean(|p| p.http, of)
         )
     };
-    Ok(format!(
-        "| {rate} | {tps} | {} | {:.2} | {:.2} | {:.2} | {:.2} |\n\n  ms, median probe: {}; slowest 1% ({} probes), mean: {}\n",
-        times.len(),
-        ms(0.5),
-        ms(0.9),
-        ms(0.99),
-        ms(1.0),
-        split(median),
-        tail.len(),
-        split(tail)
-    ))
+    Ok(Figure {
+        what: "commit → Redis, the wait answering".into(),
+        workload: format!("at {} tx/s of pgbench -R", thousands(u64::from(rate))),
+        measure: Measure::Latency(Latency {
+            rate,
+            sustained,
+            probes: times.len(),
+            p50_ms: ms(0.5),
+            p90_ms: ms(0.9),
+            p99_ms: ms(0.99),
+            max_ms: ms(1.0),
+            split: format!(
+                "ms, median probe: {}; slowest 1% ({} probes), mean: {}",
+                split(median),
+                tail.len(),
+                split(tail)
+            ),
+        }),
+        target: target(rate),
+    })
 }
 
 /// Where one probe's time went: reading the LSN after the commit, the source reading past
