@@ -449,12 +449,7 @@ impl Machine {
             .map_or(String::new(), |kb| {
                 format!(", {:.0} GB of memory", kb / 1e6 * 1.024)
             });
-        let load = std::fs::read_to_string("/proc/loadavg")
-            .unwrap_or_default()
-            .split_whitespace()
-            .next()
-            .unwrap_or("?")
-            .to_owned();
+        let load = load_average();
         let mut servers = Vec::new();
         if let Ok(v) = pg::psql(&args.pg, "show server_version") {
             servers.push(format!(
@@ -478,6 +473,16 @@ impl Machine {
             servers: servers.join(", "),
         }
     }
+}
+
+/// The 1-minute load average.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .next()
+        .unwrap_or("?")
+        .to_owned()
 }
 
 /// The summary section: heading, how it was made, the table, what was not measured, failures.
@@ -518,7 +523,7 @@ fn section(
          - Command: {command}\n\
          - Date: {}; {} run(s) took {} (min:s), a run's groups: {per_group}\n\
          - Commit: {}\n\
-         - Machine: {}\n\
+         - Machine: {}, {} at the end (other work on the machine moves both sides of a ratio)\n\
          - Servers: {}\n\
          - Scale: {scale_note}; groups: {}\n\n\
          How to read it: a ratio is siphon's rate over its reference's, both measured in the same \
@@ -534,6 +539,7 @@ fn section(
         minutes(elapsed),
         machine.commit,
         machine.description,
+        load_average(),
         if machine.servers.is_empty() {
             "?"
         } else {

@@ -480,9 +480,10 @@ pub(crate) fn report(figure: &Figure) {
         _ => String::new(),
     };
     println!(
-        "| {}, {} | {} {unit}/s | {} {unit}/s | {:.2}x{pairs} |",
+        "| {}, {}, vs {} | {} {unit}/s | {} {unit}/s | {:.2}x{pairs} |",
         figure.what,
         figure.workload,
+        r.reference,
         list(&r.reference_rates),
         list(&r.siphon),
         r.ratio(),

@@ -17,6 +17,12 @@ pub fn measure(url: &str, snapshot_rows: u64, txn_rows: u64) -> anyhow::Result<V
     let db = format!("siphon_bench_rss_{}", std::process::id());
     crate::pg::in_database(url, &db, |db_url| {
         psql(db_url, TABLE)?;
+        // The floor: the same child stopped as soon as its source started, on an empty table.
+        let floor = child(db_url, "rss_floor", true, 0)?;
+        psql(
+            db_url,
+            "select pg_drop_replication_slot(slot_name) from pg_replication_slots where slot_name = 'rss_floor'",
+        )?;
         psql(
             db_url,
             "select pg_create_logical_replication_slot('rss_txn', 'pgoutput')",
@@ -39,6 +45,15 @@ pub fn measure(url: &str, snapshot_rows: u64, txn_rows: u64) -> anyhow::Result<V
             target: Target::new(100.0, 22),
         };
         Ok(vec![
+            Figure {
+                target: None,
+                ..figure(
+                    "peak RSS, the floor",
+                    "the same process stopped once its source started (binary, libraries, runtime)"
+                        .into(),
+                    floor,
+                )
+            },
             figure(
                 "peak RSS, PostgreSQL snapshot",
                 format!("{} rows, alone in a process", thousands(table)),
@@ -88,9 +103,8 @@ fn child(db_url: &str, slot: &str, snapshot: bool, records: u64) -> anyhow::Resu
     let kib = field("peak_kib=")?;
     let seconds = field("seconds=")?;
     eprintln!(
-        "  rss-child {slot}: {} records in {seconds:.1} s ({:.0}/s), peak {:.1} MB",
+        "  rss-child {slot}: {} records in {seconds:.1} s, peak {:.1} MB",
         thousands(records),
-        records as f64 / seconds,
         kib * 1024.0 / 1e6
     );
     Ok(kib * 1024.0 / 1e6)

@@ -250,10 +250,10 @@ async fn copy_load(url: &str, rows: u64) -> anyhow::Result<(Duration, Duration)>
     Ok((copied, started.elapsed()))
 }
 
-/// Deletes the keys matching `pattern`.
+/// Deletes the keys matching `pattern` (with the test support's patient connection: redis'
+/// 500 ms default fails a SCAN of a million keys on a busy machine).
 async fn remove_keys(url: &str, pattern: &str) -> anyhow::Result<()> {
-    let client = redis::Client::open(url)?;
-    let mut conn = client.get_multiplexed_async_connection().await?;
+    let mut conn = siphon_test_support::redis_conn(url).await?;
     let mut cursor = 0u64;
     loop {
         let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
@@ -261,7 +261,7 @@ async fn remove_keys(url: &str, pattern: &str) -> anyhow::Result<()> {
             .arg("MATCH")
             .arg(pattern)
             .arg("COUNT")
-            .arg(10_000)
+            .arg(1_000)
             .query_async(&mut conn)
             .await?;
         if !keys.is_empty() {
@@ -468,6 +468,10 @@ async fn redis(
     rows: u64,
     batch: usize,
 ) -> anyhow::Result<Vec<Figure>> {
+    // What an interrupted run left.
+    for pattern in ["siphon-bench:*", "siphon-bench-ref:*", "siphon-bench-rt:*"] {
+        remove_keys(redis_url, pattern).await?;
+    }
     let one_field = redis_benchmark(rows, &[])?;
     // The same six fields a sink row has, under keys of their own (removed below).
     let same_rows = redis_benchmark(
@@ -720,6 +724,13 @@ async fn redis_stream(
     rows: u64,
     batch: usize,
 ) -> anyhow::Result<Vec<Figure>> {
+    for pattern in [
+        "siphon-bench-ref-stream",
+        "siphon-bench-stream*",
+        "siphon-bench-rt-stream*",
+    ] {
+        remove_keys(redis_url, pattern).await?;
+    }
     let message = first_message(log)?;
     let (key, value) = (
         String::from_utf8(message.key.clone().unwrap_or_default())?,
