@@ -187,7 +187,7 @@ batch_size = 100
         "the Redis cache"
     );
     assert_eq!(
-        duckdb_rows(&lake.path().join("lake.duckdb"), TABLES).await,
+        duckdb_rows(&lake.path().join("lake.duckdb"), "public", TABLES).await,
         want,
         "the DuckDB mirror"
     );

@@ -57,9 +57,9 @@ pub async fn redis_rows(url: &str, prefix: &str, tables: Tables<'_>) -> Rows {
     rows
 }
 
-/// The rows a DuckDB sink keeps in the database file `path` (tables `public_<table>`).
+/// The rows a DuckDB sink keeps in the database file `path` (tables `<schema>_<table>`).
 #[cfg(feature = "duckdb")]
-pub async fn duckdb_rows(path: &std::path::Path, tables: Tables<'_>) -> Rows {
+pub async fn duckdb_rows(path: &std::path::Path, schema: &str, tables: Tables<'_>) -> Rows {
     use siphon_core::sink::Sink as _;
     let mut inspect = siphon_sink_duckdb::DuckdbSink::new(
         siphon_sink_duckdb::DuckdbSinkConfig::new(path),
@@ -77,7 +77,7 @@ pub async fn duckdb_rows(path: &std::path::Path, tables: Tables<'_>) -> Rows {
             .collect();
         let mut stmt = duck
             .prepare(&format!(
-                "SELECT CAST(id AS BIGINT){} FROM public_{table}",
+                "SELECT CAST(id AS BIGINT){} FROM {schema}_{table}",
                 list.concat()
             ))
             .unwrap();

@@ -305,6 +305,16 @@ impl PrivateMariadb {
         self.start_server()
     }
 
+    /// kill -9 of the server, as a crash (what it wrote to the operating system survives),
+    /// and a start: InnoDB's crash recovery and the binlog's.
+    pub fn crash(&mut self) -> anyhow::Result<()> {
+        if let Some(mut child) = self.server.take() {
+            child.kill()?;
+            child.wait()?;
+        }
+        self.start_server()
+    }
+
     /// The server's log so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
