@@ -275,6 +275,13 @@ impl Collations {
     }
 }
 
+impl FromIterator<(u16, String)> for Collations {
+    /// A server's list, given rather than read (the fuzz targets').
+    fn from_iter<I: IntoIterator<Item = (u16, String)>>(pairs: I) -> Self {
+        Collations(pairs.into_iter().collect())
+    }
+}
+
 /// The error for a column in a set siphon cannot decode.
 pub fn unsupported(column: &str, set: &str) -> siphon_core::Error {
     siphon_core::Error::permanent(format!(

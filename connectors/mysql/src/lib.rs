@@ -45,6 +45,10 @@ use gtid::{Gtid, GtidState};
 pub use position::MysqlPosition;
 use resume::{Held, Resume};
 use siphon_core::kind::{Kind, SourceKind};
+/// For the fuzz targets only (`fuzz/`): the binlog event and row-image decoders, which are
+/// private, driven as the stream drives them. Not an API.
+#[doc(hidden)]
+pub use stream::fuzzing;
 
 /// What the source keeps in the pipeline's checkpoint.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

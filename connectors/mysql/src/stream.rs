@@ -40,6 +40,11 @@ use crate::values::value;
 use crate::xa;
 use crate::{Checkpoint, GtidCheckpoint, MysqlConfig};
 
+// The fuzz targets' way in (`fuzz/`): a child of this module, so that it drives the stream's
+// own private steps (images, rows, MariaDB's GTID events) without widening them.
+#[doc(hidden)]
+pub mod fuzzing;
+
 /// Events of an open transaction appended (without waiting) once this many are held.
 const PART: usize = 4096;
 /// How long, at most, read transactions wait for the next group commit while the server

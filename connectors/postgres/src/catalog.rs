@@ -538,54 +538,61 @@ impl TypeCache {
 
     /// What values of type `oid` with modifier `typmod` are, for the table's schema.
     pub async fn kind(&mut self, client: &Client, oid: u32, typmod: i32) -> Result<ColumnKind> {
-        let length = || u32::try_from(typmod - 4).ok().filter(|_| typmod >= 4);
-        Ok(match oid {
-            16 => ColumnKind::Bool,
-            21 => ColumnKind::Int16,
-            23 => ColumnKind::Int32,
-            20 => ColumnKind::Int64,
-            700 => ColumnKind::Float32,
-            701 => ColumnKind::Float64,
-            1700 => {
-                let (precision, scale) = numeric_modifier(typmod);
-                ColumnKind::Decimal { precision, scale }
+        if let Some(kind) = builtin_kind(oid, typmod) {
+            return Ok(kind);
+        }
+        let row = client
+            .query_opt(
+                "select typtype::text, typelem, typbasetype, typtypmod, typcategory::text, \
+                 array(select enumlabel::text from pg_enum where enumtypid = t.oid order by enumsortorder) \
+                 from pg_type t where oid = $1",
+                &[&oid],
+            )
+            .await
+            .map_err(|e| pg_error("reading a type", &e))?;
+        let Some(row) = row else {
+            return Ok(ColumnKind::Other);
+        };
+        let (kind, elem, base, base_mod, category): (String, u32, u32, i32, String) =
+            (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
+        Ok(match kind.as_str() {
+            "e" => ColumnKind::Enum { labels: row.get(5) },
+            "d" => Box::pin(self.kind(client, base, base_mod)).await?,
+            _ if category == "A" && elem != 0 => {
+                ColumnKind::Array(Box::new(Box::pin(self.kind(client, elem, typmod)).await?))
             }
-            25 | 19 | 18 => ColumnKind::Text { length: None },
-            1043 | 1042 => ColumnKind::Text { length: length() },
-            17 => ColumnKind::Bytes,
-            114 => ColumnKind::Json { binary: false },
-            3802 => ColumnKind::Json { binary: true },
-            2950 => ColumnKind::Uuid,
-            1082 => ColumnKind::Date,
-            1083 => ColumnKind::Time,
-            1266 => ColumnKind::TimeTz,
-            1114 => ColumnKind::Timestamp,
-            1184 => ColumnKind::TimestampTz,
-            1186 => ColumnKind::Interval,
-            _ => {
-                let row = client
-                    .query_opt(
-                        "select typtype::text, typelem, typbasetype, typtypmod, typcategory::text, \
-                         array(select enumlabel::text from pg_enum where enumtypid = t.oid order by enumsortorder) \
-                         from pg_type t where oid = $1",
-                        &[&oid],
-                    )
-                    .await
-                    .map_err(|e| pg_error("reading a type", &e))?;
-                let Some(row) = row else {
-                    return Ok(ColumnKind::Other);
-                };
-                let (kind, elem, base, base_mod, category): (String, u32, u32, i32, String) =
-                    (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
-                match kind.as_str() {
-                    "e" => ColumnKind::Enum { labels: row.get(5) },
-                    "d" => Box::pin(self.kind(client, base, base_mod)).await?,
-                    _ if category == "A" && elem != 0 => ColumnKind::Array(Box::new(
-                        Box::pin(self.kind(client, elem, typmod)).await?,
-                    )),
-                    _ => ColumnKind::Other,
-                }
-            }
+            _ => ColumnKind::Other,
         })
     }
+}
+
+/// What values of built-in type `oid` with modifier `typmod` are; `None` for a type the
+/// catalog describes (enums, domains, arrays, extensions' types).
+pub fn builtin_kind(oid: u32, typmod: i32) -> Option<ColumnKind> {
+    let length = || u32::try_from(typmod - 4).ok().filter(|_| typmod >= 4);
+    Some(match oid {
+        16 => ColumnKind::Bool,
+        21 => ColumnKind::Int16,
+        23 => ColumnKind::Int32,
+        20 => ColumnKind::Int64,
+        700 => ColumnKind::Float32,
+        701 => ColumnKind::Float64,
+        1700 => {
+            let (precision, scale) = numeric_modifier(typmod);
+            ColumnKind::Decimal { precision, scale }
+        }
+        25 | 19 | 18 => ColumnKind::Text { length: None },
+        1043 | 1042 => ColumnKind::Text { length: length() },
+        17 => ColumnKind::Bytes,
+        114 => ColumnKind::Json { binary: false },
+        3802 => ColumnKind::Json { binary: true },
+        2950 => ColumnKind::Uuid,
+        1082 => ColumnKind::Date,
+        1083 => ColumnKind::Time,
+        1266 => ColumnKind::TimeTz,
+        1114 => ColumnKind::Timestamp,
+        1184 => ColumnKind::TimestampTz,
+        1186 => ColumnKind::Interval,
+        _ => return None,
+    })
 }

@@ -34,6 +34,10 @@ use events::{EventFactory, Shape};
 pub use position::{Lsn, PgPosition};
 use siphon_core::kind::{Kind, SourceKind};
 use siphon_incremental::Progress;
+/// For the fuzz targets only (`fuzz/`): the pgoutput and value decoders, which are private,
+/// driven as the stream drives them. Not an API.
+#[doc(hidden)]
+pub use stream::fuzzing;
 
 /// Session settings that make the server's text output what [`values`] reads.
 const SESSION_SETTINGS: &str = "-c DateStyle=ISO -c IntervalStyle=postgres -c TimeZone=UTC -c extra_float_digits=1 -c bytea_output=hex";

@@ -20,6 +20,11 @@ use crate::pgoutput::{self, Message, Relation, TupleValue};
 use crate::position::Lsn;
 use siphon_incremental::{Chunk, Closed, Progress};
 
+// The fuzz targets' way in (`fuzz/`): a child of this module, so that it drives the stream's
+// own private steps (`split`) without widening them.
+#[doc(hidden)]
+pub mod fuzzing;
+
 /// Events appended per call while a transaction is open (it streams through, never held
 /// whole in memory).
 const CHUNK: usize = 1000;
