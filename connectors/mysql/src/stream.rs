@@ -1274,6 +1274,13 @@ fn row(shape: &Shape, image: BinlogRow) -> Result<Row> {
                             .fold(0_i64, |bits, byte| bits << 8 | i64::from(*byte)),
                     )
                 }
+                // mysql_common (0.35) reads a signed MEDIUMINT without its sign: the high byte
+                // zero, -1 comes as 16777215.
+                Ok(mysql_async::Value::Int(i))
+                    if c.column.type_name == "mediumint" && i >= 1 << 23 =>
+                {
+                    mysql_async::Value::Int(i - (1 << 24))
+                }
                 Ok(v) => v,
                 Err(e) => {
                     tracing::warn!(column = %c.name, error = %e, "a binlog value siphon cannot read: NULL");
@@ -1405,6 +1412,47 @@ mod tests {
                 .and_then(|g| g.prepared_xa)
                 .map(|x| x.gtrid),
             Some(b"gc1236".to_vec())
+        );
+    }
+
+    /// An event as a server sends it without checksums: the common header, then `body`.
+    fn binlog_event(kind: u8, body: &[u8]) -> Vec<u8> {
+        let size = (19 + body.len()) as u32;
+        let mut out = vec![0, 0, 0, 0, kind, 1, 0, 0, 0];
+        out.extend_from_slice(&size.to_le_bytes());
+        out.extend_from_slice(&size.to_le_bytes());
+        out.extend_from_slice(&[0, 0]);
+        out.extend_from_slice(body);
+        out
+    }
+
+    /// Found by the binlog_rows fuzz target (siphon's decoder and mysql_common's disagreeing):
+    /// mysql_common reads a signed MEDIUMINT without its sign, so that a table read by its
+    /// decoder (here for MySQL's binary JSON column) got -1 as 16777215.
+    #[test]
+    fn the_generic_decoder_reads_negative_mediumints() {
+        // Table map of d.t (mi mediumint, j json null), full metadata: signedness, names.
+        let mut map = vec![1, 0, 0, 0, 0, 0, 1, 0, 1, b'd', 0, 1, b't', 0];
+        map.extend_from_slice(&[2, 9, 245, 1, 4, 0b10]);
+        map.extend_from_slice(&[1, 1, 0b0000_0000]);
+        map.extend_from_slice(&[4, 5, 2, b'm', b'i', 1, b'j']);
+        // A v2 write rows event of two rows: -1 and -8388608, the JSON null.
+        let mut rows = vec![1, 0, 0, 0, 0, 0, 1, 0, 2, 0, 2, 0b11];
+        rows.extend_from_slice(&[0b10, 0xff, 0xff, 0xff, 0b10, 0x00, 0x00, 0x80]);
+        let schemas = siphon_core::testing::MemorySchemas::default();
+        let mut stream = fuzzing::Binlog::default();
+        stream.event(&schemas, &binlog_event(19, &map)).unwrap();
+        let events = stream.event(&schemas, &binlog_event(30, &rows)).unwrap();
+        let values: Vec<_> = events
+            .iter()
+            .map(|e| e.after.as_ref().unwrap().get("mi").cloned())
+            .collect();
+        assert_eq!(
+            values,
+            [
+                Some(siphon_core::Value::Int(-1)),
+                Some(siphon_core::Value::Int(-8_388_608))
+            ]
         );
     }
 
