@@ -323,6 +323,17 @@ pub fn run(args: &AllArgs) -> anyhow::Result<()> {
             .map_err(|e| e.context(format!("group {}", group.name())))?;
     }
     let machine = Machine::read(args);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if load_average()
+        .parse::<f64>()
+        .is_ok_and(|l| l > cores as f64)
+    {
+        eprintln!(
+            "note: the load average is {} on {cores} cores: other work moves the figures \
+             (ratios less than rates); the summary records it",
+            load_average()
+        );
+    }
     let tmp = tempfile::tempdir_in(args.dir.clone().unwrap_or_else(std::env::temp_dir))?;
     eprintln!(
         "siphon-bench all: {} run(s) of {} at scale {scale}",
@@ -516,7 +527,7 @@ fn section(
     } else {
         format!("{scale} (not the issue's sizes: a quick look, not a result)")
     };
-    let mut out = format!(
+    let out = format!(
         "{HEADING}\n\n\
          Written by `siphon-bench all --write`, replaced on each run; the sections after this one \
          are the history, written at each issue, with the workloads in detail.\n\n\
@@ -551,12 +562,36 @@ fn section(
             .collect::<Vec<_>>()
             .join(", "),
     );
+    let mut out = wrap(&out, 96);
     out.push_str(&summary_table(runs, not_measured));
     if !failures.is_empty() {
         out.push_str("\nFailed (\"—\" in the table):\n\n");
         for f in failures {
             out.push_str(&format!("- {}\n", f.replace('\n', " ")));
         }
+    }
+    out
+}
+
+/// `text` with its lines wrapped at `width` characters (a list item's continuation indented
+/// by two spaces), as the rest of BENCHMARKS.md is.
+fn wrap(text: &str, width: usize) -> String {
+    let mut out = String::new();
+    for line in text.lines() {
+        let indent = if line.starts_with("- ") { "  " } else { "" };
+        let mut current = String::new();
+        for word in line.split(' ') {
+            if !current.is_empty() && current.chars().count() + 1 + word.chars().count() > width {
+                out.push_str(&current);
+                out.push('\n');
+                current = indent.to_owned();
+            } else if !current.is_empty() && current != indent {
+                current.push(' ');
+            }
+            current.push_str(word);
+        }
+        out.push_str(&current);
+        out.push('\n');
     }
     out
 }
@@ -618,6 +653,13 @@ mod tests {
         );
         let twice = replace_section(&once, &format!("{HEADING}\n\nsecond\n"));
         assert_eq!(twice, once.replace("first", "second"));
+    }
+
+    #[test]
+    fn wrap_keeps_words_and_indents_list_items() {
+        assert_eq!(wrap("aa bb cc", 5), "aa bb\ncc\n");
+        assert_eq!(wrap("- aa bb cc", 7), "- aa bb\n  cc\n");
+        assert_eq!(wrap("a\n\nb", 5), "a\n\nb\n");
     }
 
     #[test]
