@@ -165,7 +165,18 @@ fn array(elem: &PgType, b: &mut &[u8]) -> Result<Value, String> {
             Ok(len.max(0) as usize)
         })
         .collect::<Result<Vec<_>, String>>()?;
-    let total: usize = dims.iter().product();
+    let total = dims
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .ok_or("array dimensions past any size")?;
+    if total == 0 {
+        return Ok(Value::Array(Vec::new()));
+    }
+    // Each element takes its 4-byte length at least: the dimensions may not claim more than
+    // the bytes hold (nor size the vector by the claim).
+    if total > b.len() / 4 {
+        return Err(format!("array of {total} elements in {} bytes", b.len()));
+    }
     let mut items = Vec::with_capacity(total);
     for _ in 0..total {
         let len = i32::from_be_bytes(take(b)?);
@@ -270,6 +281,44 @@ mod tests {
             v.extend_from_slice(&d.to_be_bytes());
         }
         v
+    }
+
+    fn array_bytes(dims: &[i32], elements: &[&[u8]]) -> Vec<u8> {
+        let mut v = Vec::new();
+        v.extend_from_slice(&(dims.len() as i32).to_be_bytes());
+        v.extend_from_slice(&0i32.to_be_bytes());
+        v.extend_from_slice(&23u32.to_be_bytes());
+        for d in dims {
+            v.extend_from_slice(&d.to_be_bytes());
+            v.extend_from_slice(&1i32.to_be_bytes());
+        }
+        for e in elements {
+            v.extend_from_slice(&(e.len() as i32).to_be_bytes());
+            v.extend_from_slice(e);
+        }
+        v
+    }
+
+    /// Found by the pgoutput fuzz target (out of memory: a binary int4[] value whose
+    /// dimensions claimed half a billion elements sized the vector before any was read).
+    #[test]
+    fn array_dimensions_do_not_size_memory_or_panic() {
+        let ints = PgType::Array(Box::new(PgType::Int));
+        // 2^40 elements claimed, one there.
+        let claimed = array_bytes(&[1 << 20, 1 << 20], &[&7i32.to_be_bytes()]);
+        assert!(decode(&ints, &claimed).is_err());
+        // Dimensions whose product overflows.
+        let overflow = array_bytes(&[i32::MAX, i32::MAX, i32::MAX], &[]);
+        assert!(decode(&ints, &overflow).is_err());
+        // A dimension of length 0 holds nothing.
+        let empty = array_bytes(&[2, 0], &[]);
+        assert_eq!(decode(&ints, &empty), Ok(Value::Array(Vec::new())));
+        // What fits still decodes.
+        let two = array_bytes(&[2], &[&1i32.to_be_bytes(), &2i32.to_be_bytes()]);
+        assert_eq!(
+            decode(&ints, &two),
+            Ok(Value::Array(vec![Value::Int(1), Value::Int(2)]))
+        );
     }
 
     #[test]
