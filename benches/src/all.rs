@@ -440,8 +440,23 @@ impl Machine {
         let mut commit = git(&["rev-parse", "--short", "HEAD"]);
         if commit.is_empty() {
             commit = "unknown (not in a git checkout)".into();
-        } else if !git(&["status", "--porcelain", "--untracked-files=no"]).is_empty() {
-            commit.push_str("-dirty");
+        } else {
+            let changed: Vec<String> = git(&["status", "--porcelain", "--untracked-files=no"])
+                .lines()
+                .filter_map(|l| l.split_whitespace().last().map(str::to_owned))
+                .collect();
+            if !changed.is_empty() {
+                let mut list = changed
+                    .iter()
+                    .take(8)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                if changed.len() > 8 {
+                    list.push_str(&format!(" and {} more", changed.len() - 8));
+                }
+                commit.push_str(&format!("-dirty (uncommitted changes in the working tree: {list})"));
+            }
         }
         let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
         let model = out(Command::new("lscpu").env("LC_ALL", "C"))
