@@ -455,7 +455,9 @@ impl Machine {
                 if changed.len() > 8 {
                     list.push_str(&format!(" and {} more", changed.len() - 8));
                 }
-                commit.push_str(&format!("-dirty (uncommitted changes in the working tree: {list})"));
+                commit.push_str(&format!(
+                    "-dirty (uncommitted changes in the working tree: {list})"
+                ));
             }
         }
         let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
