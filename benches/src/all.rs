@@ -344,9 +344,24 @@ pub fn run(args: &AllArgs) -> anyhow::Result<()> {
             .collect::<Vec<_>>()
             .join(", ")
     );
-    let mut runs: Vec<Vec<Figure>> = Vec::new();
-    let mut failures: Vec<String> = Vec::new();
-    let mut took: Vec<(Group, Duration)> = groups.iter().map(|g| (*g, Duration::ZERO)).collect();
+    let mut report = Report {
+        args,
+        scale,
+        groups: &groups,
+        machine: &machine,
+        started,
+        took: groups.iter().map(|g| (*g, Duration::ZERO)).collect(),
+        runs: Vec::new(),
+        not_measured: if groups.contains(&Group::Sinks) {
+            vec![NotMeasured {
+                what: "Elasticsearch sink".into(),
+                why: "no Elasticsearch server on this machine (nor a package of one)".into(),
+            }]
+        } else {
+            Vec::new()
+        },
+        failures: Vec::new(),
+    };
     for run in 0..args.runs {
         let mut figures = Vec::new();
         for (i, &group) in groups.iter().enumerate() {
@@ -367,38 +382,26 @@ pub fn run(args: &AllArgs) -> anyhow::Result<()> {
                 }
                 Err(e) => {
                     eprintln!("  FAILED: {e:#}");
-                    failures.push(format!("run {}, {}: {e:#}", run + 1, group.name()));
+                    report
+                        .failures
+                        .push(format!("run {}, {}: {e:#}", run + 1, group.name()));
                 }
             }
-            took[i].1 += t.elapsed();
+            report.took[i].1 += t.elapsed();
         }
-        runs.push(figures);
+        report.runs.push(figures);
+        // Written after every run, so that an interrupted invocation leaves what it measured.
+        if let Some(path) = &args.write {
+            write_section(path, &report.section())?;
+            eprintln!(
+                "wrote the summary of {} run(s) into {}",
+                report.runs.len(),
+                path.display()
+            );
+        }
     }
-    let elapsed = started.elapsed();
-    let not_measured = if groups.contains(&Group::Sinks) {
-        vec![NotMeasured {
-            what: "Elasticsearch sink".into(),
-            why: "no Elasticsearch server on this machine (nor a package of one)".into(),
-        }]
-    } else {
-        Vec::new()
-    };
-    let section = section(
-        args,
-        scale,
-        &groups,
-        &machine,
-        elapsed,
-        &took,
-        &runs,
-        &not_measured,
-        &failures,
-    );
-    println!("{section}");
-    if let Some(path) = &args.write {
-        write_section(path, &section)?;
-        eprintln!("wrote the summary into {}", path.display());
-    }
+    println!("{}", report.section());
+    let failures = report.failures;
     anyhow::ensure!(
         failures.is_empty(),
         "{} group run(s) failed (listed above)",
@@ -513,43 +516,60 @@ fn load_average() -> String {
         .to_owned()
 }
 
-/// The summary section: heading, how it was made, the table, what was not measured, failures.
-#[allow(clippy::too_many_arguments)]
-fn section(
-    args: &AllArgs,
+/// What an invocation measured so far, and where.
+struct Report<'a> {
+    args: &'a AllArgs,
     scale: f64,
-    groups: &[Group],
-    machine: &Machine,
-    elapsed: Duration,
-    took: &[(Group, Duration)],
-    runs: &[Vec<Figure>],
-    not_measured: &[NotMeasured],
-    failures: &[String],
-) -> String {
-    let invocation = std::iter::once("siphon-bench".to_owned())
-        .chain(std::env::args().skip(1))
-        .collect::<Vec<_>>()
-        .join(" ");
-    let command = match std::env::var("SIPHON_BENCH_COMMAND") {
-        Ok(c) if !c.is_empty() => format!("`{c}` (`{invocation}`)"),
-        _ => format!("`{invocation}`"),
-    };
-    let per_group = took
-        .iter()
-        .map(|(g, d)| format!("{} {}", g.name(), minutes(*d / args.runs as u32)))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let scale_note = if scale == 1.0 {
-        "1 (the issue's sizes)".to_owned()
-    } else {
-        format!("{scale} (not the issue's sizes: a quick look, not a result)")
-    };
-    let out = format!(
-        "{HEADING}\n\n\
+    groups: &'a [Group],
+    machine: &'a Machine,
+    started: Instant,
+    /// Each group's time over the runs so far.
+    took: Vec<(Group, Duration)>,
+    /// Each run's figures.
+    runs: Vec<Vec<Figure>>,
+    not_measured: Vec<NotMeasured>,
+    failures: Vec<String>,
+}
+
+impl Report<'_> {
+    /// The summary section: heading, how it was made, the table, what was not measured, failures.
+    fn section(&self) -> String {
+        let Self {
+            args,
+            scale,
+            groups,
+            machine,
+            started,
+            took,
+            runs,
+            not_measured,
+            failures,
+        } = self;
+        let scale = *scale;
+        let invocation = std::iter::once("siphon-bench".to_owned())
+            .chain(std::env::args().skip(1))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let command = match std::env::var("SIPHON_BENCH_COMMAND") {
+            Ok(c) if !c.is_empty() => format!("`{c}` (`{invocation}`)"),
+            _ => format!("`{invocation}`"),
+        };
+        let per_group = took
+            .iter()
+            .map(|(g, d)| format!("{} {}", g.name(), minutes(*d / runs.len().max(1) as u32)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let scale_note = if scale == 1.0 {
+            "1 (the issue's sizes)".to_owned()
+        } else {
+            format!("{scale} (not the issue's sizes: a quick look, not a result)")
+        };
+        let out = format!(
+            "{HEADING}\n\n\
          Written by `siphon-bench all --write`, replaced on each run; the sections after this one \
          are the history, written at each issue, with the workloads in detail.\n\n\
          - Command: {command}\n\
-         - Date: {}; {} run(s) took {} (min:s), a run's groups: {per_group}\n\
+         - Date: {}; {} run(s) took {} (min:s){}, a run's groups: {per_group}\n\
          - Commit: {}\n\
          - Machine: {}, {} at the end (other work on the machine moves both sides of a ratio)\n\
          - Servers: {}\n\
@@ -562,32 +582,38 @@ fn section(
          ratio target is met when the median meets it, a latency or memory bound when every run \
          does. The targets are issue 22's, or the issue named. Peak RSS is the `VmHWM` of a \
          process running that workload alone (the bench re-run as a child); MB = 10^6 bytes.\n\n",
-        machine.date,
-        runs.len(),
-        minutes(elapsed),
-        machine.commit,
-        machine.description,
-        load_average(),
-        if machine.servers.is_empty() {
-            "?"
-        } else {
-            &machine.servers
-        },
-        groups
-            .iter()
-            .map(|g| g.name())
-            .collect::<Vec<_>>()
-            .join(", "),
-    );
-    let mut out = wrap(&out, 96);
-    out.push_str(&summary_table(runs, not_measured));
-    if !failures.is_empty() {
-        out.push_str("\nFailed (\"—\" in the table):\n\n");
-        for f in failures {
-            out.push_str(&format!("- {}\n", f.replace('\n', " ")));
+            machine.date,
+            runs.len(),
+            minutes(started.elapsed()),
+            if runs.len() < args.runs {
+                format!(" (incomplete: {} of {} runs so far)", runs.len(), args.runs)
+            } else {
+                String::new()
+            },
+            machine.commit,
+            machine.description,
+            load_average(),
+            if machine.servers.is_empty() {
+                "?"
+            } else {
+                &machine.servers
+            },
+            groups
+                .iter()
+                .map(|g| g.name())
+                .collect::<Vec<_>>()
+                .join(", "),
+        );
+        let mut out = wrap(&out, 96);
+        out.push_str(&summary_table(runs, not_measured));
+        if !failures.is_empty() {
+            out.push_str("\nFailed (\"—\" in the table):\n\n");
+            for f in failures {
+                out.push_str(&format!("- {}\n", f.replace('\n', " ")));
+            }
         }
+        out
     }
-    out
 }
 
 /// `text` with its lines wrapped at `width` characters (a list item's continuation indented
