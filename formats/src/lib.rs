@@ -6,6 +6,7 @@
 //! AvroConverter does.
 
 pub mod avro;
+mod calendar;
 pub mod debezium;
 pub mod envelope;
 pub mod json;

@@ -5,6 +5,7 @@
 pub mod log;
 mod memory_log;
 mod message;
+pub mod values;
 
 pub use memory_log::MemoryLog;
 pub use message::{Delivered, MessageHarness, run_message_compliance_suite};

@@ -24,7 +24,7 @@ pub use disk::SmallDisk;
 pub use kafka::KafkaBroker;
 pub use private::{PrivateMariadb, PrivateNats, PrivatePostgres, PrivateRabbitmq, PrivateRedis};
 pub use process::ServerProcess;
-pub use registry::RegistryStandIn;
+pub use registry::{RegistryStandIn, avro_connect_json};
 pub use services::{
     MysqlDatabase, NatsNamespace, PgDatabase, RabbitEvent, RabbitExchange, RedisKeyspace, mysql,
     nats, nats_messages, postgres, rabbitmq, rabbitmq_at, rabbitmq_close_connections, redis,

@@ -278,12 +278,12 @@ impl RegistryStandIn {
             .build()?
             .read_value(&mut datum)?;
         anyhow::ensure!(datum.is_empty(), "{} bytes after the datum", datum.len());
-        Ok((id, connect_json(value)?))
+        Ok((id, avro_connect_json(value)?))
     }
 }
 
 /// An Avro value as Kafka Connect's JSON converter writes the payload it came from.
-fn connect_json(value: apache_avro::types::Value) -> anyhow::Result<Json> {
+pub fn avro_connect_json(value: apache_avro::types::Value) -> anyhow::Result<Json> {
     use apache_avro::types::Value as V;
     use base64::Engine as _;
     let base64 = |b: &[u8]| Json::from(base64::engine::general_purpose::STANDARD.encode(b));
@@ -307,17 +307,17 @@ fn connect_json(value: apache_avro::types::Value) -> anyhow::Result<Json> {
         V::Bytes(b) | V::Fixed(_, b) => base64(&b),
         V::Decimal(d) => base64(&Vec::<u8>::try_from(d)?),
         V::String(s) | V::Enum(_, s) => json!(s),
-        V::Union(_, v) => connect_json(*v)?,
+        V::Union(_, v) => avro_connect_json(*v)?,
         V::Array(items) => Json::Array(
             items
                 .into_iter()
-                .map(connect_json)
+                .map(avro_connect_json)
                 .collect::<Result<_, _>>()?,
         ),
         V::Record(fields) => Json::Object(
             fields
                 .into_iter()
-                .map(|(k, v)| Ok((k, connect_json(v)?)))
+                .map(|(k, v)| Ok((k, avro_connect_json(v)?)))
                 .collect::<anyhow::Result<_>>()?,
         ),
         other => anyhow::bail!("an Avro value siphon does not write: {other:?}"),
