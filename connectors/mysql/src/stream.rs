@@ -1281,6 +1281,10 @@ fn row(shape: &Shape, image: BinlogRow) -> Result<Row> {
                 {
                     mysql_async::Value::Int(i - (1 << 24))
                 }
+                // It reads YEAR 0000 (the byte 0) as 1900, which no YEAR holds (1901 to 2155).
+                Ok(mysql_async::Value::Bytes(b)) if c.column.type_name == "year" && b == b"1900" => {
+                    mysql_async::Value::Int(0)
+                }
                 Ok(v) => v,
                 Err(e) => {
                     tracing::warn!(column = %c.name, error = %e, "a binlog value siphon cannot read: NULL");
@@ -1452,6 +1456,34 @@ mod tests {
             [
                 Some(siphon_core::Value::Int(-1)),
                 Some(siphon_core::Value::Int(-8_388_608))
+            ]
+        );
+    }
+
+    /// Found by the binlog_event fuzz target (the decoders disagreeing): mysql_common reads
+    /// YEAR 0000 (byte 0) as 1900, where siphon's decoder and a query read 0.
+    #[test]
+    fn the_generic_decoder_reads_the_zero_year() {
+        // Table map of d.t (y year, j json null) with names; rows: 0000 and 2155.
+        let mut map = vec![1, 0, 0, 0, 0, 0, 1, 0, 1, b'd', 0, 1, b't', 0];
+        map.extend_from_slice(&[2, 13, 245, 1, 4, 0b10]);
+        map.extend_from_slice(&[1, 1, 0b0000_0000]);
+        map.extend_from_slice(&[4, 4, 1, b'y', 1, b'j']);
+        let mut rows = vec![1, 0, 0, 0, 0, 0, 1, 0, 2, 0, 2, 0b11];
+        rows.extend_from_slice(&[0b10, 0, 0b10, 255]);
+        let schemas = siphon_core::testing::MemorySchemas::default();
+        let mut stream = fuzzing::Binlog::default();
+        stream.event(&schemas, &binlog_event(19, &map)).unwrap();
+        let events = stream.event(&schemas, &binlog_event(30, &rows)).unwrap();
+        let values: Vec<_> = events
+            .iter()
+            .map(|e| e.after.as_ref().unwrap().get("y").cloned())
+            .collect();
+        assert_eq!(
+            values,
+            [
+                Some(siphon_core::Value::Int(0)),
+                Some(siphon_core::Value::Int(2155))
             ]
         );
     }
