@@ -212,6 +212,14 @@ pub fn from_table_map(
     collations: &Collations,
 ) -> Result<(Vec<ColumnInfo>, Vec<usize>)> {
     let n = tme.columns_count() as usize;
+    // No table has none; the rows of one would take no bytes, and reading them not end.
+    if n == 0 {
+        return Err(Error::permanent(format!(
+            "the binlog's table map of {}.{} has no columns",
+            tme.database_name(),
+            tme.table_name()
+        )));
+    }
     let TableMapMeta {
         names,
         signedness,

@@ -1488,6 +1488,18 @@ mod tests {
         );
     }
 
+    /// Found by the binlog_rows fuzz target (out of memory): the rows of a table map with no
+    /// columns take no bytes, so reading them never ended.
+    #[test]
+    fn a_table_map_without_columns_is_refused() {
+        let map = [1, 0, 0, 0, 0, 0, 1, 0, 1, b'd', 0, 1, b't', 0, 0, 0];
+        let rows = [1, 0, 0, 0, 0, 0, 1, 0, 2, 0, 0, b'o', b'n', b'e'];
+        let schemas = siphon_core::testing::MemorySchemas::default();
+        let mut stream = fuzzing::Binlog::default();
+        stream.event(&schemas, &binlog_event(19, &map)).unwrap();
+        assert!(stream.event(&schemas, &binlog_event(31, &rows)).is_err());
+    }
+
     #[test]
     fn the_first_rotate_loses_its_checksum_bytes() {
         assert_eq!(
