@@ -240,6 +240,9 @@ pub async fn run_compliance_suite<H: SinkHarness>(mut make: impl AsyncFnMut() ->
         ("applying twice changes nothing", |h| {
             Box::pin(applying_twice_changes_nothing(h))
         }),
+        ("a value set to null", |h| {
+            Box::pin(a_value_set_to_null_is_null(h))
+        }),
         ("older never overwrites newer", |h| {
             Box::pin(older_offset_never_overwrites_newer(h))
         }),
@@ -353,6 +356,32 @@ async fn applying_twice_changes_nothing(h: &mut impl SinkHarness) {
         first,
         "replaying part of the log changed the store"
     );
+}
+
+/// A column that held a value and is then set to null holds null (a store that updates rows
+/// in place must clear it, not keep the old value).
+async fn a_value_set_to_null_is_null(h: &mut impl SinkHarness) {
+    let set = event(
+        TABLE,
+        Op::Create,
+        1,
+        None,
+        Some(row(1, "a", Value::Text("x".into()))),
+    );
+    apply(h.sink(), &[record(0, set)])
+        .await
+        .expect("apply the value");
+    let cleared = event(TABLE, Op::Update, 1, None, Some(row(1, "a", Value::Null)));
+    apply(h.sink(), &[record(1, cleared)])
+        .await
+        .expect("apply the null");
+    if let StoreState::Rows(rows) = h.state().await {
+        assert_eq!(
+            rows[&1].get("note").unwrap_or(&Value::Null),
+            &Value::Null,
+            "the note set to null kept its value: {rows:?}"
+        );
+    }
 }
 
 async fn older_offset_never_overwrites_newer(h: &mut impl SinkHarness) {

@@ -94,12 +94,19 @@ impl Encoder {
             RedisFormat::Json => {
                 pipe.set(key, json_document(row, stored));
             }
+            // The row's fields set and its null columns' removed, in place: half the work of
+            // deleting the hash and making it anew, for Redis as for the sink. (A column
+            // dropped from the table keeps its field in rows written before.)
             RedisFormat::Hash => {
-                pipe.del(key);
-                let set = hash_fields(row, stored);
-                if !set.is_empty() {
+                let (set, nulls) = hash_fields(row, stored);
+                if set.is_empty() {
+                    pipe.del(key);
+                } else {
                     pipe.hset_multiple(key, &set);
-                    commands += 1;
+                    if !nulls.is_empty() {
+                        pipe.hdel(key, nulls);
+                        commands += 1;
+                    }
                 }
             }
         }
@@ -111,12 +118,17 @@ impl Encoder {
     }
 }
 
-/// The hash's fields: every non-null column, an unchanged one from the stored hash.
-fn hash_fields<'r>(row: &'r Row, stored: Option<&'r StoredRow>) -> Vec<(&'r str, Cow<'r, str>)> {
+/// The hash's fields — every non-null column, an unchanged one from the stored hash — and
+/// the null columns, whose fields go.
+fn hash_fields<'r>(
+    row: &'r Row,
+    stored: Option<&'r StoredRow>,
+) -> (Vec<(&'r str, Cow<'r, str>)>, Vec<&'r str>) {
     let mut set = Vec::with_capacity(row.len());
+    let mut nulls = Vec::new();
     for (column, value) in row.iter() {
         match value {
-            Value::Null => {}
+            Value::Null => nulls.push(column),
             Value::Unchanged => {
                 if let Some(StoredRow::Hash(fields)) = stored
                     && let Some(text) = fields.get(column)
@@ -127,7 +139,7 @@ fn hash_fields<'r>(row: &'r Row, stored: Option<&'r StoredRow>) -> Vec<(&'r str,
             v => set.push((column, value_text(v))),
         }
     }
-    set
+    (set, nulls)
 }
 
 /// The row as a JSON object; an unchanged column takes its value from `stored`.
