@@ -369,7 +369,10 @@ fn parse_time(s: &str) -> Option<i64> {
         return None;
     }
     let micros = format!("{fraction:0<6}").parse::<i64>().ok()?;
-    let total = ((h * 60 + m) * 60 + sec) * 1_000_000 + micros;
+    // Checked: more hours than microseconds in an i64 hold are no time siphon wrote.
+    let total = (h.checked_mul(3600)?.checked_add(m * 60 + sec)?)
+        .checked_mul(1_000_000)?
+        .checked_add(micros)?;
     Some(if negative { -total } else { total })
 }
 
@@ -384,7 +387,11 @@ fn parse_timetz(s: &str) -> Option<(i64, i32)> {
         .split(':')
         .map(|p| p.parse().ok())
         .collect::<Option<_>>()?;
-    let secs = parts.first()? * 3600 + parts.get(1).unwrap_or(&0) * 60 + parts.get(2).unwrap_or(&0);
+    let secs = parts
+        .first()?
+        .checked_mul(3600)?
+        .checked_add(parts.get(1).unwrap_or(&0).checked_mul(60)?)?
+        .checked_add(*parts.get(2).unwrap_or(&0))?;
     Some((parse_time(t)?, sign * secs))
 }
 
@@ -491,6 +498,18 @@ mod tests {
         let input: &[u8] = b"[\"P0Y0M9DT18H0M03333333333333333333S\",{\"\":true,\"name\":\"io.debezium.time.Interval\"}]";
         let [json, schema] = serde_json::from_slice::<[Json; 2]>(input).unwrap();
         assert!(decode_value(&json, &schema).is_err());
+    }
+
+    /// Found by the json_value fuzz target: a time of more hours than i64 holds in
+    /// microseconds panicked (overflow) instead of being a bad value; so did a zone offset
+    /// of more hours than i32 holds in seconds (read beside it).
+    #[test]
+    fn a_time_past_the_range_is_an_error_not_a_panic() {
+        let input: &[u8] = b"[\"-000000000000000000000000000008607285862829974418:00:02.50060\",{\"\":true,\"name\":\"siphon.IsoTime\"}]";
+        let [json, schema] = serde_json::from_slice::<[Json; 2]>(input).unwrap();
+        assert!(decode_value(&json, &schema).is_err());
+        let zoned = serde_json::json!({"name": "io.debezium.time.ZonedTime"});
+        assert!(decode_value(&Json::from("10:00:00+999999:00"), &zoned).is_err());
     }
 
     fn every_value() -> Vec<Value> {
