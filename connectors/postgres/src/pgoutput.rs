@@ -157,8 +157,15 @@ impl Reader {
         self.0.advance(end + 1);
         Ok(s)
     }
+    /// A count of columns: never negative.
+    fn count(&mut self, what: &str) -> Result<i16, DecodeError> {
+        match self.i16(what)? {
+            n if n < 0 => Err(DecodeError(format!("{what} of {n} columns"))),
+            n => Ok(n),
+        }
+    }
     fn tuple(&mut self) -> Result<Vec<TupleValue>, DecodeError> {
-        let n = self.i16("tuple")?;
+        let n = self.count("tuple")?;
         (0..n)
             .map(|_| {
                 Ok(match self.u8("tuple column")? {
@@ -211,7 +218,7 @@ pub fn decode(data: Bytes) -> Result<Message, DecodeError> {
             let namespace = r.cstr("relation namespace")?;
             let name = r.cstr("relation name")?;
             let replica_identity = r.u8("relation")?;
-            let n = r.i16("relation")?;
+            let n = r.count("relation")?;
             let columns = (0..n)
                 .map(|_| {
                     Ok(RelationColumn {
@@ -392,6 +399,23 @@ mod tests {
                 restart_identity: false
             }
         );
+    }
+
+    /// Found by the pgoutput fuzz target: an Insert whose tuple counted -22235 columns read
+    /// as one of none (the stream then panicked taking its key).
+    #[test]
+    fn a_negative_column_count_is_an_error() {
+        let mut ins = vec![b'I'];
+        ins.put_u32(16525);
+        ins.put_u8(b'N');
+        ins.put_i16(-22235);
+        assert!(decode(ins.into()).is_err());
+        let mut rel = vec![b'R'];
+        rel.put_u32(1);
+        rel.put_slice(b"public\0t\0");
+        rel.put_u8(b'd');
+        rel.put_i16(-1);
+        assert!(decode(rel.into()).is_err());
     }
 
     #[test]

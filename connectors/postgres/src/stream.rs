@@ -638,15 +638,15 @@ fn split(shapes: &HashMap<u32, Shape>, message: Message) -> Result<Vec<Change>> 
             relation,
             Op::Create,
             None,
-            Some(row(shape(relation)?, &new)),
+            Some(row(shape(relation)?, &new)?),
             None,
         )],
         Message::Update {
             relation, old, new, ..
         } => {
             let s = shape(relation)?;
-            let after = row(s, &new);
-            let before = old.map(|o| row(s, &o));
+            let after = row(s, &new)?;
+            let before = old.map(|o| row(s, &o)).transpose()?;
             let keys = before.as_ref().map(|b| (s.key_of(b), s.key_of(&after)));
             match keys {
                 Some((Some(old_key), Some(new_key))) if old_key != new_key => vec![
@@ -671,7 +671,7 @@ fn split(shapes: &HashMap<u32, Shape>, message: Message) -> Result<Vec<Change>> 
         Message::Delete { relation, old, .. } => vec![(
             relation,
             Op::Delete,
-            Some(row(shape(relation)?, &old)),
+            Some(row(shape(relation)?, &old)?),
             None,
             None,
         )],
@@ -684,7 +684,18 @@ fn split(shapes: &HashMap<u32, Shape>, message: Message) -> Result<Vec<Change>> 
     })
 }
 
-fn row(shape: &Shape, tuple: &[TupleValue]) -> Row {
+/// A tuple's row: a value for each of the table's columns, or an error (the server sends
+/// every column of a row; a tuple of others is not one of this table's).
+fn row(shape: &Shape, tuple: &[TupleValue]) -> Result<Row> {
+    if tuple.len() != shape.columns.len() {
+        return Err(Error::permanent(format!(
+            "a change to {}.{} carries {} values for its {} columns",
+            shape.schema,
+            shape.table,
+            tuple.len(),
+            shape.columns.len()
+        )));
+    }
     let values = tuple
         .iter()
         .enumerate()
@@ -692,18 +703,59 @@ fn row(shape: &Shape, tuple: &[TupleValue]) -> Row {
             TupleValue::Null => Value::Null,
             TupleValue::Unchanged => Value::Unchanged,
             TupleValue::Text(b) => match std::str::from_utf8(b) {
-                Ok(t) if i < shape.columns.len() => shape.decode(i, std::borrow::Cow::Borrowed(t)),
-                _ => Value::Other {
+                Ok(t) => shape.decode(i, std::borrow::Cow::Borrowed(t)),
+                Err(_) => Value::Other {
                     type_name: "bytes".into(),
                     text: String::from_utf8_lossy(b).into_owned(),
                 },
             },
-            TupleValue::Binary(b) if i < shape.columns.len() => {
-                crate::binary::decode(&shape.columns[i].1, b)
-                    .unwrap_or_else(|e| shape.undecodable(i, &String::from_utf8_lossy(b), &e))
-            }
-            TupleValue::Binary(b) => Value::Bytes(b.to_vec()),
+            TupleValue::Binary(b) => crate::binary::decode(&shape.columns[i].1, b)
+                .unwrap_or_else(|e| shape.undecodable(i, &String::from_utf8_lossy(b), &e)),
         })
         .collect();
-    shape.row(values)
+    Ok(shape.row(values))
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::{BufMut, Bytes};
+    use siphon_core::testing::MemorySchemas;
+
+    use super::fuzzing::Stream;
+
+    /// Found by the pgoutput fuzz target: a change whose tuple holds fewer columns than its
+    /// table's Relation message panicked taking the row's key.
+    #[test]
+    fn a_change_of_other_columns_than_its_relation_is_an_error() {
+        let mut rel = vec![b'R'];
+        rel.put_u32(16384);
+        rel.put_slice(b"public\0orders\0");
+        rel.put_u8(b'd');
+        rel.put_i16(2);
+        rel.put_u8(0);
+        rel.put_slice(b"note\0");
+        rel.put_u32(25);
+        rel.put_i32(-1);
+        rel.put_u8(1);
+        rel.put_slice(b"id\0");
+        rel.put_u32(20);
+        rel.put_i32(-1);
+        let mut begin = vec![b'B'];
+        begin.put_u64(0x100);
+        begin.put_i64(0);
+        begin.put_u32(7);
+        let mut ins = vec![b'I'];
+        ins.put_u32(16384);
+        ins.put_u8(b'N');
+        ins.put_i16(1);
+        ins.put_u8(b't');
+        ins.put_u32(1);
+        ins.put_u8(b'a');
+        let schemas = MemorySchemas::default();
+        let mut stream = Stream::default();
+        for m in [rel, begin] {
+            stream.message(&schemas, 1, Bytes::from(m)).unwrap();
+        }
+        assert!(stream.message(&schemas, 2, Bytes::from(ins)).is_err());
+    }
 }
