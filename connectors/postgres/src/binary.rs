@@ -61,7 +61,9 @@ pub fn decode(ty: &PgType, mut b: &[u8]) -> Result<Value, String> {
         PgType::Date => Value::Date(match i32::from_be_bytes(take(b)?) {
             i32::MAX => i32::MAX,
             i32::MIN => i32::MIN,
-            d => d + PG_EPOCH_DAYS,
+            d => d
+                .checked_add(PG_EPOCH_DAYS)
+                .ok_or("date past i32 days from 1970")?,
         }),
         PgType::Time => Value::Time(i64::from_be_bytes(take(b)?)),
         PgType::TimeTz => {
@@ -77,7 +79,11 @@ pub fn decode(ty: &PgType, mut b: &[u8]) -> Result<Value, String> {
             let us = match i64::from_be_bytes(take(b)?) {
                 i64::MAX => i64::MAX,
                 i64::MIN => i64::MIN,
-                us => us + PG_EPOCH_MICROS,
+                // PostgreSQL's last thirty years (to 294276 AD) pass i64 microseconds
+                // from 1970: no value siphon holds.
+                us => us
+                    .checked_add(PG_EPOCH_MICROS)
+                    .ok_or("timestamp past i64 microseconds from 1970")?,
             };
             if *ty == PgType::Timestamp {
                 Value::Timestamp(us)
@@ -318,6 +324,26 @@ mod tests {
         assert_eq!(
             decode(&ints, &two),
             Ok(Value::Array(vec![Value::Int(1), Value::Int(2)]))
+        );
+    }
+
+    /// Found by the pgoutput fuzz target: a binary timestamp within PostgreSQL's range but
+    /// past i64 microseconds from 1970 (its last thirty years, to 294276 AD) overflowed
+    /// moving to the Unix epoch; so would a date past i32 days (read beside it).
+    #[test]
+    fn times_past_the_unix_epochs_range_are_errors() {
+        // PostgreSQL's END_TIMESTAMP less a microsecond: 294276-12-31 23:59:59.999999.
+        let end = 9_223_371_331_199_999_999i64.to_be_bytes();
+        assert!(decode(&PgType::Timestamp, &end).is_err());
+        assert!(decode(&PgType::TimestampTz, &end).is_err());
+        assert!(decode(&PgType::Date, &(i32::MAX - 1).to_be_bytes()).is_err());
+        assert_eq!(
+            decode(&PgType::Timestamp, &0i64.to_be_bytes()),
+            Ok(Value::Timestamp(PG_EPOCH_MICROS))
+        );
+        assert_eq!(
+            decode(&PgType::TimestampTz, &i64::MAX.to_be_bytes()),
+            Ok(Value::TimestampTz(i64::MAX))
         );
     }
 
