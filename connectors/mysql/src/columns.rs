@@ -255,6 +255,14 @@ pub fn from_table_map(
             ty
         };
         let qualified = || format!("{}.{}.{name}", tme.database_name(), tme.table_name());
+        // A DECIMAL's scale never passes its precision (mysql_common's reader sizes its buffer
+        // by the difference).
+        if real_type == ColumnType::MYSQL_TYPE_NEWDECIMAL && meta.get(1) > meta.first() {
+            return Err(Error::permanent(format!(
+                "the binlog's table map gives {} a decimal scale past its precision ({meta:?})",
+                qualified()
+            )));
+        }
         // The set a column's bytes are in (63 is `binary`); UTF-8 where the map gives none.
         let set = |collation: Option<u16>| -> Result<Charset> {
             let Some(id) = collation else {

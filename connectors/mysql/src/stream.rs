@@ -1500,6 +1500,22 @@ mod tests {
         assert!(stream.event(&schemas, &binlog_event(31, &rows)).is_err());
     }
 
+    /// Found by the binlog_rows fuzz target (an allocation of 8 EiB): a DECIMAL whose table
+    /// map gives a scale past its precision made mysql_common's reader size its buffer by
+    /// the difference, wrapped.
+    #[test]
+    fn a_decimal_of_scale_past_its_precision_is_refused() {
+        // Table map of d.t (n decimal(2,5)) with its name; a row of two bytes.
+        let mut map = vec![1, 0, 0, 0, 0, 0, 1, 0, 1, b'd', 0, 1, b't', 0];
+        map.extend_from_slice(&[1, 246, 2, 2, 5, 0]);
+        map.extend_from_slice(&[4, 2, 1, b'n']);
+        let rows = [1, 0, 0, 0, 0, 0, 1, 0, 2, 0, 1, 1, 0, 0x80, 0x01];
+        let schemas = siphon_core::testing::MemorySchemas::default();
+        let mut stream = fuzzing::Binlog::default();
+        stream.event(&schemas, &binlog_event(19, &map)).unwrap();
+        assert!(stream.event(&schemas, &binlog_event(30, &rows)).is_err());
+    }
+
     #[test]
     fn the_first_rotate_loses_its_checksum_bytes() {
         assert_eq!(
