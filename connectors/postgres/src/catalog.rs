@@ -569,7 +569,7 @@ impl TypeCache {
 /// What values of built-in type `oid` with modifier `typmod` are; `None` for a type the
 /// catalog describes (enums, domains, arrays, extensions' types).
 pub fn builtin_kind(oid: u32, typmod: i32) -> Option<ColumnKind> {
-    let length = || u32::try_from(typmod - 4).ok().filter(|_| typmod >= 4);
+    let length = || typmod.checked_sub(4).and_then(|n| u32::try_from(n).ok());
     Some(match oid {
         16 => ColumnKind::Bool,
         21 => ColumnKind::Int16,
@@ -595,4 +595,23 @@ pub fn builtin_kind(oid: u32, typmod: i32) -> Option<ColumnKind> {
         1186 => ColumnKind::Interval,
         _ => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by the pgoutput fuzz target: a Relation message giving a varchar column the type
+    /// modifier i32::MIN overflowed taking its length out of it.
+    #[test]
+    fn a_type_modifier_below_any_length_is_no_length() {
+        assert_eq!(
+            builtin_kind(1043, i32::MIN),
+            Some(ColumnKind::Text { length: None })
+        );
+        assert_eq!(
+            builtin_kind(1043, 24),
+            Some(ColumnKind::Text { length: Some(20) })
+        );
+    }
 }
