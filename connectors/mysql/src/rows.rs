@@ -192,17 +192,19 @@ fn decimal(precision: usize, scale: usize, data: &[u8]) -> Option<(String, usize
         }
     }
     let mut at = 0;
-    let mut take = |n: usize| {
+    // A group of `digits` digits in `n` bytes; one holding more is no decimal (no server
+    // writes it): `None`.
+    let mut take = |n: usize, digits: usize| {
         let v = be(&bytes[at..at + n]);
         at += n;
-        v
+        (v < 10u64.pow(digits as u32)).then_some(v)
     };
     let mut int_part = String::new();
     if intg0x > 0 {
-        int_part.push_str(&take(DIG2BYTES[intg0x]).to_string());
+        int_part.push_str(&take(DIG2BYTES[intg0x], intg0x)?.to_string());
     }
     for _ in 0..intg0 {
-        let group = take(4);
+        let group = take(4, 9)?;
         if int_part.is_empty() {
             int_part.push_str(&group.to_string());
         } else {
@@ -218,12 +220,12 @@ fn decimal(precision: usize, scale: usize, data: &[u8]) -> Option<(String, usize
     if scale > 0 {
         text.push('.');
         for _ in 0..frac0 {
-            text.push_str(&format!("{:09}", take(4)));
+            text.push_str(&format!("{:09}", take(4, 9)?));
         }
         if frac0x > 0 {
             text.push_str(&format!(
                 "{:0width$}",
-                take(DIG2BYTES[frac0x]),
+                take(DIG2BYTES[frac0x], frac0x)?,
                 width = frac0x
             ));
         }

@@ -1516,6 +1516,35 @@ mod tests {
         assert!(stream.event(&schemas, &binlog_event(30, &rows)).is_err());
     }
 
+    /// Found by the binlog fuzz targets (the decoders disagreeing): a binary DECIMAL whose
+    /// digit group holds more than its digits (four digits holding 65535) read as
+    /// "1234567890.65535" by siphon's decoder and "1234567890.-1" by mysql_common's; no
+    /// server writes it, and it is no decimal: it travels as text.
+    #[test]
+    fn a_decimal_group_past_its_digits_travels_as_text() {
+        // Table map of d.t (n decimal(14,4)) with its name; MySQL's documented
+        // 1234567890.1234 (81 0D FB 38 D2 04 D2) with its fraction's group made FF FF.
+        let mut map = vec![1, 0, 0, 0, 0, 0, 1, 0, 1, b'd', 0, 1, b't', 0];
+        map.extend_from_slice(&[1, 246, 2, 14, 4, 0]);
+        map.extend_from_slice(&[1, 1, 0, 4, 2, 1, b'n']);
+        let mut rows = vec![1, 0, 0, 0, 0, 0, 1, 0, 2, 0, 1, 1, 0];
+        rows.extend_from_slice(&[0x81, 0x0d, 0xfb, 0x38, 0xd2, 0xff, 0xff]);
+        let schemas = siphon_core::testing::MemorySchemas::default();
+        let mut stream = fuzzing::Binlog::default();
+        stream.event(&schemas, &binlog_event(19, &map)).unwrap();
+        let events = stream.event(&schemas, &binlog_event(30, &rows)).unwrap();
+        let value = events[0].after.as_ref().unwrap().get("n").cloned();
+        assert!(
+            matches!(value, Some(siphon_core::Value::Text(_))),
+            "{value:?}"
+        );
+        assert!(
+            stream.disagreements.is_empty(),
+            "{:?}",
+            stream.disagreements
+        );
+    }
+
     #[test]
     fn the_first_rotate_loses_its_checksum_bytes() {
         assert_eq!(

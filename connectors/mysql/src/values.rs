@@ -36,7 +36,7 @@ fn decode(data_type: &DataType, v: My) -> Result<Value, My> {
         (DataType::BigUnsigned, My::Int(i)) => Value::Decimal((i as u64).to_string()),
         (DataType::Float, My::Float(f)) => Value::Float32(f),
         (DataType::Float, My::Double(d)) => Value::Float64(d),
-        (DataType::Decimal, My::Bytes(b)) => Value::Decimal(utf8(b)?),
+        (DataType::Decimal, My::Bytes(b)) if is_decimal(&b) => Value::Decimal(utf8(b)?),
         (DataType::Bit1, My::Bytes(b)) => Value::Bool(b.iter().any(|x| *x != 0)),
         (DataType::Bit1, My::Int(i)) => Value::Bool(i != 0),
         (DataType::Bits | DataType::Binary | DataType::Geometry, My::Bytes(b)) => Value::Bytes(b),
@@ -88,6 +88,18 @@ fn decode(data_type: &DataType, v: My) -> Result<Value, My> {
         ),
         (_, v) => return Err(v),
     })
+}
+
+/// Whether `b` is a decimal number's text (`-12.30`): mysql_common writes the digit groups of
+/// bytes no server writes as it finds them (`1234567890.-1`).
+fn is_decimal(b: &[u8]) -> bool {
+    let digits = b.strip_prefix(b"-").unwrap_or(b);
+    let (whole, fraction) = match digits.iter().position(|c| *c == b'.') {
+        Some(dot) => (&digits[..dot], Some(&digits[dot + 1..])),
+        None => (digits, None),
+    };
+    let all_digits = |s: &[u8]| !s.is_empty() && s.iter().all(u8::is_ascii_digit);
+    all_digits(whole) && fraction.is_none_or(all_digits)
 }
 
 /// Text in `set`; where some bytes do not decode, they are replaced, with a warning.
