@@ -551,7 +551,7 @@ impl Report<'_> {
             .collect::<Vec<_>>()
             .join(" ");
         let command = match std::env::var("SIPHON_BENCH_COMMAND") {
-            Ok(c) if !c.is_empty() => format!("`{c}` (`{invocation}`)"),
+            Ok(c) if !c.trim().is_empty() => format!("`{}` (`{invocation}`)", c.trim()),
             _ => format!("`{invocation}`"),
         };
         let per_group = took

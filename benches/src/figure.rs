@@ -231,11 +231,21 @@ pub struct NotMeasured {
 /// The summary table over `runs` (each run's figures; a figure missing from a run — its group
 /// failed — shows as "—" there). Rows in the order figures first appear.
 pub fn summary_table(runs: &[Vec<Figure>], not_measured: &[NotMeasured]) -> String {
+    // The figures' order in the runs: one first seen in a later run (its group failed in the
+    // earlier ones) goes after the figure before it in that run.
     let mut keys: Vec<String> = Vec::new();
-    for figure in runs.iter().flatten() {
-        let key = figure.key();
-        if !keys.contains(&key) {
-            keys.push(key);
+    for run in runs {
+        let mut after: Option<usize> = None;
+        for figure in run {
+            let key = figure.key();
+            after = Some(match keys.iter().position(|k| *k == key) {
+                Some(at) => at,
+                None => {
+                    let at = after.map_or(0, |a| a + 1);
+                    keys.insert(at, key);
+                    at
+                }
+            });
         }
     }
     let mut out = String::from(
@@ -401,6 +411,21 @@ mod tests {
         assert!(line.contains("0.70, —, 1.00"), "{line}");
         assert!(line.contains("0.70 / 0.85 / 1.00"), "{line}");
         assert!(line.contains("**yes** (1 of 2 runs)"), "{line}");
+    }
+
+    #[test]
+    fn a_figure_first_seen_in_a_later_run_keeps_its_place() {
+        let named = |what: &str| Figure {
+            what: what.into(),
+            ..ratio_figure(1.0, 1.0)
+        };
+        let runs = vec![
+            vec![named("a"), named("c")],
+            vec![named("a"), named("b"), named("c")],
+        ];
+        let table = summary_table(&runs, &[]);
+        let order: Vec<&str> = table.lines().skip(2).map(|l| &l[2..3]).collect();
+        assert_eq!(order, ["a", "b", "c"]);
     }
 
     #[test]
