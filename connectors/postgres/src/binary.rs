@@ -161,8 +161,10 @@ fn array(elem: &PgType, b: &mut &[u8]) -> Result<Value, String> {
     let ndim = i32::from_be_bytes(take(b)?);
     let _has_nulls = i32::from_be_bytes(take(b)?);
     let _elem_oid = u32::from_be_bytes(take(b)?);
-    if ndim == 0 {
-        return Ok(Value::Array(Vec::new()));
+    match ndim {
+        0 => return Ok(Value::Array(Vec::new())),
+        n if n < 0 => return Err(format!("array of {n} dimensions")),
+        _ => {}
     }
     let dims = (0..ndim)
         .map(|_| {
@@ -318,6 +320,10 @@ mod tests {
         assert!(decode(&ints, &overflow).is_err());
         // A dimension of length 0 holds nothing.
         let empty = array_bytes(&[2, 0], &[]);
+        // Found by the same target later: a negative count of dimensions, an element after.
+        let mut negative = array_bytes(&[], &[&7i32.to_be_bytes()]);
+        negative[..4].copy_from_slice(&(-1i32).to_be_bytes());
+        assert!(decode(&ints, &negative).is_err());
         assert_eq!(decode(&ints, &empty), Ok(Value::Array(Vec::new())));
         // What fits still decodes.
         let two = array_bytes(&[2], &[&1i32.to_be_bytes(), &2i32.to_be_bytes()]);
