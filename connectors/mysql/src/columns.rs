@@ -248,6 +248,24 @@ pub fn from_table_map(
             .flatten()
             .ok_or_else(|| Error::permanent(format!("table map column {i}: unknown type")))?;
         let meta = tme.get_column_metadata(i).unwrap_or(&[]);
+        // mysql_common reads a typed array's (a multi-valued index's) values with its
+        // element's type taken from the element's metadata; siphon does not read them.
+        if ty == ColumnType::MYSQL_TYPE_TYPED_ARRAY {
+            return Err(Error::permanent(format!(
+                "the binlog's table map of {}.{} gives column {name} a typed array, which siphon \
+                 cannot read",
+                tme.database_name(),
+                tme.table_name()
+            )));
+        }
+        if meta.len() < metadata_needed(ty) {
+            return Err(Error::permanent(format!(
+                "the binlog's table map of {}.{} gives column {name} ({ty:?}) {} bytes of metadata",
+                tme.database_name(),
+                tme.table_name(),
+                meta.len()
+            )));
+        }
         let unsigned = ty.is_numeric_type() && signedness.next().unwrap_or(false);
         let real_type = if ty == ColumnType::MYSQL_TYPE_STRING && !meta.is_empty() {
             ColumnType::try_from(meta[0]).unwrap_or(ty)
@@ -349,6 +367,32 @@ pub fn from_table_map(
         ));
     }
     Ok((columns, key))
+}
+
+/// Bytes of metadata mysql_common's row reader takes of a column of (real) type `ty`, which it
+/// indexes without checking: a table map must give them (it gives a VAR_STRING none, which no
+/// server's table map holds).
+fn metadata_needed(ty: ColumnType) -> usize {
+    use ColumnType::*;
+    match ty {
+        MYSQL_TYPE_TIMESTAMP2
+        | MYSQL_TYPE_DATETIME2
+        | MYSQL_TYPE_TIME2
+        | MYSQL_TYPE_TINY_BLOB
+        | MYSQL_TYPE_MEDIUM_BLOB
+        | MYSQL_TYPE_LONG_BLOB
+        | MYSQL_TYPE_BLOB
+        | MYSQL_TYPE_GEOMETRY
+        | MYSQL_TYPE_VECTOR => 1,
+        MYSQL_TYPE_BIT
+        | MYSQL_TYPE_NEWDECIMAL
+        | MYSQL_TYPE_ENUM
+        | MYSQL_TYPE_SET
+        | MYSQL_TYPE_STRING
+        | MYSQL_TYPE_VARCHAR
+        | MYSQL_TYPE_VAR_STRING => 2,
+        _ => 0,
+    }
 }
 
 /// What a table map's optional metadata says of its columns.
