@@ -179,7 +179,7 @@ fn parse_float(text: &str) -> Option<f64> {
 
 fn parse_bytea(text: &str) -> Option<Vec<u8>> {
     let hex = text.strip_prefix("\\x")?;
-    if hex.len() % 2 != 0 {
+    if !hex.is_ascii() || hex.len() % 2 != 0 {
         return None;
     }
     (0..hex.len())
@@ -558,5 +558,17 @@ mod tests {
         assert!(decode_text(&PgType::Int, "twelve").is_err());
         assert!(decode_text(&PgType::Array(Box::new(PgType::Int)), "{1,2").is_err());
         assert!(decode_text(&PgType::Date, "yesterday").is_err());
+    }
+
+    /// Found by the pgoutput fuzz target: hex text with a character of more than one byte
+    /// panicked, cut inside it.
+    #[test]
+    fn hex_with_other_characters_is_an_error_not_a_panic() {
+        assert!(decode_text(&PgType::Uuid, "a\u{21a}ebc999c0b4ef8bb6d6bb9bd380a11").is_err());
+        assert!(decode_text(&PgType::Bytea, "\\x\u{21a}\u{21a}").is_err());
+        assert_eq!(
+            decode_text(&PgType::Bytea, "\\xdeadbeef"),
+            Ok(Value::Bytes(vec![0xde, 0xad, 0xbe, 0xef]))
+        );
     }
 }
