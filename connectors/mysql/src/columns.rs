@@ -266,7 +266,11 @@ pub fn from_table_map(
                 meta.len()
             )));
         }
-        let unsigned = ty.is_numeric_type() && signedness.next().unwrap_or(false);
+        // YEAR is among the numbers the table map gives a sign to, and unsigned there
+        // (MySQL's YEAR is); the catalog's type has no sign, and neither does siphon's.
+        let unsigned = ty.is_numeric_type()
+            && signedness.next().unwrap_or(false)
+            && ty != ColumnType::MYSQL_TYPE_YEAR;
         let real_type = if ty == ColumnType::MYSQL_TYPE_STRING && !meta.is_empty() {
             ColumnType::try_from(meta[0]).unwrap_or(ty)
         } else {

@@ -1566,6 +1566,30 @@ mod tests {
         }
     }
 
+    /// Found by the binlog_rows fuzz target (the decoders disagreeing again on YEAR 0000):
+    /// MariaDB's table map counts YEAR among the unsigned numbers, so its type read
+    /// "year unsigned" — another schema version than the catalog's "year" — and the zero year
+    /// escaped the fix above.
+    #[test]
+    fn a_year_the_table_map_calls_unsigned_is_a_year() {
+        let mut map = vec![1, 0, 0, 0, 0, 0, 1, 0, 1, b'd', 0, 1, b't', 0];
+        map.extend_from_slice(&[2, 13, 245, 1, 4, 0b10]);
+        map.extend_from_slice(&[1, 1, 0b1000_0000]);
+        map.extend_from_slice(&[4, 4, 1, b'y', 1, b'j']);
+        let mut rows = vec![1, 0, 0, 0, 0, 0, 1, 0, 2, 0, 2, 0b11];
+        rows.extend_from_slice(&[0b10, 0]);
+        let schemas = siphon_core::testing::MemorySchemas::default();
+        let mut stream = fuzzing::Binlog::default();
+        stream.event(&schemas, &binlog_event(19, &map)).unwrap();
+        let events = stream.event(&schemas, &binlog_event(30, &rows)).unwrap();
+        let event = &events[0];
+        assert_eq!(
+            event.after.as_ref().unwrap().get("y"),
+            Some(&siphon_core::Value::Int(0))
+        );
+        assert_eq!(event.schema.as_ref().unwrap().columns[0].type_name, "year");
+    }
+
     #[test]
     fn the_first_rotate_loses_its_checksum_bytes() {
         assert_eq!(
