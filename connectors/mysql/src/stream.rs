@@ -1590,6 +1590,27 @@ mod tests {
         assert_eq!(event.schema.as_ref().unwrap().columns[0].type_name, "year");
     }
 
+    /// Found by the binlog_event fuzz target (the decoders disagreeing): mysql_common reads
+    /// a TIMESTAMP's seconds as signed, so one past 2038-01-19 (MariaDB 11.5 holds them to
+    /// 2106) came out before 1970 from its decoder, where siphon's reads them unsigned.
+    #[test]
+    fn the_generic_decoder_reads_timestamps_past_2038() {
+        // Table map of d.t (ts timestamp(0), j json null) with names; 0xF6000000 seconds.
+        let mut map = vec![1, 0, 0, 0, 0, 0, 1, 0, 1, b'd', 0, 1, b't', 0];
+        map.extend_from_slice(&[2, 17, 245, 2, 0, 4, 0b10]);
+        map.extend_from_slice(&[4, 5, 2, b't', b's', 1, b'j']);
+        let mut rows = vec![1, 0, 0, 0, 0, 0, 1, 0, 2, 0, 2, 0b11];
+        rows.extend_from_slice(&[0b10, 0xf6, 0, 0, 0]);
+        let schemas = siphon_core::testing::MemorySchemas::default();
+        let mut stream = fuzzing::Binlog::default();
+        stream.event(&schemas, &binlog_event(19, &map)).unwrap();
+        let events = stream.event(&schemas, &binlog_event(30, &rows)).unwrap();
+        assert_eq!(
+            events[0].after.as_ref().unwrap().get("ts"),
+            Some(&siphon_core::Value::TimestampTz(0xf600_0000 * 1_000_000))
+        );
+    }
+
     #[test]
     fn the_first_rotate_loses_its_checksum_bytes() {
         assert_eq!(

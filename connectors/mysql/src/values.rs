@@ -120,12 +120,18 @@ pub fn padded(bytes: &[u8], n: usize) -> Vec<u8> {
     out
 }
 
-/// `seconds[.fraction]` since the epoch, in microseconds.
+/// `seconds[.fraction]` since the epoch, in microseconds. mysql_common writes the seconds,
+/// four bytes unsigned in the row image, as signed: those past 2038-01-19 (MariaDB 11.5
+/// holds them to 2106) come negative, and are put back.
 fn epoch_micros(b: &[u8]) -> Option<i64> {
     let text = std::str::from_utf8(b).ok()?;
     let (secs, frac) = text.split_once('.').unwrap_or((text, ""));
     let frac = format!("{frac:0<6}");
-    Some(secs.parse::<i64>().ok()? * 1_000_000 + frac.get(..6)?.parse::<i64>().ok()?)
+    let secs = match secs.parse::<i64>().ok()? {
+        s if s < 0 => s + (1 << 32),
+        s => s,
+    };
+    Some(secs.checked_mul(1_000_000)? + frac.get(..6)?.parse::<i64>().ok()?)
 }
 
 fn micros(v: &My) -> Option<i64> {
