@@ -258,6 +258,21 @@ pub fn from_table_map(
                 tme.table_name()
             )));
         }
+        // Temporal types' metadata is their digits of fraction: six at most.
+        if matches!(
+            ty,
+            ColumnType::MYSQL_TYPE_TIME2
+                | ColumnType::MYSQL_TYPE_DATETIME2
+                | ColumnType::MYSQL_TYPE_TIMESTAMP2
+        ) && meta.first().is_some_and(|fsp| *fsp > 6)
+        {
+            return Err(Error::permanent(format!(
+                "the binlog's table map of {}.{} gives column {name} {} digits of fraction",
+                tme.database_name(),
+                tme.table_name(),
+                meta[0]
+            )));
+        }
         if meta.len() < metadata_needed(ty) {
             return Err(Error::permanent(format!(
                 "the binlog's table map of {}.{} gives column {name} ({ty:?}) {} bytes of metadata",

@@ -1611,6 +1611,23 @@ mod tests {
         );
     }
 
+    /// Read beside the TIMESTAMP finding: a table map giving a temporal column more than six
+    /// digits of fraction (no server does) made siphon's decoder read up to 128 bytes of
+    /// fraction and overflow adding them.
+    #[test]
+    fn a_fraction_of_more_than_six_digits_is_refused() {
+        let mut map = vec![1, 0, 0, 0, 0, 0, 1, 0, 1, b'd', 0, 1, b't', 0];
+        map.extend_from_slice(&[1, 17, 1, 16, 0]);
+        map.extend_from_slice(&[4, 3, 2, b't', b's']);
+        let mut rows = vec![1, 0, 0, 0, 0, 0, 1, 0, 2, 0, 1, 1, 0];
+        rows.extend_from_slice(&[0x7f, 0xff, 0xff, 0xff]);
+        rows.extend_from_slice(&[0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]);
+        let schemas = siphon_core::testing::MemorySchemas::default();
+        let mut stream = fuzzing::Binlog::default();
+        stream.event(&schemas, &binlog_event(19, &map)).unwrap();
+        assert!(stream.event(&schemas, &binlog_event(30, &rows)).is_err());
+    }
+
     #[test]
     fn the_first_rotate_loses_its_checksum_bytes() {
         assert_eq!(
