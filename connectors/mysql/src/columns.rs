@@ -273,6 +273,15 @@ pub fn from_table_map(
                 meta[0]
             )));
         }
+        // A BIT's metadata: the bits of its last byte (0 to 7), then its whole bytes.
+        if ty == ColumnType::MYSQL_TYPE_BIT && meta.first().is_some_and(|bits| *bits > 7) {
+            return Err(Error::permanent(format!(
+                "the binlog's table map of {}.{} gives bit column {name} {} bits in a byte",
+                tme.database_name(),
+                tme.table_name(),
+                meta[0]
+            )));
+        }
         if meta.len() < metadata_needed(ty) {
             return Err(Error::permanent(format!(
                 "the binlog's table map of {}.{} gives column {name} ({ty:?}) {} bytes of metadata",

@@ -1628,6 +1628,21 @@ mod tests {
         assert!(stream.event(&schemas, &binlog_event(30, &rows)).is_err());
     }
 
+    /// Found by the binlog_rows fuzz target (the decoders disagreeing): a BIT column whose
+    /// table map gives its last byte more than 7 bits (210) took 2 bytes in siphon's
+    /// decoder and 28 in mysql_common's.
+    #[test]
+    fn a_bit_column_of_more_than_seven_bits_in_its_last_byte_is_refused() {
+        let mut map = vec![1, 0, 0, 0, 0, 0, 1, 0, 1, b'd', 0, 1, b't', 0];
+        map.extend_from_slice(&[1, 16, 2, 210, 1, 0]);
+        map.extend_from_slice(&[4, 2, 1, b'b']);
+        let rows = [1, 0, 0, 0, 0, 0, 1, 0, 2, 0, 1, 1, 0, 9, 1];
+        let schemas = siphon_core::testing::MemorySchemas::default();
+        let mut stream = fuzzing::Binlog::default();
+        stream.event(&schemas, &binlog_event(19, &map)).unwrap();
+        assert!(stream.event(&schemas, &binlog_event(30, &rows)).is_err());
+    }
+
     #[test]
     fn the_first_rotate_loses_its_checksum_bytes() {
         assert_eq!(
