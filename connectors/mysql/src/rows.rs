@@ -162,10 +162,14 @@ fn be(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0u64, |v, b| v << 8 | u64::from(*b))
 }
 
-/// Fractional seconds of `fsp` digits: their bytes and their value in microseconds.
+/// Fractional seconds of `fsp` digits: their bytes and their value in microseconds; `None`
+/// for bytes holding more digits than they have room for (no server writes them).
 fn fraction(fsp: usize, data: &[u8]) -> Option<(i64, usize)> {
     let bytes = fsp.div_ceil(2);
     let raw = be(data.get(..bytes)?) as i64;
+    if raw >= 100i64.pow(bytes as u32) {
+        return None;
+    }
     let scale = match bytes {
         0 => 0,
         1 => 10_000,

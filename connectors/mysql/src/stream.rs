@@ -1628,6 +1628,28 @@ mod tests {
         assert!(stream.event(&schemas, &binlog_event(30, &rows)).is_err());
     }
 
+    /// Found by the binlog_event fuzz target (the decoders disagreeing): a TIMESTAMP(6)
+    /// whose three bytes of fraction hold more than six digits (8388607 µs) read as 8.4 s
+    /// past its second by siphon's decoder and as 8388607 cut to its first six digits by
+    /// mysql_common's; no server writes it, and it is no instant: it travels as text.
+    #[test]
+    fn a_fraction_past_its_digits_travels_as_text() {
+        let mut map = vec![1, 0, 0, 0, 0, 0, 1, 0, 1, b'd', 0, 1, b't', 0];
+        map.extend_from_slice(&[1, 17, 1, 6, 0]);
+        map.extend_from_slice(&[4, 3, 2, b't', b's']);
+        let mut rows = vec![1, 0, 0, 0, 0, 0, 1, 0, 2, 0, 1, 1, 0];
+        rows.extend_from_slice(&[0x60, 0, 0, 0, 0x7f, 0xff, 0xff]);
+        let schemas = siphon_core::testing::MemorySchemas::default();
+        let mut stream = fuzzing::Binlog::default();
+        stream.event(&schemas, &binlog_event(19, &map)).unwrap();
+        let events = stream.event(&schemas, &binlog_event(30, &rows)).unwrap();
+        let value = events[0].after.as_ref().unwrap().get("ts").cloned();
+        assert!(
+            matches!(value, Some(siphon_core::Value::Text(_))),
+            "{value:?}"
+        );
+    }
+
     /// Found by the binlog_rows fuzz target (the decoders disagreeing): a BIT column whose
     /// table map gives its last byte more than 7 bits (210) took 2 bytes in siphon's
     /// decoder and 28 in mysql_common's.

@@ -126,6 +126,9 @@ pub fn padded(bytes: &[u8], n: usize) -> Vec<u8> {
 fn epoch_micros(b: &[u8]) -> Option<i64> {
     let text = std::str::from_utf8(b).ok()?;
     let (secs, frac) = text.split_once('.').unwrap_or((text, ""));
+    if frac.len() > 6 || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
     let frac = format!("{frac:0<6}");
     let secs = match secs.parse::<i64>().ok()? {
         s if s < 0 => s + (1 << 32),
