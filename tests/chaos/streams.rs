@@ -68,11 +68,6 @@ impl Changes {
         out
     }
 
-    /// What Debezium envelopes say, in order.
-    pub fn of_envelopes<'a>(events: impl IntoIterator<Item = &'a Json>) -> Changes {
-        Changes::of(events.into_iter().map(Said::of))
-    }
-
     /// What the audit table's rows (table, op, id, v) say, in order.
     pub fn of_audit(rows: Vec<(String, String, Option<i64>, Option<i64>)>) -> Changes {
         Changes::of(
@@ -135,9 +130,9 @@ pub fn first_copies(
     out
 }
 
-/// Every envelope in the Redis Streams sink's streams (`chaos.<schema>.<table>`), stream by
-/// stream in order.
-pub async fn redis_stream_events(url: &str, schema: &str) -> Vec<Json> {
+/// What every envelope in the Redis Streams sink's streams (`chaos.<schema>.<table>`) says,
+/// stream by stream in order.
+pub async fn redis_stream_events(url: &str, schema: &str) -> Vec<Said> {
     let mut conn = redis_conn(url).await.unwrap();
     let mut out = Vec::new();
     for (table, _) in TABLES {
@@ -151,7 +146,7 @@ pub async fn redis_stream_events(url: &str, schema: &str) -> Vec<Json> {
         out.extend(
             entries
                 .iter()
-                .map(|(_, fields)| serde_json::from_str::<Json>(&fields["value"]).unwrap()),
+                .map(|(_, fields)| Said::of(&serde_json::from_str(&fields["value"]).unwrap())),
         );
     }
     out

@@ -124,6 +124,12 @@ batch_size = 50
 
     /// Every JSON line the file sink wrote, in order.
     pub fn output(&self) -> Vec<Json> {
+        self.output_map(|event| event)
+    }
+
+    /// What `f` makes of each event of the output, in order: a long run's output read without
+    /// holding every envelope at once.
+    pub fn output_map<T>(&self, mut f: impl FnMut(Json) -> T) -> Vec<T> {
         let mut files: Vec<_> = std::fs::read_dir(self.out_dir())
             .map(|d| {
                 d.map(|e| e.unwrap().path())
@@ -134,14 +140,14 @@ batch_size = 50
         files.sort();
         files
             .iter()
-            .flat_map(|f| {
-                let text = std::fs::read_to_string(f).unwrap();
+            .flat_map(|file| {
+                let text = std::fs::read_to_string(file).unwrap();
                 // A line the sink is still writing is not output yet.
                 let complete = text.rfind('\n').map_or("", |end| &text[..end]);
                 complete
                     .lines()
-                    .map(|l| serde_json::from_str(l).unwrap())
-                    .collect::<Vec<Json>>()
+                    .map(|l| f(serde_json::from_str(l).unwrap()))
+                    .collect::<Vec<T>>()
             })
             .collect()
     }

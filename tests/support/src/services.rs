@@ -502,6 +502,15 @@ impl RabbitExchange {
 
     /// Takes every message the queue holds, in order.
     pub async fn drain(&self) -> anyhow::Result<Vec<lapin::message::Delivery>> {
+        self.drain_with(Ok).await
+    }
+
+    /// What `f` makes of every message the queue holds, in order, each taken as it comes (a
+    /// long run's queue is not held whole).
+    pub async fn drain_with<T>(
+        &self,
+        mut f: impl FnMut(lapin::message::Delivery) -> anyhow::Result<T>,
+    ) -> anyhow::Result<Vec<T>> {
         use futures_util::StreamExt;
         use lapin::options::{BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions};
         use lapin::types::FieldTable;
@@ -539,7 +548,7 @@ impl RabbitExchange {
                     .await
                     .map_err(|_| anyhow!("the queue gave {} of {held} messages", out.len()))?
                     .ok_or_else(|| anyhow!("the consumer ended after {} of {held}", out.len()))??;
-            out.push(delivery);
+            out.push(f(delivery)?);
         }
         Ok(out)
     }
@@ -559,22 +568,27 @@ pub struct RabbitEvent {
 impl RabbitExchange {
     /// Takes every message the queue holds, in order, as siphon's events.
     pub async fn drain_events(&self) -> anyhow::Result<Vec<RabbitEvent>> {
-        self.drain()
-            .await?
-            .into_iter()
-            .map(|message| {
-                Ok(RabbitEvent {
-                    id: message
-                        .properties
-                        .message_id()
-                        .as_ref()
-                        .context("a message without message_id")?
-                        .to_string(),
-                    routing_key: message.routing_key.to_string(),
-                    value: serde_json::from_slice(&message.data)?,
-                })
-            })
-            .collect()
+        self.drain_events_with(|event| event).await
+    }
+
+    /// What `f` makes of every message the queue holds, in order, as siphon's events.
+    pub async fn drain_events_with<T>(
+        &self,
+        mut f: impl FnMut(RabbitEvent) -> T,
+    ) -> anyhow::Result<Vec<T>> {
+        self.drain_with(|message| {
+            Ok(f(RabbitEvent {
+                id: message
+                    .properties
+                    .message_id()
+                    .as_ref()
+                    .context("a message without message_id")?
+                    .to_string(),
+                routing_key: message.routing_key.to_string(),
+                value: serde_json::from_slice(&message.data)?,
+            }))
+        })
+        .await
     }
 }
 
