@@ -160,6 +160,17 @@ mod wait;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> anyhow::Result<()> {
+    // What the sources and sinks warn of (a retry, a stall) goes to stderr beside the figures
+    // (librdkafka's own log is off: the bench's consumer reports each partition's end as an
+    // error); RUST_LOG overrides it.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,rdkafka=off")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
     match Args::parse().bench {
         Bench::All(args) => all::run(&args)?,
         Bench::Pg { rows, txns, url } => pg::run(&url, rows, txns)?,
