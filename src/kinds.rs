@@ -49,6 +49,8 @@ impl Kinds {
             sink::<siphon_sink_file::StdoutKind>(),
             sink::<siphon_sink_file::FileKind>(),
         ]);
+        // Without the kafka feature nothing is pushed (the fuzz crate builds siphon so).
+        #[cfg_attr(not(feature = "kafka"), allow(unused_mut))]
         let mut logs: Vec<Box<dyn Entry<dyn ConfiguredLog>>> =
             vec![log::<siphon_log_file::FileLogKind>()];
         #[cfg(feature = "kafka")]

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use mysql_async::binlog::events::{OptionalMetadataField, TableMapEvent};
 use mysql_async::consts::ColumnType;
+use mysql_common::proto::MySerialize;
 use siphon_core::name::Name;
 use siphon_core::schema::{Column, ColumnKind, SchemaId, TableSchema};
 use siphon_core::{Error, Result, TableName};
@@ -462,20 +463,10 @@ impl TableMapMeta {
                     signedness.extend(bits.iter().map(|b| *b))
                 }
                 OptionalMetadataField::EnumStrValue(list) => {
-                    enum_labels.extend(list.iter_values().filter_map(|v| v.ok()).map(|v| {
-                        v.values()
-                            .iter()
-                            .map(|s| s.value_raw().to_vec())
-                            .collect::<Vec<_>>()
-                    }))
+                    enum_labels.extend(table_map_labels(&list)?)
                 }
                 OptionalMetadataField::SetStrValue(list) => {
-                    set_labels.extend(list.iter_values().filter_map(|v| v.ok()).map(|v| {
-                        v.values()
-                            .iter()
-                            .map(|s| s.value_raw().to_vec())
-                            .collect::<Vec<_>>()
-                    }))
+                    set_labels.extend(table_map_labels(&list)?)
                 }
                 OptionalMetadataField::SimplePrimaryKey(keys) => {
                     key.extend(
@@ -508,6 +499,56 @@ impl TableMapMeta {
             label_sets,
         })
     }
+}
+
+/// The labels of each ENUM (or SET) column, from a table map's ENUM_STR_VALUE (SET_STR_VALUE)
+/// field: per column a length-encoded count, then each label length-encoded. Read here, not
+/// by mysql_common's `iter_values`, which sizes a vector by the count before reading a label
+/// (a count past the field's bytes panicked: capacity overflow).
+fn table_map_labels(field: &impl MySerialize) -> Result<Vec<Vec<Vec<u8>>>> {
+    let mut raw = Vec::new();
+    field.serialize(&mut raw);
+    let cut_short = || Error::permanent("table map metadata: ENUM or SET labels cut short");
+    let mut bytes = raw.as_slice();
+    let mut columns = Vec::new();
+    while !bytes.is_empty() {
+        let count = lenenc(&mut bytes).ok_or_else(cut_short)?;
+        // Each label takes a byte at least: a count past the bytes left is no list.
+        if count > bytes.len() as u64 {
+            return Err(cut_short());
+        }
+        let mut column = Vec::new();
+        for _ in 0..count {
+            let len = lenenc(&mut bytes).ok_or_else(cut_short)?;
+            let len = usize::try_from(len)
+                .ok()
+                .filter(|&n| n <= bytes.len())
+                .ok_or_else(cut_short)?;
+            let (label, rest) = bytes.split_at(len);
+            column.push(label.to_vec());
+            bytes = rest;
+        }
+        columns.push(column);
+    }
+    Ok(columns)
+}
+
+/// A length-encoded integer of the MySQL protocol, taken off the front of `bytes`.
+fn lenenc(bytes: &mut &[u8]) -> Option<u64> {
+    let (&first, rest) = bytes.split_first()?;
+    let width = match first {
+        0..=0xfa => {
+            *bytes = rest;
+            return Some(u64::from(first));
+        }
+        0xfc => 2,
+        0xfd => 3,
+        0xfe => 8,
+        _ => return None,
+    };
+    let value = rest.get(..width)?;
+    *bytes = &rest[width..];
+    Some(value.iter().rev().fold(0, |n, &b| n << 8 | u64::from(b)))
 }
 
 /// A column type's parts (base name, kind, precision and scale, size) where it needs no

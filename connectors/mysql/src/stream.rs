@@ -1665,6 +1665,31 @@ mod tests {
         assert!(stream.event(&schemas, &binlog_event(30, &rows)).is_err());
     }
 
+    /// Found by the binlog_event fuzz target (capacity overflow): a table map's ENUM labels
+    /// counting more labels than the field has bytes made mysql_common size a vector by the
+    /// count; siphon reads the labels itself and refuses such a list.
+    #[test]
+    fn enum_labels_counting_past_their_bytes_are_refused() {
+        // Table map of d.t (e enum('a','b')) with its name, then its ENUM labels; a row of it.
+        let mut map = vec![1, 0, 0, 0, 0, 0, 1, 0, 1, b'd', 0, 1, b't', 0];
+        map.extend_from_slice(&[1, 254, 2, 247, 1, 0]);
+        map.extend_from_slice(&[4, 2, 1, b'e']);
+        let rows = [1, 0, 0, 0, 0, 0, 1, 0, 2, 0, 1, 1, 0, 2];
+        let schemas = siphon_core::testing::MemorySchemas::default();
+        let read = |labels: &[u8]| {
+            let mut map = map.clone();
+            map.extend_from_slice(labels);
+            let mut stream = fuzzing::Binlog::default();
+            stream.event(&schemas, &binlog_event(19, &map)).unwrap();
+            stream.event(&schemas, &binlog_event(30, &rows))
+        };
+        read(&[6, 5, 2, 1, b'a', 1, b'b']).unwrap();
+        let huge = read(&[6, 9, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f]);
+        let error = huge.unwrap_err();
+        assert!(error.to_string().contains("labels cut short"), "{error}");
+        assert!(read(&[6, 4, 2, 1, b'a', 5]).is_err());
+    }
+
     #[test]
     fn the_first_rotate_loses_its_checksum_bytes() {
         assert_eq!(
