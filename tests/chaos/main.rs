@@ -45,7 +45,7 @@ use siphon_test_support::{
     RabbitExchange, SmallDisk, nats_messages, rabbitmq_at,
 };
 use streams::{Changes, Said, first_copies, limited, redis_stream_events};
-use workload::{Dialect, Rng, run_workload};
+use workload::{Dialect, Rng, Tally, run_workload};
 
 /// The change log a run's pipeline writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -207,7 +207,10 @@ struct Report {
     plan: Plan,
     faults: BTreeMap<Fault, usize>,
     snapshots: usize,
-    transactions: u64,
+    transactions: Tally,
+    /// Changes the audit table holds (committed; truncates included).
+    changes: usize,
+    /// The log's end offset (snapshot reads included).
     events: u64,
     elapsed: Duration,
     mismatches: Vec<String>,
@@ -227,8 +230,13 @@ impl fmt::Display for Report {
             writeln!(f, "    {n:>4}  {}", fault.name(source))?;
         }
         writeln!(f, "  incremental snapshots started: {}", self.snapshots)?;
-        writeln!(f, "  transactions committed: {}", self.transactions)?;
-        writeln!(f, "  events in the log: {}", self.events)?;
+        writeln!(
+            f,
+            "  transactions committed: {} (refused by the server: {})",
+            self.transactions.committed, self.transactions.refused
+        )?;
+        writeln!(f, "  changes committed (the audit table): {}", self.changes)?;
+        writeln!(f, "  the log's end offset: {}", self.events)?;
         writeln!(f, "  mismatches: {}", self.mismatches.len())?;
         for m in &self.mismatches {
             writeln!(f, "    {m}")?;
@@ -524,7 +532,8 @@ batch_size = 200
     }
 
     /// Compares every store and change stream with the source; the mismatches.
-    async fn compare(&self) -> Vec<String> {
+    /// The mismatches, and how many changes the audit table holds.
+    async fn compare(&self) -> (Vec<String>, usize) {
         let mut mismatches = Vec::new();
         let schema = self.db.schema();
         let want = self.db.rows().await;
@@ -590,7 +599,7 @@ batch_size = 200
             let firsts = first_copies("webhook", received, &mut mismatches);
             mismatches.extend(committed.differences(&Changes::of(firsts), "webhook", 10));
         }
-        mismatches
+        (mismatches, committed.len())
     }
 }
 
@@ -697,7 +706,7 @@ async fn run(plan: Plan) -> Report {
         .unwrap_or(0);
     world.daemon.signal("TERM").unwrap();
     let stopped = world.daemon.wait(Duration::from_secs(60)).unwrap();
-    let mut mismatches = world.compare().await;
+    let (mut mismatches, changes) = world.compare().await;
     if !stopped.success() {
         mismatches.push(format!("the last graceful stop failed ({stopped})"));
     }
@@ -706,6 +715,7 @@ async fn run(plan: Plan) -> Report {
         faults,
         snapshots,
         transactions,
+        changes,
         events,
         elapsed: started.elapsed(),
         mismatches,

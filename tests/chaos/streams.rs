@@ -79,6 +79,11 @@ impl Changes {
         )
     }
 
+    /// How many changes these are, truncates included.
+    pub fn len(&self) -> usize {
+        self.per_key.values().map(Vec::len).sum::<usize>() + self.truncates.values().sum::<usize>()
+    }
+
     /// How `got` differs from these, a line per key (at most `limit` lines, then a count).
     pub fn differences(&self, got: &Changes, what: &str, limit: usize) -> Vec<String> {
         let mut out = Vec::new();

@@ -123,7 +123,10 @@ impl Workload {
             0..=249 => {
                 let id = self.next_event;
                 self.next_event += 1;
-                format!("insert into events values ({id}, 0, 'kind {}')", id % 7)
+                format!(
+                    "insert into events (id, v, kind) values ({id}, 0, 'kind {}')",
+                    id % 7
+                )
             }
             250..=449 => format!(
                 "update accounts set v = v + 1, balance = balance + {} where id = {}",
@@ -152,7 +155,7 @@ impl Workload {
                 let first = self.next_event;
                 self.next_event += n;
                 format!(
-                    "insert into events select n, 0, 'bulk' from {}",
+                    "insert into events (id, v, kind) select n, 0, 'bulk' from {}",
                     self.dialect.series(first, first + n - 1)
                 )
             }
@@ -170,7 +173,9 @@ impl Workload {
                 self.next_doc += 1;
                 let len = self.rng.within(10..=6000) as usize;
                 let body = self.noise(len);
-                format!("insert into docs values ({id}, 0, 'new {id}', '{body}')")
+                format!(
+                    "insert into docs (id, v, title, body) values ({id}, 0, 'new {id}', '{body}')"
+                )
             }
             810..=819 => format!(
                 "delete from accounts where id = {}",
@@ -192,9 +197,22 @@ impl Workload {
     }
 }
 
+/// What a workload did: units of work committed, and refused by the server (an error other
+/// than a broken connection: a workload whose statements stop fitting the schema shows here).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Tally {
+    pub committed: u64,
+    pub refused: u64,
+}
+
 /// Runs the workload on `url` until `stop`, reconnecting through the server's restarts;
-/// counts the units of work committed (those whose commit answered).
-pub async fn run_workload(url: String, dialect: Dialect, seed: u64, stop: Arc<AtomicBool>) -> u64 {
+/// counts the units of work committed (those whose commit answered) and refused.
+pub async fn run_workload(
+    url: String,
+    dialect: Dialect,
+    seed: u64,
+    stop: Arc<AtomicBool>,
+) -> Tally {
     let mut workload = Workload::new(seed, dialect);
     match dialect {
         Dialect::Postgres => run_on_postgres(&url, &mut workload, &stop).await,
@@ -202,8 +220,8 @@ pub async fn run_workload(url: String, dialect: Dialect, seed: u64, stop: Arc<At
     }
 }
 
-async fn run_on_postgres(url: &str, workload: &mut Workload, stop: &AtomicBool) -> u64 {
-    let mut committed = 0;
+async fn run_on_postgres(url: &str, workload: &mut Workload, stop: &AtomicBool) -> Tally {
+    let mut tally = Tally::default();
     while !stop.load(Ordering::Relaxed) {
         let Ok((client, conn)) = tokio_postgres::connect(url, tokio_postgres::NoTls).await else {
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -217,21 +235,22 @@ async fn run_on_postgres(url: &str, workload: &mut Workload, stop: &AtomicBool) 
             // A transaction cut off by a fault is not tried again: whether it committed is the
             // audit table's to say, and the harness compares with it, not with this count.
             if client.batch_execute(&sql).await.is_ok() {
-                committed += 1;
+                tally.committed += 1;
             } else if client.is_closed() {
                 break;
             } else {
+                tally.refused += 1;
                 let _ = client.batch_execute("rollback").await;
             }
             tokio::time::sleep(Duration::from_millis(workload.rng.within(2..=10))).await;
         }
     }
-    committed
+    tally
 }
 
-async fn run_on_mariadb(url: &str, workload: &mut Workload, stop: &AtomicBool) -> u64 {
+async fn run_on_mariadb(url: &str, workload: &mut Workload, stop: &AtomicBool) -> Tally {
     let opts = mysql_async::Opts::from_url(url).unwrap();
-    let mut committed = 0;
+    let mut tally = Tally::default();
     // A truncate that a fault cut off, before or after its audit row: settled on the next
     // connection.
     let mut truncate_unsettled = false;
@@ -255,7 +274,9 @@ async fn run_on_mariadb(url: &str, workload: &mut Workload, stop: &AtomicBool) -
                     let id = workload.next_event;
                     workload.next_event += 1;
                     match conn
-                        .query_drop(format!("insert into events values ({id}, 0, 'pre')"))
+                        .query_drop(format!(
+                            "insert into events (id, v, kind) values ({id}, 0, 'pre')"
+                        ))
                         .await
                     {
                         Ok(()) => {
@@ -273,8 +294,9 @@ async fn run_on_mariadb(url: &str, workload: &mut Workload, stop: &AtomicBool) -
                 }
             };
             match done {
-                Ok(()) => committed += 1,
+                Ok(()) => tally.committed += 1,
                 Err(mysql_async::Error::Server(_)) => {
+                    tally.refused += 1;
                     let _ = conn.query_drop("rollback").await;
                 }
                 // The connection is gone: whether it committed is the audit table's to say.
@@ -283,7 +305,7 @@ async fn run_on_mariadb(url: &str, workload: &mut Workload, stop: &AtomicBool) -
             tokio::time::sleep(Duration::from_millis(workload.rng.within(2..=10))).await;
         }
     }
-    committed
+    tally
 }
 
 /// Writes the audit row of a truncate of `events` (MariaDB's triggers do not see one) if it
