@@ -1494,10 +1494,7 @@ mod tests {
     fn a_table_map_without_columns_is_refused() {
         let map = [1, 0, 0, 0, 0, 0, 1, 0, 1, b'd', 0, 1, b't', 0, 0, 0];
         let rows = [1, 0, 0, 0, 0, 0, 1, 0, 2, 0, 0, b'o', b'n', b'e'];
-        let schemas = siphon_core::testing::MemorySchemas::default();
-        let mut stream = fuzzing::Binlog::default();
-        stream.event(&schemas, &binlog_event(19, &map)).unwrap();
-        assert!(stream.event(&schemas, &binlog_event(31, &rows)).is_err());
+        assert!(rows_after_map(&map, 31, &rows).is_err());
     }
 
     /// Found by the binlog_rows fuzz target (an allocation of 8 EiB): a DECIMAL whose table
@@ -1510,10 +1507,7 @@ mod tests {
         map.extend_from_slice(&[1, 246, 2, 2, 5, 0]);
         map.extend_from_slice(&[4, 2, 1, b'n']);
         let rows = [1, 0, 0, 0, 0, 0, 1, 0, 2, 0, 1, 1, 0, 0x80, 0x01];
-        let schemas = siphon_core::testing::MemorySchemas::default();
-        let mut stream = fuzzing::Binlog::default();
-        stream.event(&schemas, &binlog_event(19, &map)).unwrap();
-        assert!(stream.event(&schemas, &binlog_event(30, &rows)).is_err());
+        assert!(rows_after_map(&map, 30, &rows).is_err());
     }
 
     /// Found by the binlog fuzz targets (the decoders disagreeing): a binary DECIMAL whose
@@ -1622,10 +1616,7 @@ mod tests {
         let mut rows = vec![1, 0, 0, 0, 0, 0, 1, 0, 2, 0, 1, 1, 0];
         rows.extend_from_slice(&[0x7f, 0xff, 0xff, 0xff]);
         rows.extend_from_slice(&[0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]);
-        let schemas = siphon_core::testing::MemorySchemas::default();
-        let mut stream = fuzzing::Binlog::default();
-        stream.event(&schemas, &binlog_event(19, &map)).unwrap();
-        assert!(stream.event(&schemas, &binlog_event(30, &rows)).is_err());
+        assert!(rows_after_map(&map, 30, &rows).is_err());
     }
 
     /// Found by the binlog_event fuzz target (the decoders disagreeing): a TIMESTAMP(6)
@@ -1659,10 +1650,15 @@ mod tests {
         map.extend_from_slice(&[1, 16, 2, 210, 1, 0]);
         map.extend_from_slice(&[4, 2, 1, b'b']);
         let rows = [1, 0, 0, 0, 0, 0, 1, 0, 2, 0, 1, 1, 0, 9, 1];
+        assert!(rows_after_map(&map, 30, &rows).is_err());
+    }
+
+    /// What a rows event of kind `kind` makes after table map `map`, on a fresh stream.
+    fn rows_after_map(map: &[u8], kind: u8, rows: &[u8]) -> Result<Vec<Event>> {
         let schemas = siphon_core::testing::MemorySchemas::default();
         let mut stream = fuzzing::Binlog::default();
-        stream.event(&schemas, &binlog_event(19, &map)).unwrap();
-        assert!(stream.event(&schemas, &binlog_event(30, &rows)).is_err());
+        stream.event(&schemas, &binlog_event(19, map)).unwrap();
+        stream.event(&schemas, &binlog_event(kind, rows))
     }
 
     /// Found by the binlog_event fuzz target (capacity overflow): a table map's ENUM labels
@@ -1675,14 +1671,7 @@ mod tests {
         map.extend_from_slice(&[1, 254, 2, 247, 1, 0]);
         map.extend_from_slice(&[4, 2, 1, b'e']);
         let rows = [1, 0, 0, 0, 0, 0, 1, 0, 2, 0, 1, 1, 0, 2];
-        let schemas = siphon_core::testing::MemorySchemas::default();
-        let read = |labels: &[u8]| {
-            let mut map = map.clone();
-            map.extend_from_slice(labels);
-            let mut stream = fuzzing::Binlog::default();
-            stream.event(&schemas, &binlog_event(19, &map)).unwrap();
-            stream.event(&schemas, &binlog_event(30, &rows))
-        };
+        let read = |labels: &[u8]| rows_after_map(&[&map[..], labels].concat(), 30, &rows);
         read(&[6, 5, 2, 1, b'a', 1, b'b']).unwrap();
         let huge = read(&[6, 9, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f]);
         let error = huge.unwrap_err();
