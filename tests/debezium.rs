@@ -25,9 +25,10 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::debezium::{self, records, slot_active};
 use rdkafka::Message as _;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Headers as _;
@@ -206,46 +207,20 @@ fn dump(
     idle_s: u32,
     avro: Option<&RegistryStandIn>,
 ) -> Command {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/debezium/dump");
-    let mut cmd = Command::new(script);
-    cmd.args([
-        &db.name,
+    let mut cmd = debezium::dump(
+        db,
         "public.everything,public.other",
         slot,
         mode,
-        "1000",
-    ])
-    .arg(out)
-    .args(modes)
-    .arg("hstore.handling.mode=json")
-    .env("DBZ_IDLE_S", idle_s.to_string())
-    .stdout(Stdio::null());
+        out,
+        idle_s,
+    );
+    cmd.args(modes).arg("hstore.handling.mode=json");
     if let Some(registry) = avro {
         cmd.env("DBZ_FORMAT", "avro")
             .arg(format!("converter.schema.registry.url={}", registry.url));
     }
     cmd
-}
-
-fn lines(path: &Path) -> Vec<Json> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-async fn slot_active(db: &PgDatabase, slot: &str) -> bool {
-    db.client()
-        .await
-        .unwrap()
-        .query_opt(
-            "select 1 from pg_replication_slots where slot_name = $1 and active",
-            &[&slot],
-        )
-        .await
-        .unwrap()
-        .is_some()
 }
 
 /// Why siphon may print `ours` where Debezium printed `theirs` for `column`, if it may:
@@ -670,7 +645,7 @@ debezium = {{ decimal = "precise", time = "adaptive", interval = "numeric", bina
             .map(|l| serde_json::from_str::<Json>(l).unwrap())
             .collect::<Vec<_>>()
     };
-    let expected = lines(&out("snapshot", 0)).len() + lines(&out("stream", 0)).len();
+    let expected = records(&out("snapshot", 0)).len() + records(&out("stream", 0)).len();
     let deadline = Instant::now() + Duration::from_secs(60);
     while tail(MODES[0]).len() < expected && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -678,8 +653,8 @@ debezium = {{ decimal = "precise", time = "adaptive", interval = "numeric", bina
 
     let mut found = Vec::new();
     for (i, (modes, avro)) in runs.iter().enumerate() {
-        let mut theirs_snapshot = lines(&out("snapshot", i));
-        let mut theirs_stream = lines(&out("stream", i));
+        let mut theirs_snapshot = records(&out("snapshot", i));
+        let mut theirs_stream = records(&out("stream", i));
         let mut ours = tail(modes);
         if let Some(registry) = avro {
             theirs_snapshot = decode_hex(theirs_snapshot, registry);

@@ -862,23 +862,13 @@ async fn a_record_the_target_refuses_goes_to_the_dead_letter_file_and_the_sink_g
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let letters = std::fs::read_to_string(
-        setup
-            .dir
-            .path()
-            .join("data/pipelines/demo/dead-letter/wh.jsonl"),
-    )
-    .unwrap();
-    let lines: Vec<Json> = letters
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    assert_eq!(lines.len(), 1, "{letters}");
+    let lines = setup.dead_letters("wh");
+    assert_eq!(lines.len(), 1, "{lines:?}");
     assert_eq!(lines[0]["table"], "public.notes");
     assert_eq!(lines[0]["event"]["after"]["id"], 2);
     assert!(
         lines[0]["reason"].as_str().unwrap().contains("too long"),
-        "{letters}"
+        "{lines:?}"
     );
     // The sink goes on with what comes next.
     source

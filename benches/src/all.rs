@@ -16,7 +16,7 @@ use clap::ValueEnum;
 
 use crate::figure::{Figure, NotMeasured, summary_table};
 use crate::sinks::Servers;
-use crate::{kafka, log, mysql, pg, rss, sinks, tools, wait};
+use crate::{kafka, log, mysql, pg, rss, sinks, tools, transforms, wait};
 
 /// The heading of the section `--write` replaces.
 pub const HEADING: &str = "## Summary (siphon-bench all)";
@@ -79,6 +79,8 @@ pub enum Group {
     Wait,
     /// Peak RSS of a 10M-row snapshot and a 1M-row transaction, each alone in a process.
     Rss,
+    /// Events through a chain of three transforms vs none.
+    Transforms,
 }
 
 impl Group {
@@ -92,6 +94,7 @@ impl Group {
             Group::Messages => "messages",
             Group::Wait => "wait",
             Group::Rss => "rss",
+            Group::Transforms => "transforms",
         }
     }
 }
@@ -112,6 +115,7 @@ struct Sizes {
     wait_seconds: u64,
     rss_snapshot: u64,
     rss_txn: u64,
+    transform_rows: u64,
 }
 
 impl Sizes {
@@ -132,6 +136,7 @@ impl Sizes {
             wait_seconds: n(20, 8),
             rss_snapshot: n(10_000_000, 100_000),
             rss_txn: n(1_000_000, 10_000),
+            transform_rows: n(1_000_000, 10_000),
         }
     }
 }
@@ -166,7 +171,7 @@ impl Context<'_> {
     fn preflight(&self, group: Group) -> anyhow::Result<()> {
         let pg = || tools::reachable_url("PostgreSQL", &self.args.pg, 5432);
         match group {
-            Group::Log => Ok(()),
+            Group::Log | Group::Transforms => Ok(()),
             Group::Pg => {
                 tools::require(pg::TOOLS)?;
                 pg()?;
@@ -229,6 +234,7 @@ impl Context<'_> {
                     .collect::<anyhow::Result<_>>()?
             }
             Group::Rss => rss::measure(&a.pg, s.rss_snapshot, s.rss_txn)?,
+            Group::Transforms => transforms::measure(s.transform_rows, None)?,
         })
     }
 }
@@ -313,7 +319,7 @@ pub fn run(args: &AllArgs) -> anyhow::Result<()> {
     };
     if groups
         .iter()
-        .any(|g| !matches!(g, Group::Log | Group::Mysql))
+        .any(|g| !matches!(g, Group::Log | Group::Mysql | Group::Transforms))
     {
         clean_stale(args);
     }

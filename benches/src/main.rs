@@ -128,6 +128,33 @@ enum Bench {
         #[arg(long)]
         linger: Option<String>,
     },
+    /// Events through a chain of three transforms (a row filter, a keyed mask, a column
+    /// rename) vs through none: decoding from a warm log and the stages, as a sink's reader.
+    Transforms {
+        /// Events.
+        #[arg(long, default_value_t = 1_000_000)]
+        rows: u64,
+        /// One kind of the three alone: filter_rows, mask or rename_columns.
+        #[arg(long)]
+        only: Option<String>,
+    },
+    /// Joined documents: a view's state built from a snapshot of `orders` orders (peak
+    /// RSS), one customer with `fanout` orders renamed, and a steady update load, the last
+    /// two next to PostgreSQL's own join for the same documents.
+    Views {
+        /// Orders in the state (three line items each).
+        #[arg(long, default_value_t = 1_000_000)]
+        orders: u64,
+        /// Orders of the customer renamed.
+        #[arg(long, default_value_t = 10_000)]
+        fanout: u64,
+        /// Updates of the steady load.
+        #[arg(long, default_value_t = 20_000)]
+        updates: u64,
+        /// Server URL (a database is created and dropped in it).
+        #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
+        url: String,
+    },
     /// Internal (`all`'s peak RSS): the PostgreSQL source alone in this process on `slot`
     /// until the log holds `records`; prints its peak RSS.
     #[command(hide = true)]
@@ -153,6 +180,8 @@ mod pg;
 mod rss;
 mod sinks;
 mod tools;
+mod transforms;
+mod views;
 mod wait;
 
 /// The allocator the `siphon` binary uses, so that the figures are the daemon's.
@@ -219,6 +248,21 @@ fn main() -> anyhow::Result<()> {
                 &fsync,
                 runs,
             )?);
+        }
+        Bench::Transforms { rows, only } => {
+            for f in transforms::measure(rows, only.as_deref())? {
+                println!("{}", f.line());
+            }
+        }
+        Bench::Views {
+            orders,
+            fanout,
+            updates,
+            url,
+        } => {
+            for f in views::measure(&url, orders, fanout, updates)? {
+                println!("{}", f.line());
+            }
         }
         Bench::RssChild {
             url,

@@ -49,9 +49,9 @@ fn row(i: u64) -> Row {
 }
 
 /// The warm log: encoded events, with the registry of the table schema they refer to.
-struct WarmLog {
+pub(crate) struct WarmLog {
     records: Vec<Vec<u8>>,
-    schemas: SchemaRegistry,
+    pub(crate) schemas: SchemaRegistry,
     _dir: tempfile::TempDir,
 }
 
@@ -104,7 +104,7 @@ fn orders_schema() -> TableSchema {
 
 /// The warm log: `rows` upserts of `public.orders`, encoded as the log stores them (values
 /// and the schema's id).
-fn events(rows: u64) -> anyhow::Result<WarmLog> {
+pub(crate) fn events(rows: u64) -> anyhow::Result<WarmLog> {
     let dir = tempfile::tempdir()?;
     let schemas = SchemaRegistry::open(dir.path())?;
     let schema = schemas.register(&orders_schema())?;
@@ -563,10 +563,11 @@ fn first_message(log: &WarmLog) -> anyhow::Result<siphon_sink_message::Message> 
             fields: Vec::new(),
             deletes: Default::default(),
         },
+        outbox: Default::default(),
     };
     siphon_sink_message::MessageEncoder::new(&settings, "bench")
         .map_err(anyhow::Error::msg)?
-        .encode(&first, &siphon_core::log::LogId::random())
+        .encode(&first, &siphon_core::log::LogId::random())?
         .context("the first event makes no message")
 }
 

@@ -187,6 +187,21 @@ pub enum SnapshotMarker {
     Incremental,
 }
 
+impl SnapshotMarker {
+    /// As Debezium's `source.snapshot` writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SnapshotMarker::False => "false",
+            SnapshotMarker::True => "true",
+            SnapshotMarker::Last => "last",
+            SnapshotMarker::First => "first",
+            SnapshotMarker::FirstInTable => "first_in_data_collection",
+            SnapshotMarker::LastInTable => "last_in_data_collection",
+            SnapshotMarker::Incremental => "incremental",
+        }
+    }
+}
+
 /// Debezium's `source` block: where the change comes from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SourceInfo {
@@ -265,6 +280,11 @@ pub enum KeyChange {
     From(Row),
 }
 
+/// `source.connector` of a view's document (see the `siphon-view` crate): its row's
+/// [`Value::Json`] fields are the document's nested objects and arrays, which a store of
+/// documents embeds as JSON rather than as text.
+pub const DOCUMENT_CONNECTOR: &str = "view";
+
 /// One change.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
@@ -296,6 +316,11 @@ const EVENT_FORMAT: u8 = 4;
 const COMPACT_FORMAT: u8 = 5;
 
 impl Event {
+    /// Whether this is a view's document ([`DOCUMENT_CONNECTOR`]).
+    pub fn is_document(&self) -> bool {
+        &*self.source.connector == DOCUMENT_CONNECTOR
+    }
+
     /// Encodes for the change log (compact binary, exact): values only when the event has a
     /// registered schema, column names and values otherwise.
     pub fn encode(&self) -> crate::Result<Vec<u8>> {

@@ -463,9 +463,16 @@ pub fn key_schema(event: &Event, schema: &TableSchema, modes: &Modes) -> Json {
 
 /// A column's schema with its name, `optional` from its nullability.
 fn field_schema(column: &Column, modes: &Modes) -> Json {
+    let mut schema = column_schema(column, modes);
+    schema["field"] = json!(&*column.name);
+    schema
+}
+
+/// A column's schema, `optional` from its nullability: the schema of a record key or value
+/// that is one column's value (the outbox EventRouter's).
+pub fn column_schema(column: &Column, modes: &Modes) -> Json {
     let mut schema = kind_schema(&column.kind, column, modes);
     schema["optional"] = json!(column.nullable);
-    schema["field"] = json!(&*column.name);
     schema
 }
 

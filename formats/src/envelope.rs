@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use serde_json::{Map, Value as Json, json};
-use siphon_core::event::{Event, Row, SnapshotMarker};
+use siphon_core::event::{Event, Row};
 use siphon_core::schema::{SchemaId, TableSchema};
 
 use crate::debezium::{self, Modes, key_schema, topic};
@@ -202,16 +202,7 @@ fn source_json(event: &Event) -> Json {
     m.insert("connector".into(), json!(s.connector));
     m.insert("name".into(), json!(s.name));
     m.insert("ts_ms".into(), json!(s.ts_ms));
-    let snapshot = match s.snapshot {
-        SnapshotMarker::False => "false",
-        SnapshotMarker::True => "true",
-        SnapshotMarker::Last => "last",
-        SnapshotMarker::First => "first",
-        SnapshotMarker::FirstInTable => "first_in_data_collection",
-        SnapshotMarker::LastInTable => "last_in_data_collection",
-        SnapshotMarker::Incremental => "incremental",
-    };
-    m.insert("snapshot".into(), json!(snapshot));
+    m.insert("snapshot".into(), json!(s.snapshot.as_str()));
     m.insert("db".into(), json!(s.db));
     m.insert("ts_us".into(), json!(s.ts_ms * 1000));
     m.insert("ts_ns".into(), json!(i128::from(s.ts_ms) * 1_000_000));

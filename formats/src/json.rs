@@ -51,6 +51,16 @@ pub(crate) fn float_json(v: f64) -> Json {
     }
 }
 
+/// A field of a row in a store of JSON documents: [`value_json`], but a view's document
+/// (`document`, see [`siphon_core::Event::is_document`]) embeds its JSON fields (its nested
+/// objects and arrays, and its tables' JSON columns) as JSON.
+pub fn field_json(value: &Value, document: bool) -> Json {
+    match value {
+        Value::Json(text) if document => serde_json::from_str(text).unwrap_or_else(|_| json!(text)),
+        v => value_json(v),
+    }
+}
+
 /// One value in siphon's default, lossless JSON encoding.
 pub fn value_json(value: &Value) -> Json {
     match value {

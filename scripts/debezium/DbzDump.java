@@ -2,6 +2,7 @@ import io.debezium.engine.ChangeEvent;
 import io.debezium.engine.DebeziumEngine;
 import io.debezium.engine.format.Avro;
 import io.debezium.engine.format.Json;
+import io.debezium.engine.Header;
 import io.debezium.engine.format.SerializationFormat;
 import java.io.BufferedWriter;
 import java.io.FileWriter;
@@ -15,8 +16,10 @@ import java.util.concurrent.atomic.AtomicLong;
 /**
  * Runs Debezium's embedded PostgreSQL connector and writes every record it emits, as one JSON
  * object a line: {"topic":…,"key":<key JSON or null>,"value":<value JSON or null>} (a null value
- * is a tombstone). It stops after N records, or once no record has come for IDLE seconds (env
- * DBZ_IDLE_S, default 15) after the first one.
+ * is a tombstone), and "headers":{name: JSON, …} where the record has headers (a transform's,
+ * such as the outbox EventRouter's; each value as Kafka Connect's JsonConverter writes it). It
+ * stops after N records, or once no record has come for IDLE seconds (env DBZ_IDLE_S, default
+ * 15) after the first one.
  * Arguments: DB TABLE_INCLUDE_LIST SLOT SNAPSHOT_MODE N OUT_FILE [key=value ...]
  * Extra key=value pairs are Debezium connector properties, e.g. decimal.handling.mode=string
  * time.precision.mode=isostring interval.handling.mode=string converter.schemas.enable=true.
@@ -73,13 +76,15 @@ public class DbzDump {
     /** The engine writing its records in `format`, each key and value shown as `show` says. */
     static <T> DebeziumEngine<ChangeEvent<T, T>> engine(Class<? extends SerializationFormat<T>> format, Properties p,
             Function<T, String> show, BufferedWriter w, AtomicLong seen, AtomicLong last) {
-        return DebeziumEngine.create(format).using(p)
+        // Headers through Kafka Connect's JsonConverter (the embedded engine takes no
+        // SimpleHeaderConverter, Kafka Connect's default on a worker).
+        return DebeziumEngine.create(format, format, Json.class).using(p)
             .notifying((List<ChangeEvent<T, T>> records, DebeziumEngine.RecordCommitter<ChangeEvent<T, T>> c) -> {
                 for (ChangeEvent<T, T> r : records) {
                     synchronized (w) {
                         try {
                             w.write("{\"topic\":\"" + r.destination() + "\",\"key\":" + (r.key() == null ? "null" : show.apply(r.key()))
-                                + ",\"value\":" + (r.value() == null ? "null" : show.apply(r.value())) + "}\n");
+                                + ",\"value\":" + (r.value() == null ? "null" : show.apply(r.value())) + headers(r) + "}\n");
                         } catch (java.io.IOException e) { throw new RuntimeException(e); }
                     }
                     seen.incrementAndGet();
@@ -91,6 +96,30 @@ public class DbzDump {
                 System.err.println("debezium: engine stopped: " + message);
                 if (error != null) error.printStackTrace();
             }).build();
+    }
+
+    /** `,"headers":{name: text, …}` for a record with headers (the outbox EventRouter's), else nothing. */
+    static String headers(ChangeEvent<?, ?> r) {
+        List<Header<Object>> headers = r.headers();
+        if (headers == null || headers.isEmpty()) return "";
+        StringBuilder s = new StringBuilder(",\"headers\":{");
+        for (int i = 0; i < headers.size(); i++) {
+            if (i > 0) s.append(',');
+            Object value = headers.get(i).getValue();
+            s.append(quote(headers.get(i).getKey())).append(':').append(value == null ? "null" : value.toString());
+        }
+        return s.append('}').toString();
+    }
+
+    /** A JSON string. */
+    static String quote(String text) {
+        StringBuilder s = new StringBuilder("\"");
+        for (char c : text.toCharArray()) {
+            if (c == '"' || c == '\\') s.append('\\').append(c);
+            else if (c < 0x20) s.append(String.format("\\u%04x", (int) c));
+            else s.append(c);
+        }
+        return s.append('"').toString();
     }
 
     /** Bytes as a JSON string of hex digits. */

@@ -24,11 +24,37 @@ pub(super) async fn check(config: &Config, connect: bool) -> anyhow::Result<Exit
     let mut failed = 0;
     for (name, p) in &config.pipelines {
         if let Some(source) = &p.source {
+            let mut built = source.build(name);
             report(
                 &mut failed,
                 &format!("{name}: source {}", source.kind()),
-                source.build(name).check().await,
+                built.check().await,
             );
+            if !p.views.is_empty() {
+                let tables = match built.tables().await {
+                    Ok(tables) => built.columns().await.map(|columns| (tables, columns)),
+                    Err(e) => Err(e),
+                };
+                for (view, config) in &p.views {
+                    let fits = match &tables {
+                        Ok((tables, columns)) => siphon_view::View::check(
+                            config,
+                            |table| {
+                                tables
+                                    .iter()
+                                    .find(|t| &t.name == table)
+                                    .map(|t| t.key_columns.clone())
+                            },
+                            |table| columns.as_ref()?.get(table).cloned(),
+                        )
+                        .map_err(|e| siphon_core::Error::permanent(e.to_string())),
+                        Err(e) => Err(siphon_core::Error::permanent(format!(
+                            "the source's tables cannot be read: {e}"
+                        ))),
+                    };
+                    report(&mut failed, &format!("{name}: view {view}"), fits);
+                }
+            }
         }
         let log = p.log.clone();
         let reached = tokio::task::spawn_blocking(move || log.check())

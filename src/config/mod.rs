@@ -16,7 +16,10 @@ use serde::Deserialize;
 use siphon_core::Secret;
 use siphon_core::kind::LogContext;
 use siphon_core::sink::routing::Routing;
+use siphon_core::sink::stage::Stages;
 use siphon_core::units::HumanDuration;
+use siphon_transform::TransformConfig;
+use siphon_view::ViewConfig;
 
 use crate::kinds::Kinds;
 
@@ -113,6 +116,11 @@ pub struct PipelineConfig {
     pub log: LogSpec,
     /// Sinks by name.
     pub sinks: BTreeMap<String, SinkConfig>,
+    /// Transforms every sink's events pass, before the sink's own (`[[pipelines.NAME.transforms]]`).
+    pub transforms: Vec<TransformConfig>,
+    /// Joined documents by name (`[pipelines.NAME.views.VIEW]`), which a sink takes with
+    /// `view = "VIEW"`.
+    pub views: BTreeMap<String, ViewConfig>,
 }
 
 impl PipelineConfig {
@@ -149,6 +157,21 @@ pub struct SinkConfig {
     pub delivery: DeliveryConfig,
 }
 
+impl SinkConfig {
+    /// What this sink's events pass: its tables and columns, then the pipeline's transforms
+    /// (`pipeline`), then its own.
+    pub fn stages(&self, pipeline: &[TransformConfig]) -> Result<Stages, String> {
+        let routing = self.delivery.routing()?;
+        let built = |t: &[TransformConfig]| {
+            siphon_transform::build(t, "transforms").map_err(|e| e.to_string())
+        };
+        Ok(routing
+            .stages()
+            .then(built(pipeline)?)
+            .then(built(&self.delivery.transforms)?))
+    }
+}
+
 /// Settings every sink has, next to `kind`.
 #[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -164,9 +187,12 @@ pub struct DeliveryConfig {
     pub tables: Vec<String>,
     /// Columns this sink leaves out: "column" (in every table) or "schema.table.column".
     pub exclude_columns: Vec<String>,
-    /// What to do with a record the target rejects for good: stop the sink (`fail`) or write
-    /// it to `<data_dir>/pipelines/<pipeline>/dead-letter/<sink>.jsonl` and go on
-    /// (`dead_letter`).
+    /// What the sink's events pass after `tables` and `exclude_columns` (and the pipeline's
+    /// transforms): filters, column drops and keeps, renames, masks, truncation, in order.
+    pub transforms: Vec<TransformConfig>,
+    /// What to do with a record the target rejects for good, or a transform fails on: stop
+    /// the sink (`fail`) or write it to
+    /// `<data_dir>/pipelines/<pipeline>/dead-letter/<sink>.jsonl` and go on (`dead_letter`).
     pub on_error: OnError,
     /// What to do when the store's cursor belongs to another change log (the data directory
     /// was lost or replaced while the store kept its cursor): clear the store and rebuild it
@@ -179,6 +205,11 @@ pub struct DeliveryConfig {
     /// Kafka), so that a sink scales out. A member applies each of its tables in log order;
     /// a source transaction that spans tables of different members is applied in parts.
     pub consumer_group: bool,
+    /// Take the documents of the pipeline's view of this name (`[pipelines.NAME.views.VIEW]`)
+    /// instead of its tables' changes: one document per root row, with its joined rows,
+    /// written again whenever a change touches it (the view's tables' changes pass
+    /// `exclude_columns` and the transforms first).
+    pub view: Option<String>,
 }
 
 /// What a sink does when its store followed another change log.
@@ -211,9 +242,11 @@ impl DeliveryConfig {
         "max_backoff",
         "tables",
         "exclude_columns",
+        "transforms",
         "on_error",
         "on_other_log",
         "consumer_group",
+        "view",
     ];
 
     /// The tables and columns this sink takes.
@@ -230,9 +263,11 @@ impl Default for DeliveryConfig {
             max_backoff: HumanDuration(Duration::from_secs(30)),
             tables: Vec::new(),
             exclude_columns: Vec::new(),
+            transforms: Vec::new(),
             on_error: OnError::Fail,
             on_other_log: None,
             consumer_group: false,
+            view: None,
         }
     }
 }
@@ -268,6 +303,10 @@ struct RawPipeline {
     log: Option<config::Value>,
     #[serde(default)]
     sinks: BTreeMap<String, config::Value>,
+    #[serde(default)]
+    transforms: Option<config::Value>,
+    #[serde(default)]
+    views: BTreeMap<String, config::Value>,
 }
 
 impl Config {
@@ -346,6 +385,19 @@ impl Config {
                     "a pipeline needs at least one sink; add a [pipelines.NAME.sinks.SINK] table",
                 ));
             }
+            let transforms: Vec<TransformConfig> = match p.transforms {
+                Some(value) => error::deserialize(&format!("{prefix}.transforms"), value)?,
+                None => Vec::new(),
+            };
+            siphon_transform::build(&transforms, &format!("{prefix}.transforms"))
+                .map_err(|e| ConfigError::new(e.key, e.message))?;
+            let mut views = BTreeMap::new();
+            for (view_name, value) in p.views {
+                let key = format!("{prefix}.views.{view_name}");
+                check_name(&key, &view_name)?;
+                let view: ViewConfig = error::deserialize(&key, value)?;
+                views.insert(view_name, view);
+            }
             let mut sinks = BTreeMap::new();
             for (sink_name, value) in p.sinks {
                 let key = format!("{prefix}.sinks.{sink_name}");
@@ -360,6 +412,9 @@ impl Config {
                         ),
                     ));
                 }
+                if let Some(view) = &delivery.view {
+                    check_view(&key, &delivery, view, &views)?;
+                }
                 sinks.insert(
                     sink_name,
                     SinkConfig {
@@ -368,7 +423,16 @@ impl Config {
                     },
                 );
             }
-            pipelines.insert(name, PipelineConfig { source, log, sinks });
+            pipelines.insert(
+                name,
+                PipelineConfig {
+                    source,
+                    log,
+                    sinks,
+                    transforms,
+                    views,
+                },
+            );
         }
         Ok(Config {
             data_dir: raw.data_dir,
@@ -406,6 +470,39 @@ impl Config {
             )
         })
     }
+}
+
+/// A sink's `view`: one of the pipeline's, read in the log's one order.
+fn check_view(
+    key: &str,
+    delivery: &DeliveryConfig,
+    view: &str,
+    views: &BTreeMap<String, ViewConfig>,
+) -> Result<(), ConfigError> {
+    if !views.contains_key(view) {
+        let known: Vec<&str> = views.keys().map(String::as_str).collect();
+        return Err(ConfigError::new(
+            format!("{key}.view"),
+            if known.is_empty() {
+                format!("no view named {view:?}: the pipeline has no [pipelines.NAME.views.VIEW]")
+            } else {
+                format!("no view named {view:?}; configured: {}", known.join(", "))
+            },
+        ));
+    }
+    if !delivery.tables.is_empty() {
+        return Err(ConfigError::new(
+            format!("{key}.tables"),
+            "a sink that takes a view's documents takes the view's tables; remove `tables` (or `view`)",
+        ));
+    }
+    if delivery.consumer_group {
+        return Err(ConfigError::new(
+            format!("{key}.consumer_group"),
+            "a view is kept from every change of its tables in the log's one order; a consumer group shares the tables among members",
+        ));
+    }
+    Ok(())
 }
 
 /// Pipeline and sink names become file and metric names, and environment variable parts.
@@ -450,6 +547,8 @@ fn split_delivery(
         let field = e.split(':').next().unwrap_or_default();
         return Err(ConfigError::new(format!("{key}.{field}"), e));
     }
+    siphon_transform::build(&delivery.transforms, &format!("{key}.transforms"))
+        .map_err(|e| ConfigError::new(e.key, e.message))?;
     Ok((
         delivery,
         config::Value::new(origin.as_ref(), config::ValueKind::Table(rest)),

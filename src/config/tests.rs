@@ -314,3 +314,87 @@ fn sinks_alone_and_consumer_groups_need_a_log_several_daemons_read() {
     assert_eq!(p.source_kind(), "none");
     assert!(p.sinks["out"].delivery.consumer_group);
 }
+
+#[test]
+fn transforms_load_in_order_and_a_bad_one_is_named() {
+    let c = Config::from_toml(&format!(
+        r#"{MINIMAL}
+[[pipelines.shop.sinks.out.transforms]]
+kind = "rename_columns"
+columns = {{ orderTotal = "total" }}
+
+[[pipelines.shop.sinks.out.transforms]]
+kind = "filter"
+when = "op != 'd'"
+
+[[pipelines.shop.transforms]]
+kind = "drop_columns"
+columns = ["secret"]
+"#
+    ))
+    .unwrap_or_else(|e| panic!("{e}"));
+    let p = &c.pipelines["shop"];
+    assert_eq!(p.transforms.len(), 1);
+    let sink = &p.sinks["out"].delivery.transforms;
+    assert_eq!(
+        sink.iter().map(TransformConfig::kind).collect::<Vec<_>>(),
+        ["rename_columns", "filter"]
+    );
+    // Column names keep their case.
+    let TransformConfig::RenameColumns(rename) = &sink[0] else {
+        panic!("{sink:?}")
+    };
+    assert!(rename.columns.contains_key("orderTotal"), "{rename:?}");
+
+    let e = error_of(&format!(
+        "{MINIMAL}[[pipelines.shop.sinks.out.transforms]]\nkind = \"filter\"\nwhen = \"op ==\"\n"
+    ));
+    assert_eq!(e.key, "pipelines.shop.sinks.out.transforms[0].when", "{e}");
+    assert!(e.message.contains("<input>:1:"), "{e}");
+    let e = error_of(&format!(
+        "{MINIMAL}[[pipelines.shop.transforms]]\nkind = \"mask\"\ncolumns = [\"email\"]\nwith = \"sha1\"\n"
+    ));
+    assert!(e.key.starts_with("pipelines.shop.transforms"), "{e}");
+    assert!(e.message.contains("hmac_sha256"), "{e}");
+}
+
+#[test]
+fn a_view_is_read_and_a_sink_names_one_of_the_pipelines() {
+    const VIEW: &str = r#"
+[pipelines.shop.views.order_docs]
+root = "public.orders"
+
+[pipelines.shop.views.order_docs.one.customerInfo]
+table = "public.customers"
+foreign_key = "customer_id"
+flatten = "customer_"
+
+[pipelines.shop.views.order_docs.many.lines]
+table = "public.line_items"
+foreign_key = "order_id"
+order_by = "line"
+"#;
+    let c = Config::from_toml(&format!("{MINIMAL}view = \"order_docs\"\n{VIEW}"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let p = &c.pipelines["shop"];
+    assert_eq!(p.sinks["out"].delivery.view.as_deref(), Some("order_docs"));
+    let view = &p.views["order_docs"];
+    // Field names keep their case.
+    assert!(view.one.contains_key("customerInfo"), "{view:?}");
+    assert_eq!(view.many["lines"].order_by.as_deref(), Some("line"));
+
+    let e = error_of(&format!("{MINIMAL}view = \"orders\"\n{VIEW}"));
+    assert_eq!(e.key, "pipelines.shop.sinks.out.view", "{e}");
+    assert!(e.message.contains("configured: order_docs"), "{e}");
+    let e = error_of(&format!(
+        "{MINIMAL}view = \"order_docs\"\ntables = [\"public.orders\"]\n{VIEW}"
+    ));
+    assert_eq!(e.key, "pipelines.shop.sinks.out.tables", "{e}");
+    let e = error_of(&format!(
+        "{MINIMAL}{VIEW}\n[pipelines.shop.views.order_docs.many.lines.one.product]\ntable = \"public.products\"\nforeignkey = \"product_id\"\n"
+    ));
+    assert!(
+        e.key.starts_with("pipelines.shop.views.order_docs") && e.message.contains("foreign_key"),
+        "{e}"
+    );
+}

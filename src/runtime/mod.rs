@@ -12,6 +12,7 @@ mod prefetch;
 mod sink_task;
 mod source_task;
 pub mod status;
+mod view;
 mod wait;
 
 use std::collections::BTreeMap;

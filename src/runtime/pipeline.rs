@@ -98,9 +98,8 @@ pub(super) fn start(
                 ..Default::default()
             },
         );
-        let routing = sink_config
-            .delivery
-            .routing()
+        let stages = sink_config
+            .stages(&p.transforms)
             .map_err(|e| anyhow::anyhow!("sink {sink_name}: {e}"))?;
         let (commands_tx, commands) = mpsc::channel(4);
         let (progress, progress_rx) = watch::channel(SinkProgress {
@@ -109,6 +108,15 @@ pub(super) fn start(
             lost: cursor.lost,
             replay_until: None,
         });
+        let view = sink_config
+            .delivery
+            .view
+            .as_ref()
+            .map(|view| super::view::ViewSpec {
+                name: view.clone(),
+                config: p.views[view].clone(),
+                path: dir.join("views").join(format!("{sink_name}.redb")),
+            });
         let hurry = Arc::new(tokio::sync::Notify::new());
         controls.insert(
             sink_name.clone(),
@@ -123,11 +131,12 @@ pub(super) fn start(
             name: sink_name.clone(),
             sink,
             delivery: sink_config.delivery.clone(),
-            routing,
+            stages,
             commands,
             progress,
             hurry,
             damaged_cursor,
+            view,
         });
     }
     let handle = Arc::new(PipelineHandle {
@@ -200,7 +209,7 @@ pub(super) fn start(
             name: parts.name,
             sink: parts.sink,
             delivery: parts.delivery,
-            routing: parts.routing,
+            stages: parts.stages,
             log: log.clone(),
             offsets: offsets.clone(),
             handle: handle.clone(),
@@ -212,6 +221,8 @@ pub(super) fn start(
             damaged_cursor: parts.damaged_cursor,
             group,
             group_positions: None,
+            view: parts.view,
+            open_view: None,
         }));
     }
     Ok(handle)
@@ -222,11 +233,12 @@ struct SinkParts {
     name: String,
     sink: Box<dyn siphon_core::sink::Sink>,
     delivery: crate::config::DeliveryConfig,
-    routing: siphon_core::sink::routing::Routing,
+    stages: siphon_core::sink::stage::Stages,
     commands: mpsc::Receiver<super::SinkCommand>,
     progress: watch::Sender<SinkProgress>,
     hurry: Arc<tokio::sync::Notify>,
     damaged_cursor: Option<String>,
+    view: Option<super::view::ViewSpec>,
 }
 
 /// Runs retention and compaction on the log now and then, never removing what a sink needs.

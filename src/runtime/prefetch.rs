@@ -8,11 +8,12 @@ use siphon_core::log::{ChangeLog, LogRecord, RecordFlags};
 use siphon_core::position::PositionDecoder;
 use siphon_core::sink::stage::Stages;
 use siphon_core::sink::{SinkBatch, SinkRecord};
-use siphon_core::{Error, Event};
+use siphon_core::{Error, Event, SourceInfo};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::batcher::Batcher;
+use super::view::SinkView;
 
 /// A batch ready for the sink.
 #[derive(Debug)]
@@ -24,9 +25,14 @@ pub(super) struct DecodedBatch {
     /// Where its last log record's change committed in the source, and when (ms since the
     /// epoch), whether or not this sink takes that record.
     pub last_commit: Option<(String, i64)>,
-    /// The records this sink takes (routed, excluded columns removed; maybe none), the end
-    /// of the stretch and whether it ends a source transaction.
+    /// Where its last log record's change came from (a view's documents carry it).
+    pub last_source: Option<SourceInfo>,
+    /// The records this sink takes (routed, excluded columns removed, transformed; maybe
+    /// none), the end of the stretch and whether it ends a source transaction.
     pub batch: SinkBatch,
+    /// The records a stage could not pass, as the log holds them, and why: dead-lettered or
+    /// the sink's error, as its `on_error` says.
+    pub failed: Vec<(SinkRecord, String)>,
 }
 
 /// What the reading side hands over.
@@ -56,21 +62,29 @@ impl Drop for Prefetch {
 }
 
 impl Prefetch {
-    /// Starts reading `batcher`'s batches for a sink whose events pass through `stages`; the
-    /// batches are `ordered` (the log's one order, see `SinkBatch::ordered`) or a consumer
-    /// group's share of the log.
+    /// Starts reading `batcher`'s batches for a sink whose events pass through `stages` (and
+    /// then `view`, whose documents it takes); the batches are `ordered` (the log's one
+    /// order, see `SinkBatch::ordered`) or a consumer group's share of the log.
     pub fn start(
         mut batcher: Batcher,
         stages: Stages,
+        view: Option<Arc<SinkView>>,
         log: Arc<dyn ChangeLog>,
         positions: Arc<dyn PositionDecoder>,
         ordered: bool,
     ) -> Self {
         let (tx, rx) = mpsc::channel(1);
+        let reading = view.as_ref().map(|v| v.reading());
         let task = tokio::spawn(async move {
             loop {
                 let fetched = match batcher.next().await {
                     Ok(records) => match decode(&records, &stages, &*log, &*positions, ordered) {
+                        Some(Fetched::Batch(batch)) if let Some(view) = &view => {
+                            match documents(view.clone(), batch, reading.unwrap_or(0)).await {
+                                Ok(batch) => Fetched::Batch(batch),
+                                Err(e) => Fetched::ReadFailed(e),
+                            }
+                        }
                         Some(fetched) => fetched,
                         None => continue,
                     },
@@ -109,6 +123,7 @@ fn decode(
         first_offset: first.offset,
         last_append_ms: last.timestamp_ms,
         last_commit: None,
+        last_source: None,
         batch: SinkBatch {
             records: Vec::with_capacity(records.len()),
             end: last.offset + 1,
@@ -116,6 +131,7 @@ fn decode(
                 || !(ordered && log.promises().whole_transactions()),
             ordered,
         },
+        failed: Vec::new(),
     };
     for r in records {
         let decoded_event = Event::decode(&r.value, schemas, positions);
@@ -123,16 +139,34 @@ fn decode(
             && let Ok(event) = &decoded_event
         {
             decoded.last_commit = Some((event.source.position.commit_point(), event.source.ts_ms));
+            decoded.last_source = Some(event.source.clone());
         }
         match decoded_event {
-            Ok(mut event) => {
-                if stages.apply(&mut event) {
-                    decoded.batch.records.push(SinkRecord {
+            Ok(mut event) => match stages.apply(&mut event) {
+                Ok(true) => decoded.batch.records.push(SinkRecord {
+                    offset: r.offset,
+                    event,
+                }),
+                Ok(false) => {}
+                Err(reason) => {
+                    // The event as the log holds it: a stage may have changed it before
+                    // failing. It decoded a moment ago.
+                    let event = match Event::decode(&r.value, schemas, positions) {
+                        Ok(event) => event,
+                        Err(error) => {
+                            return Some(Fetched::Undecodable {
+                                offset: r.offset,
+                                error,
+                            });
+                        }
+                    };
+                    let record = SinkRecord {
                         offset: r.offset,
                         event,
-                    });
+                    };
+                    decoded.failed.push((record, reason));
                 }
-            }
+            },
             Err(error) => {
                 return Some(Fetched::Undecodable {
                     offset: r.offset,
@@ -142,4 +176,18 @@ fn decode(
         }
     }
     Some(Fetched::Batch(decoded))
+}
+
+/// Passes `decoded` through `view` ([`SinkView::documents`]) where blocking is allowed.
+async fn documents(
+    view: Arc<SinkView>,
+    mut decoded: DecodedBatch,
+    reading: u64,
+) -> Result<DecodedBatch, Error> {
+    tokio::task::spawn_blocking(move || {
+        view.documents(&mut decoded.batch, decoded.last_source.as_ref(), reading)
+            .map(|()| decoded)
+    })
+    .await
+    .unwrap_or_else(|e| Err(Error::permanent(format!("the view's task: {e}"))))
 }

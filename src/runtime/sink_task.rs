@@ -13,7 +13,7 @@ use std::time::Instant;
 use siphon_core::Error;
 use siphon_core::log::{ChangeLog, GroupPositions, LogId, LogReader};
 use siphon_core::offsets::{LostRecords, OffsetStore, SinkCursor};
-use siphon_core::sink::routing::Routing;
+use siphon_core::sink::stage::Stages;
 use siphon_core::sink::{Sink, SinkBatch, SinkRecord, StoreCursor};
 use siphon_core::source::TableInfo;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -23,6 +23,7 @@ use super::backoff::{Backoff, sleep_unless_cancelled};
 use super::batcher::Batcher;
 use super::prefetch::{DecodedBatch, Fetched, Prefetch};
 use super::status::{SinkProgress, SinkStatus, State, needs_replay_message};
+use super::view::{SinkView, ViewSpec};
 use super::{PipelineHandle, SinkCommand};
 use crate::config::{DeliveryConfig, OnError, OnOtherLog};
 
@@ -34,8 +35,9 @@ pub(super) struct SinkTask {
     pub name: String,
     pub sink: Box<dyn Sink>,
     pub delivery: DeliveryConfig,
-    /// The tables and columns it takes (from `delivery`).
-    pub routing: Routing,
+    /// What its events pass on their way: the tables and columns it takes (from
+    /// `delivery`), then the pipeline's transforms and its own.
+    pub stages: Stages,
     /// Where rejected records go with `on_error = "dead_letter"`.
     pub dead_letter: PathBuf,
     /// Pauses between attempts at a batch that failed transiently.
@@ -57,6 +59,10 @@ pub(super) struct SinkTask {
     pub group: Option<String>,
     /// Where that group remembers what this member's store applied (once open).
     pub group_positions: Option<Arc<dyn GroupPositions>>,
+    /// The view whose documents the sink takes (`view = "VIEW"`).
+    pub view: Option<ViewSpec>,
+    /// Its state, once open.
+    pub open_view: Option<Arc<SinkView>>,
 }
 
 /// What the task does next.
@@ -88,10 +94,24 @@ pub(super) async fn run(mut t: SinkTask) {
         _ = t.cancel.cancelled() => None,
         tables = tables_rx.wait_for(Option::is_some) => tables.ok().and_then(|t| t.clone()),
     };
-    let Some(mut tables) = tables else {
+    let Some(tables) = tables else {
         return t.set_state(State::Stopped);
     };
-    tables.retain(|table| t.routing.accepts_table(&table.name));
+    let mut tables = t.stages.tables(tables);
+    if let Some(spec) = &t.view {
+        // The view takes the tables' changes; the sink, the documents' table.
+        match SinkView::open(spec, &tables, t.progress.subscribe()) {
+            Ok(view) => {
+                tables = vec![view.table().clone()];
+                t.open_view = Some(Arc::new(view));
+            }
+            Err(e) => {
+                t.fail(&e.to_string());
+                t.cancel.cancelled().await;
+                return t.set_state(State::Stopped);
+            }
+        }
+    }
     let lost = t.progress.borrow().lost.clone();
     let mut phase = match lost {
         Some(lost) => {
@@ -290,6 +310,9 @@ impl SinkTask {
                 }
             }
         };
+        let next = self
+            .view_start(next, from.is_some() && reset, &mut backoff)
+            .await?;
         let reader = self.reader(next, &mut backoff).await?;
         // A replay runs to the log's end at its start; reopened after an error, it goes on
         // to the same end.
@@ -333,6 +356,62 @@ impl SinkTask {
         Ok(self.prefetch(reader, true))
     }
 
+    /// Where a sink that takes a view's documents reads from, `next` being where its store
+    /// stands: where the view's state ends, if that is before (see the `view` module), with
+    /// the store's cursor moved back there so that it takes the documents again. A state
+    /// that ends before the log's start (older records removed) is an error, but in a
+    /// `rebuild` (`replay --from N --reset`): then the view is built from `next` on, which
+    /// a snapshot of its tables taken before makes whole.
+    async fn view_start(
+        &mut self,
+        next: u64,
+        rebuild: bool,
+        backoff: &mut Backoff,
+    ) -> Result<u64, (Stop, String)> {
+        let Some(view) = self.open_view.clone() else {
+            return Ok(next);
+        };
+        let taken = view
+            .next_offset()
+            .and_then(|taken| view.resume(next).map(|()| taken))
+            .map_err(|e| (Stop::Idle, self.fail(&e.to_string())))?;
+        if taken >= next {
+            return Ok(next);
+        }
+        let start = self.log.start_offset();
+        if taken < start {
+            if rebuild {
+                tracing::warn!(sink = %self.name, view = %view.table().name, from = next, "the view is built from the log from this offset on (older records were removed): rows no change after it names come from a snapshot taken since");
+                return Ok(next);
+            }
+            let p = &self.handle.name;
+            return Err((
+                Stop::Idle,
+                self.fail(&format!(
+                    "view {}: its state ends at offset {taken}, but the log starts at {start} (older records were removed), so the view cannot be built from the log; take a snapshot of its tables (`siphon snapshot {p}`), then rebuild it with `siphon replay {p} {} --from {start} --reset`",
+                    view.table().name.table(),
+                    self.name
+                )),
+            ));
+        }
+        tracing::info!(sink = %self.name, view = %view.table().name, from = taken, cursor = next, "the view's state ends before the sink's cursor: reading from there");
+        // The store would skip the documents below its cursor.
+        loop {
+            match self.sink.rewind(taken).await {
+                Ok(()) => return Ok(taken),
+                Err(e) if e.is_transient() => {
+                    self.wait_to_retry(
+                        &e,
+                        "sink cannot move its cursor back yet; retrying",
+                        backoff,
+                    )
+                    .await?;
+                }
+                Err(e) => return Err((Stop::Idle, self.fail(&e.to_string()))),
+            }
+        }
+    }
+
     /// Reads batches from `reader` for the sink, `ordered` (the log's one order) or as a
     /// consumer group's member.
     fn prefetch(&self, reader: Box<dyn LogReader>, ordered: bool) -> Prefetch {
@@ -344,7 +423,8 @@ impl SinkTask {
                 self.hurry.clone(),
                 ordered && self.log.promises().whole_transactions(),
             ),
-            self.routing.stages(),
+            self.stages.clone(),
+            self.open_view.clone(),
             self.log.clone(),
             self.handle.positions.clone(),
             ordered,
@@ -431,12 +511,18 @@ impl SinkTask {
         Ok(self.prefetch(reader.reader, false))
     }
 
-    /// Clears what the sink owns in its store, retrying transient errors.
+    /// Clears what the sink owns in its store, and its view's state, retrying transient
+    /// errors.
     async fn reset_store(
         &mut self,
         tables: &[TableInfo],
         backoff: &mut Backoff,
     ) -> Result<(), (Stop, String)> {
+        if let Some(view) = &self.open_view
+            && let Err(e) = view.clear()
+        {
+            return Err((Stop::Idle, self.fail(&format!("reset failed: {e}"))));
+        }
         loop {
             match self.sink.reset(tables).await {
                 Ok(()) => return Ok(()),
@@ -610,6 +696,21 @@ impl SinkTask {
         Stop::Idle
     }
 
+    /// Writes `record` to the dead-letter file and counts it; stops the sink where the file
+    /// cannot be written.
+    fn set_aside(&self, record: &SinkRecord, reason: &str) -> Result<(), Stop> {
+        if let Err(e) = self.dead_letter(record, reason) {
+            self.fail(&format!(
+                "writing the record at offset {} to the dead-letter file {}: {e}",
+                record.offset,
+                self.dead_letter.display()
+            ));
+            return Err(Stop::Idle);
+        }
+        self.update(|s| s.dead_lettered += 1);
+        Ok(())
+    }
+
     /// Appends a rejected record, with the reason, to the dead-letter file, durably.
     fn dead_letter(&self, record: &SinkRecord, reason: &str) -> std::io::Result<()> {
         if let Some(dir) = self.dead_letter.parent() {
@@ -649,7 +750,21 @@ impl SinkTask {
             last_append_ms,
             last_commit,
             mut batch,
+            failed,
+            ..
         } = decoded;
+        for (record, reason) in failed {
+            let offset = record.offset;
+            if self.delivery.on_error != OnError::DeadLetter {
+                self.fail(&format!(
+                    "the record at offset {offset} ({}): {reason}",
+                    record.event.source.table_name()
+                ));
+                return Err(Stop::Idle);
+            }
+            tracing::warn!(sink = %self.name, offset, reason, "a transform failed on the record; written to the dead-letter file");
+            self.set_aside(&record, &reason)?;
+        }
         let started = Instant::now();
         loop {
             match self.sink.apply(&batch).await {
@@ -671,14 +786,7 @@ impl SinkTask {
                         .expect("found");
                     let record = batch.records.remove(at);
                     tracing::warn!(sink = %self.name, offset, %table, reason, "record rejected by the target; written to the dead-letter file");
-                    if let Err(e) = self.dead_letter(&record, &reason) {
-                        self.fail(&format!(
-                            "writing the record at offset {offset} to the dead-letter file {}: {e}",
-                            self.dead_letter.display()
-                        ));
-                        return Err(Stop::Idle);
-                    }
-                    self.update(|s| s.dead_lettered += 1);
+                    self.set_aside(&record, &reason)?;
                 }
                 Err(e) => {
                     self.fail(&format!(

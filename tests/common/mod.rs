@@ -4,6 +4,7 @@
 #![allow(dead_code)] // each test binary uses a different part
 
 pub mod db;
+pub mod debezium;
 pub mod pg;
 pub mod stores;
 
@@ -116,6 +117,19 @@ batch_size = 50
             std::thread::sleep(Duration::from_millis(20));
         }
         panic!("the daemon's admin API did not come up:\n{}", d.log());
+    }
+
+    /// The records sink `sink` set aside in its dead-letter file, in order.
+    pub fn dead_letters(&self, sink: &str) -> Vec<Json> {
+        let path = self
+            .dir
+            .path()
+            .join(format!("data/pipelines/demo/dead-letter/{sink}.jsonl"));
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        text.lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
     }
 
     pub fn out_dir(&self) -> PathBuf {

@@ -78,6 +78,9 @@ pub struct RecordHeaders {
     pub txid: Option<String>,
     /// `siphon.id`.
     pub id: Option<String>,
+    /// Headers made of the row (an outbox row's `id` and those its settings name), each
+    /// value as text.
+    pub row: Vec<(String, String)>,
 }
 
 impl RecordHeaders {
@@ -109,6 +112,12 @@ impl RecordHeaders {
                 });
             }
         }
+        for (key, value) in &self.row {
+            headers = headers.insert(Header {
+                key,
+                value: Some(value.as_bytes()),
+            });
+        }
         headers
     }
 }
@@ -127,6 +136,7 @@ mod tests {
             position: Some("0/16B3748".into()),
             txid: Some("771".into()),
             id: None,
+            row: vec![("id".into(), "e-1".into())],
         };
         let owned = written.to_owned_headers();
         let read = SiphonHeaders::read(&owned);

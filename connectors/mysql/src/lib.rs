@@ -8,6 +8,7 @@
 //! key come from it, so a table altered mid-stream decodes right, and each shape is a schema
 //! version in the log.
 
+mod binary;
 mod catalog;
 mod charset;
 mod columns;
@@ -17,6 +18,7 @@ mod errors;
 mod events;
 pub mod gtid;
 mod incremental;
+mod json;
 mod position;
 mod resume;
 mod rows;
@@ -26,7 +28,7 @@ mod stream;
 mod values;
 mod xa;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -210,6 +212,16 @@ impl Source for MysqlSource {
             });
         }
         Ok(out)
+    }
+
+    async fn columns(&mut self) -> Result<Option<BTreeMap<TableName, Vec<String>>>> {
+        let mut conn = self.connect().await?;
+        let mut out = BTreeMap::new();
+        for name in catalog::tables(&mut conn, &self.config).await? {
+            let (columns, _) = catalog::columns(&mut conn, name.namespace(), name.table()).await?;
+            out.insert(name, columns.iter().map(|c| c.name.to_string()).collect());
+        }
+        Ok(Some(out))
     }
 
     async fn run(&mut self, ctx: &SourceContext) -> Result<()> {

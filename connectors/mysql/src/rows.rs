@@ -1,9 +1,10 @@
 //! siphon's own decoder of binlog row images: the values straight from the bytes, by the
 //! table map's column types and metadata, into siphon's values — without the per-row column
 //! descriptions and text round trips of `mysql_common`'s general decoder, which dominated the
-//! streaming profile (BENCHMARKS.md). Types it does not read (MySQL's binary JSON, the
-//! pre-5.6 temporal formats) make a table use `mysql_common`'s decoder instead; the values
-//! are the same either way (`values::value`'s semantics; the oracle tests compare both with
+//! streaming profile (BENCHMARKS.md). MySQL's binary JSON is parsed by `mysql_common` and
+//! written as text by [`crate::json`]. Types it does not read (the pre-5.6 temporal formats,
+//! the pre-5.0 DECIMAL, typed arrays) make a table use `mysql_common`'s decoder instead, which
+//! is also where a partial image goes; the values are the same either way (`values::value`'s semantics; the oracle tests compare both with
 //! `mariadb-binlog -v` and with a snapshot read).
 
 use chrono::NaiveDate;
@@ -11,6 +12,7 @@ use mysql_async::binlog::events::TableMapEvent;
 use mysql_async::consts::ColumnType;
 use siphon_core::Value;
 
+use crate::binary::{be, decimal, le};
 use crate::charset::Charset;
 use crate::columns::{ColumnInfo, DataType};
 
@@ -39,6 +41,8 @@ enum Layout {
     Packed { bytes: usize },
     /// BIT: this many bytes, big-endian.
     Bit { bytes: usize },
+    /// MySQL's binary JSON, after a length of this many bytes.
+    Json { prefix: usize },
 }
 
 /// Decodes the row images of one table map's table.
@@ -110,6 +114,9 @@ impl RowDecoder {
                 MYSQL_TYPE_BLOB | MYSQL_TYPE_GEOMETRY => Layout::Prefixed {
                     prefix: usize::from(*meta.first()?),
                 },
+                MYSQL_TYPE_JSON => Layout::Json {
+                    prefix: usize::from(*meta.first()?),
+                },
                 MYSQL_TYPE_BIT => {
                     let (bits, bytes) = (usize::from(*meta.first()?), usize::from(*meta.get(1)?));
                     Layout::Bit {
@@ -121,11 +128,15 @@ impl RowDecoder {
             if !matches!(
                 layout,
                 Layout::Prefixed { prefix: 1..=4 }
+                    | Layout::Json { prefix: 1..=4 }
                     | Layout::Packed { bytes: 1..=8 }
                     | Layout::Bit { bytes: 1..=8 }
             ) && matches!(
                 layout,
-                Layout::Prefixed { .. } | Layout::Packed { .. } | Layout::Bit { .. }
+                Layout::Prefixed { .. }
+                    | Layout::Json { .. }
+                    | Layout::Packed { .. }
+                    | Layout::Bit { .. }
             ) {
                 return None;
             }
@@ -154,14 +165,6 @@ impl RowDecoder {
     }
 }
 
-fn le(bytes: &[u8]) -> u64 {
-    bytes.iter().rev().fold(0u64, |v, b| v << 8 | u64::from(*b))
-}
-
-fn be(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0u64, |v, b| v << 8 | u64::from(*b))
-}
-
 /// Fractional seconds of `fsp` digits: their bytes and their value in microseconds; `None`
 /// for bytes holding more digits than they have room for (no server writes them).
 fn fraction(fsp: usize, data: &[u8]) -> Option<(i64, usize)> {
@@ -177,64 +180,6 @@ fn fraction(fsp: usize, data: &[u8]) -> Option<(i64, usize)> {
         _ => 1,
     };
     Some((raw * scale, bytes))
-}
-
-const DIG2BYTES: [usize; 10] = [0, 1, 1, 2, 2, 3, 3, 4, 4, 4];
-
-/// A binary DECIMAL's text and size.
-fn decimal(precision: usize, scale: usize, data: &[u8]) -> Option<(String, usize)> {
-    let intg = precision.checked_sub(scale)?;
-    let (intg0, intg0x) = (intg / 9, intg % 9);
-    let (frac0, frac0x) = (scale / 9, scale % 9);
-    let size = intg0 * 4 + DIG2BYTES[intg0x] + frac0 * 4 + DIG2BYTES[frac0x];
-    let mut bytes = data.get(..size)?.to_vec();
-    let positive = bytes.first()? & 0x80 != 0;
-    bytes[0] ^= 0x80;
-    if !positive {
-        for b in &mut bytes {
-            *b ^= 0xff;
-        }
-    }
-    let mut at = 0;
-    // A group of `digits` digits in `n` bytes; one holding more is no decimal (no server
-    // writes it): `None`.
-    let mut take = |n: usize, digits: usize| {
-        let v = be(&bytes[at..at + n]);
-        at += n;
-        (v < 10u64.pow(digits as u32)).then_some(v)
-    };
-    let mut int_part = String::new();
-    if intg0x > 0 {
-        int_part.push_str(&take(DIG2BYTES[intg0x], intg0x)?.to_string());
-    }
-    for _ in 0..intg0 {
-        let group = take(4, 9)?;
-        if int_part.is_empty() {
-            int_part.push_str(&group.to_string());
-        } else {
-            int_part.push_str(&format!("{group:09}"));
-        }
-    }
-    let int_part = int_part.trim_start_matches('0');
-    let mut text = String::with_capacity(precision + 2);
-    if !positive {
-        text.push('-');
-    }
-    text.push_str(if int_part.is_empty() { "0" } else { int_part });
-    if scale > 0 {
-        text.push('.');
-        for _ in 0..frac0 {
-            text.push_str(&format!("{:09}", take(4, 9)?));
-        }
-        if frac0x > 0 {
-            text.push_str(&format!(
-                "{:0width$}",
-                take(DIG2BYTES[frac0x], frac0x)?,
-                width = frac0x
-            ));
-        }
-    }
-    Some((text, size))
 }
 
 /// One value: decoded by its layout, made what the column's type says (as `values::value`).
@@ -359,6 +304,11 @@ fn decode(layout: &Layout, data_type: &DataType, data: &[u8]) -> Option<(Value, 
             };
             (value, prefix + len)
         }
+        Layout::Json { prefix } => {
+            let len = usize::try_from(le(data.get(..*prefix)?)).ok()?;
+            let binary = data.get(*prefix..*prefix + len)?;
+            (Value::Json(crate::json::text(binary)?), prefix + len)
+        }
         Layout::Packed { bytes } => {
             let raw = le(data.get(..*bytes)?);
             let value = match data_type {
@@ -376,26 +326,4 @@ fn decode(layout: &Layout, data_type: &DataType, data: &[u8]) -> Option<(Value, 
             (value, *bytes)
         }
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn binary_decimals_decode_exactly() {
-        // MySQL's documented example: DECIMAL(14,4) 1234567890.1234 is 81 0D FB 38 D2 04 D2.
-        let positive = [0x81, 0x0d, 0xfb, 0x38, 0xd2, 0x04, 0xd2];
-        assert_eq!(
-            decimal(14, 4, &positive),
-            Some(("1234567890.1234".into(), 7))
-        );
-        let negative: Vec<u8> = positive.iter().map(|b| b ^ 0xff).collect();
-        assert_eq!(
-            decimal(14, 4, &negative),
-            Some(("-1234567890.1234".into(), 7))
-        );
-        // DECIMAL(4,2) 0.00: the sign bit only.
-        assert_eq!(decimal(4, 2, &[0x80, 0x00]), Some(("0.00".into(), 2)));
-    }
 }

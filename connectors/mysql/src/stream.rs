@@ -17,6 +17,7 @@ use futures_util::{FutureExt, StreamExt};
 use mysql_async::binlog::EventType;
 use mysql_async::binlog::events::{Event as BinlogEvent, EventData, RowsEventData, TableMapEvent};
 use mysql_async::binlog::row::BinlogRow;
+use mysql_async::binlog::value::BinlogValue;
 use mysql_async::prelude::Queryable;
 use mysql_async::{BinlogStream, BinlogStreamRequest};
 use siphon_core::event::format_uuid;
@@ -27,7 +28,7 @@ use siphon_core::{Error, Event, KeyChange, Result, TableName};
 use siphon_incremental::{Chunk, Progress};
 
 use crate::charset::Collations;
-use crate::columns::{DataType, Shape, from_table_map};
+use crate::columns::{ColumnInfo, DataType, Shape, from_table_map};
 use crate::ddl::{self, Statement, TableChange, Xid};
 use crate::errors::my_error;
 use crate::events::{self, EventFactory, Place, key_of};
@@ -1259,41 +1260,61 @@ fn row(shape: &Shape, image: BinlogRow) -> Result<Row> {
             shape.columns.len()
         )));
     }
-    Ok(Row(image
+    let values = image
         .unwrap()
         .into_iter()
         .zip(&shape.columns)
         .map(|(v, c)| {
-            let v = match mysql_async::Value::try_from(v) {
-                // A SET is its bitmask, little-endian, in the row image (the result set's
-                // form is the labels' text).
-                Ok(mysql_async::Value::Bytes(b)) if matches!(c.data_type, DataType::Set(_)) => {
-                    mysql_async::Value::Int(
-                        b.iter()
-                            .rev()
-                            .fold(0_i64, |bits, byte| bits << 8 | i64::from(*byte)),
-                    )
-                }
-                // mysql_common (0.35) reads a signed MEDIUMINT without its sign: the high byte
-                // zero, -1 comes as 16777215.
-                Ok(mysql_async::Value::Int(i))
-                    if c.column.type_name == "mediumint" && i >= 1 << 23 =>
-                {
-                    mysql_async::Value::Int(i - (1 << 24))
-                }
-                // It reads YEAR 0000 (the byte 0) as 1900, which no YEAR holds (1901 to 2155).
-                Ok(mysql_async::Value::Bytes(b)) if c.column.type_name == "year" && b == b"1900" => {
-                    mysql_async::Value::Int(0)
-                }
-                Ok(v) => v,
-                Err(e) => {
-                    tracing::warn!(column = %c.name, error = %e, "a binlog value siphon cannot read: NULL");
-                    mysql_async::Value::NULL
+            let v = match v {
+                BinlogValue::Value(v) => generic_fixups(c, v),
+                BinlogValue::Jsonb(document) => match crate::json::document(&document) {
+                    Some(text) => mysql_async::Value::Bytes(text.into_bytes()),
+                    None => {
+                        tracing::warn!(column = %c.name, "a binary JSON value siphon cannot read: NULL");
+                        mysql_async::Value::NULL
+                    }
+                },
+                // Stopping is the only way not to lose the value: the row image holds only
+                // an edit of it.
+                BinlogValue::JsonDiff(_) => {
+                    return Err(Error::permanent(format!(
+                        "a partial JSON update of {}.{}.{} (binlog_row_value_options = \
+                         PARTIAL_JSON in the writing session): the binlog holds only the edit, \
+                         which siphon does not apply; set binlog_row_value_options = '' \
+                         globally and in every session",
+                        shape.database, shape.table, c.name
+                    )));
                 }
             };
-            (c.name.clone(), value(c, v))
+            Ok((c.name.clone(), value(c, v)))
         })
-        .collect()))
+        .collect::<Result<_>>()?;
+    Ok(Row(values))
+}
+
+/// Corrects what `mysql_common` (0.35) reads differently from the server.
+fn generic_fixups(c: &ColumnInfo, v: mysql_async::Value) -> mysql_async::Value {
+    match v {
+        // A SET is its bitmask, little-endian, in the row image (the result set's form is the
+        // labels' text).
+        mysql_async::Value::Bytes(b) if matches!(c.data_type, DataType::Set(_)) => {
+            mysql_async::Value::Int(
+                b.iter()
+                    .rev()
+                    .fold(0_i64, |bits, byte| bits << 8 | i64::from(*byte)),
+            )
+        }
+        // It reads a signed MEDIUMINT without its sign: the high byte zero, -1 comes as
+        // 16777215.
+        mysql_async::Value::Int(i) if c.column.type_name == "mediumint" && i >= 1 << 23 => {
+            mysql_async::Value::Int(i - (1 << 24))
+        }
+        // It reads YEAR 0000 (the byte 0) as 1900, which no YEAR holds (1901 to 2155).
+        mysql_async::Value::Bytes(b) if c.column.type_name == "year" && b == b"1900" => {
+            mysql_async::Value::Int(0)
+        }
+        v => v,
+    }
 }
 
 /// Sets an event's index within its transaction (position `row`, transaction order).
@@ -1435,12 +1456,13 @@ mod tests {
     /// decoder (here for MySQL's binary JSON column) got -1 as 16777215.
     #[test]
     fn the_generic_decoder_reads_negative_mediumints() {
-        // Table map of d.t (mi mediumint, j json null), full metadata: signedness, names.
+        // Table map of d.t (mi mediumint, o time null: pre-5.6, which only mysql_common's
+        // decoder reads), full metadata: signedness, names.
         let mut map = vec![1, 0, 0, 0, 0, 0, 1, 0, 1, b'd', 0, 1, b't', 0];
-        map.extend_from_slice(&[2, 9, 245, 1, 4, 0b10]);
+        map.extend_from_slice(&[2, 9, 11, 0, 0b10]);
         map.extend_from_slice(&[1, 1, 0b0000_0000]);
-        map.extend_from_slice(&[4, 5, 2, b'm', b'i', 1, b'j']);
-        // A v2 write rows event of two rows: -1 and -8388608, the JSON null.
+        map.extend_from_slice(&[4, 5, 2, b'm', b'i', 1, b'o']);
+        // A v2 write rows event of two rows: -1 and -8388608, the time null.
         let mut rows = vec![1, 0, 0, 0, 0, 0, 1, 0, 2, 0, 2, 0b11];
         rows.extend_from_slice(&[0b10, 0xff, 0xff, 0xff, 0b10, 0x00, 0x00, 0x80]);
         let schemas = siphon_core::testing::MemorySchemas::default();
@@ -1464,11 +1486,11 @@ mod tests {
     /// YEAR 0000 (byte 0) as 1900, where siphon's decoder and a query read 0.
     #[test]
     fn the_generic_decoder_reads_the_zero_year() {
-        // Table map of d.t (y year, j json null) with names; rows: 0000 and 2155.
+        // Table map of d.t (y year, o pre-5.6 time null) with names; rows: 0000 and 2155.
         let mut map = vec![1, 0, 0, 0, 0, 0, 1, 0, 1, b'd', 0, 1, b't', 0];
-        map.extend_from_slice(&[2, 13, 245, 1, 4, 0b10]);
+        map.extend_from_slice(&[2, 13, 11, 0, 0b10]);
         map.extend_from_slice(&[1, 1, 0b0000_0000]);
-        map.extend_from_slice(&[4, 4, 1, b'y', 1, b'j']);
+        map.extend_from_slice(&[4, 4, 1, b'y', 1, b'o']);
         let mut rows = vec![1, 0, 0, 0, 0, 0, 1, 0, 2, 0, 2, 0b11];
         rows.extend_from_slice(&[0b10, 0, 0b10, 255]);
         let schemas = siphon_core::testing::MemorySchemas::default();
@@ -1589,10 +1611,11 @@ mod tests {
     /// 2106) came out before 1970 from its decoder, where siphon's reads them unsigned.
     #[test]
     fn the_generic_decoder_reads_timestamps_past_2038() {
-        // Table map of d.t (ts timestamp(0), j json null) with names; 0xF6000000 seconds.
+        // Table map of d.t (ts timestamp(0), o pre-5.6 time null) with names; 0xF6000000
+        // seconds.
         let mut map = vec![1, 0, 0, 0, 0, 0, 1, 0, 1, b'd', 0, 1, b't', 0];
-        map.extend_from_slice(&[2, 17, 245, 2, 0, 4, 0b10]);
-        map.extend_from_slice(&[4, 5, 2, b't', b's', 1, b'j']);
+        map.extend_from_slice(&[2, 17, 11, 1, 0, 0b10]);
+        map.extend_from_slice(&[4, 5, 2, b't', b's', 1, b'o']);
         let mut rows = vec![1, 0, 0, 0, 0, 0, 1, 0, 2, 0, 2, 0b11];
         rows.extend_from_slice(&[0b10, 0xf6, 0, 0, 0]);
         let schemas = siphon_core::testing::MemorySchemas::default();
@@ -1651,6 +1674,66 @@ mod tests {
         map.extend_from_slice(&[4, 2, 1, b'b']);
         let rows = [1, 0, 0, 0, 0, 0, 1, 0, 2, 0, 1, 1, 0, 9, 1];
         assert!(rows_after_map(&map, 30, &rows).is_err());
+    }
+
+    /// A table map of d.t (tm time(2), j json) with names, and a v2 write rows event of one
+    /// row: TIME(2) -00:00:01.50 and the JSON document `json`.
+    fn time_and_json(json: &[u8]) -> (Vec<u8>, Vec<u8>) {
+        let mut map = vec![1, 0, 0, 0, 0, 0, 1, 0, 1, b'd', 0, 1, b't', 0];
+        map.extend_from_slice(&[2, 19, 245, 2, 2, 4, 0b11]);
+        map.extend_from_slice(&[4, 5, 2, b't', b'm', 1, b'j']);
+        let mut rows = vec![1, 0, 0, 0, 0, 0, 1, 0, 2, 0, 2, 0b11, 0b00];
+        // -1.5 s: the integer part -2 (+ 1 as read) and the fraction 0x100 - 50, offset by
+        // 0x800000.
+        rows.extend_from_slice(&[0x7f, 0xff, 0xfe, 0xce]);
+        rows.extend_from_slice(&(json.len() as u32).to_le_bytes());
+        rows.extend_from_slice(json);
+        (map, rows)
+    }
+
+    /// Before: a table with a JSON column went to mysql_common's decoder, which reads a
+    /// negative TIME(1)/TIME(2) with a fraction 625 hours off and makes a whole document
+    /// holding a DECIMAL, DATE or TIME (an opaque scalar) NULL. siphon's decoder reads both.
+    #[test]
+    fn mysql_json_tables_read_negative_short_fraction_times_and_opaque_scalars() {
+        // {"p": 12.50}: a small object whose one value is an opaque DECIMAL(4,2).
+        let json = [
+            0x00, 1, 0, 18, 0, 11, 0, 1, 0, 0x0f, 12, 0, b'p', 246, 4, 4, 2, 0x8c, 0x32,
+        ];
+        let (map, rows) = time_and_json(&json);
+        let schemas = siphon_core::testing::MemorySchemas::default();
+        let mut stream = fuzzing::Binlog::default();
+        stream.event(&schemas, &binlog_event(19, &map)).unwrap();
+        let events = stream.event(&schemas, &binlog_event(30, &rows)).unwrap();
+        let after = events[0].after.as_ref().unwrap();
+        assert_eq!(after.get("tm"), Some(&siphon_core::Value::Time(-1_500_000)));
+        assert_eq!(
+            after.get("j"),
+            Some(&siphon_core::Value::Json(r#"{"p": 12.50}"#.into()))
+        );
+    }
+
+    /// Before: a partial JSON update (`binlog_row_value_options = PARTIAL_JSON`, settable per
+    /// session on MySQL 8) carried the column as NULL, with a warning. Only its edit is in the
+    /// binlog, so the stream stops, naming the setting.
+    #[test]
+    fn a_partial_json_update_stops_the_stream_naming_the_setting() {
+        let (map, _) = time_and_json(&[]);
+        // A partial update rows event (type 39): columns bitmaps, then the before image
+        // (TIME(2) zero, JSON null), then the after image: its value options (partial JSON),
+        // which JSON columns are partial, its null bitmap, and a JSON that is a diff
+        // (REPLACE at path "$" of the literal true).
+        let mut rows = vec![1, 0, 0, 0, 0, 0, 1, 0, 2, 0, 2, 0b11, 0b11];
+        rows.extend_from_slice(&[0b00, 0x80, 0, 0, 0, 0, 0, 0, 0]);
+        rows.extend_from_slice(&[0x01, 0b1, 0b00, 0x80, 0, 0, 0]);
+        let diff = [0, 1, b'$', 2, 0x04, 0x01];
+        rows.extend_from_slice(&(diff.len() as u32).to_le_bytes());
+        rows.extend_from_slice(&diff);
+        let error = rows_after_map(&map, 39, &rows).unwrap_err().to_string();
+        assert!(
+            error.contains("binlog_row_value_options") && error.contains("d.t.j"),
+            "{error}"
+        );
     }
 
     /// What a rows event of kind `kind` makes after table map `map`, on a fresh stream.

@@ -19,6 +19,8 @@ mod snapshot;
 mod stream;
 mod values;
 
+use std::collections::BTreeMap;
+
 use async_trait::async_trait;
 use pgwire_replication::{PgWireError, ReplicationClient, ReplicationConfig, TlsConfig};
 use serde::{Deserialize, Serialize};
@@ -26,7 +28,7 @@ use siphon_core::event::SnapshotMarker;
 use siphon_core::log::LogId;
 use siphon_core::position::{SourcePoint, SourcePosition};
 use siphon_core::source::{Source, SourceContext, TableInfo};
-use siphon_core::{Error, Result};
+use siphon_core::{Error, Result, TableName};
 use tokio_postgres::config::Host;
 
 pub use config::{PostgresConfig, SnapshotMode, TlsMode};
@@ -424,6 +426,22 @@ impl Source for PostgresSource {
                 key_columns: t.key,
             })
             .collect())
+    }
+
+    async fn columns(&mut self) -> Result<Option<BTreeMap<TableName, Vec<String>>>> {
+        let client = self.conn()?.connect().await?;
+        let tables = catalog::tables(&client, &self.config.tables).await?;
+        Ok(Some(
+            tables
+                .into_iter()
+                .map(|t| {
+                    (
+                        t.table_name(),
+                        t.columns.into_iter().map(|c| c.name).collect(),
+                    )
+                })
+                .collect(),
+        ))
     }
 
     async fn run(&mut self, ctx: &SourceContext) -> Result<()> {

@@ -1,12 +1,12 @@
 //! What a sink takes from the log (tables, columns) and the names it writes them under.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use super::stage::{Stage, Stages};
+use super::stage::{SchemaRewrites, Stage, Stages};
 use crate::event::Event;
-use crate::name::{TableName, TablePattern, parse_column};
-use crate::schema::{SchemaId, TableSchema};
+use crate::name::{TablePattern, parse_column};
+use crate::schema::TableSchema;
+use crate::source::TableInfo;
 
 /// Which tables a sink takes and which columns it leaves out (`tables` and
 /// `exclude_columns`, settings every sink has): the first two [stages](super::stage) of its
@@ -25,13 +25,81 @@ pub struct TableFilter {
     tables: Vec<TablePattern>,
 }
 
-/// The columns a sink leaves out (`exclude_columns`): removes them from each event's rows
-/// (never from its key) and from its schema, so that a sink creates no column for them.
+/// The columns a sink leaves out (`exclude_columns`, the `drop_columns` and `keep_columns`
+/// transforms): removes them from each event's rows (never from its key) and from its
+/// schema, so that a sink creates no column for them.
 #[derive(Debug, Default)]
 pub struct ColumnFilter {
-    exclude: Vec<(Option<TablePattern>, String)>,
-    /// The schemas of tables that lose columns, made once per version.
-    stripped: Mutex<HashMap<SchemaId, Arc<TableSchema>>>,
+    selection: Selection,
+    /// The schemas of tables that lose columns.
+    stripped: SchemaRewrites,
+}
+
+/// Which columns a [`ColumnFilter`] removes.
+#[derive(Debug)]
+enum Selection {
+    /// These: a column in every table, or in the tables a pattern matches.
+    Exclude(Vec<(Option<TablePattern>, String)>),
+    /// All but these and the key's, in the tables the patterns match (every table: none).
+    Keep {
+        tables: Vec<TablePattern>,
+        columns: Vec<String>,
+    },
+}
+
+impl Default for Selection {
+    fn default() -> Self {
+        Selection::Exclude(Vec::new())
+    }
+}
+
+impl ColumnFilter {
+    /// Removes `columns`: "column" (in every table) or "schema.table.column" (the table part
+    /// may use `*`).
+    pub fn excluding(columns: &[String]) -> Result<ColumnFilter, String> {
+        let exclude = columns
+            .iter()
+            .map(|c| parse_column(c))
+            .collect::<Result<_, _>>()?;
+        Ok(ColumnFilter {
+            selection: Selection::Exclude(exclude),
+            stripped: SchemaRewrites::default(),
+        })
+    }
+
+    /// Keeps only `columns` and the key's in `tables` ("schema.table", `*` allowed; none:
+    /// every table).
+    pub fn keeping(tables: &[String], columns: &[String]) -> Result<ColumnFilter, String> {
+        let tables = tables
+            .iter()
+            .map(|t| TablePattern::parse(t))
+            .collect::<Result<_, _>>()?;
+        Ok(ColumnFilter {
+            selection: Selection::Keep {
+                tables,
+                columns: columns.to_vec(),
+            },
+            stripped: SchemaRewrites::default(),
+        })
+    }
+
+    /// Whether it removes `column` of `schema.table` (`is_key`: a key column).
+    fn removes(&self, schema: &str, table: &str, column: &str, is_key: bool) -> bool {
+        match &self.selection {
+            Selection::Exclude(exclude) => exclude.iter().any(|(t, c)| {
+                c == column && t.as_ref().is_none_or(|t| t.matches_parts(schema, table))
+            }),
+            Selection::Keep { tables, columns } => {
+                !is_key
+                    && (tables.is_empty() || tables.iter().any(|t| t.matches_parts(schema, table)))
+                    && !columns.iter().any(|c| c == column)
+            }
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        matches!(&self.selection, Selection::Exclude(e) if e.is_empty())
+    }
 }
 
 impl Routing {
@@ -43,22 +111,12 @@ impl Routing {
             .iter()
             .map(|t| TablePattern::parse(t).map_err(|e| format!("tables: {e}")))
             .collect::<Result<_, _>>()?;
-        let exclude = exclude_columns
-            .iter()
-            .map(|c| parse_column(c).map_err(|e| format!("exclude_columns: {e}")))
-            .collect::<Result<_, _>>()?;
+        let columns = ColumnFilter::excluding(exclude_columns)
+            .map_err(|e| format!("exclude_columns: {e}"))?;
         Ok(Routing {
             tables: Arc::new(TableFilter { tables }),
-            columns: Arc::new(ColumnFilter {
-                exclude,
-                stripped: Mutex::default(),
-            }),
+            columns: Arc::new(columns),
         })
-    }
-
-    /// Whether the sink takes this table.
-    pub fn accepts_table(&self, name: &TableName) -> bool {
-        self.tables.accepts(name.namespace(), name.table())
     }
 
     /// The stages a sink's records pass first: its tables, then its columns.
@@ -74,49 +132,57 @@ impl TableFilter {
 }
 
 impl Stage for TableFilter {
-    fn apply(&self, event: &mut Event) -> bool {
-        self.accepts(event.source.namespace(), &event.source.table)
+    fn apply(&self, event: &mut Event) -> Result<bool, String> {
+        Ok(self.accepts(event.source.namespace(), &event.source.table))
+    }
+
+    fn table(&self, table: TableInfo) -> Option<TableInfo> {
+        self.accepts(table.name.namespace(), table.name.table())
+            .then_some(table)
     }
 }
 
 impl Stage for ColumnFilter {
-    fn apply(&self, event: &mut Event) -> bool {
-        if self.exclude.is_empty() {
-            return true;
+    fn apply(&self, event: &mut Event) -> Result<bool, String> {
+        if self.is_empty() {
+            return Ok(true);
         }
         let (schema, table) = (
             event.source.namespace().to_owned(),
             event.source.table.clone(),
         );
-        let excluded = |column: &str| {
-            self.exclude.iter().any(|(t, c)| {
-                c == column && t.as_ref().is_none_or(|t| t.matches_parts(&schema, &table))
-            })
-        };
+        let key = event.key.as_ref();
+        let is_key = |column: &str| key.is_some_and(|k| k.get(column).is_some());
         for row in [&mut event.before, &mut event.after].into_iter().flatten() {
-            row.0.retain(|(c, _)| !excluded(c));
+            row.0
+                .retain(|(c, _)| !self.removes(&schema, &table, c, is_key(c)));
         }
         if let Some(schema) = &mut event.schema {
-            let mut cache = self.stripped.lock().unwrap();
-            *schema = cache
-                .entry(schema.id)
-                .or_insert_with(|| {
-                    let kept: Vec<usize> = (0..schema.columns.len())
-                        .filter(|&i| schema.key.contains(&i) || !excluded(&schema.columns[i].name))
-                        .collect();
-                    Arc::new(TableSchema {
-                        columns: kept.iter().map(|&i| schema.columns[i].clone()).collect(),
-                        key: schema
-                            .key
-                            .iter()
-                            .filter_map(|k| kept.iter().position(|i| i == k))
-                            .collect(),
-                        ..(**schema).clone()
+            *schema = self.stripped.get(schema, |s| {
+                let name = s.name();
+                let kept: Vec<usize> = (0..s.columns.len())
+                    .filter(|&i| {
+                        s.key.contains(&i)
+                            || !self.removes(
+                                name.namespace(),
+                                name.table(),
+                                &s.columns[i].name,
+                                false,
+                            )
                     })
-                })
-                .clone();
+                    .collect();
+                TableSchema {
+                    columns: kept.iter().map(|&i| s.columns[i].clone()).collect(),
+                    key: s
+                        .key
+                        .iter()
+                        .filter_map(|k| kept.iter().position(|i| i == k))
+                        .collect(),
+                    ..s.clone()
+                }
+            });
         }
-        true
+        Ok(true)
     }
 }
 
@@ -201,6 +267,7 @@ impl NameTemplate {
 mod tests {
     use super::*;
     use crate::event::{Op, Value};
+    use crate::name::TableName;
     use crate::testing::{event, row};
 
     #[test]
@@ -210,10 +277,24 @@ mod tests {
             &["note".into(), "public.other.name".into()],
         )
         .unwrap();
-        let table = |t: &str| TableName::parse(t).unwrap();
-        assert!(r.accepts_table(&table("public.anything")));
-        assert!(r.accepts_table(&table("sales.orders")));
-        assert!(!r.accepts_table(&table("sales.customers")));
+        let taken = |r: &Routing, names: &[&str]| -> Vec<String> {
+            let tables = names
+                .iter()
+                .map(|t| TableInfo {
+                    name: TableName::parse(t).unwrap(),
+                    key_columns: vec!["id".into()],
+                })
+                .collect();
+            r.stages()
+                .tables(tables)
+                .iter()
+                .map(|t| t.name.to_string())
+                .collect()
+        };
+        assert_eq!(
+            taken(&r, &["public.anything", "sales.orders", "sales.customers"]),
+            ["public.anything", "sales.orders"]
+        );
         let mut e = event(
             "compliance",
             Op::Create,
@@ -221,10 +302,10 @@ mod tests {
             None,
             Some(row(1, "a", Value::Null)),
         );
-        assert!(r.stages().apply(&mut e));
+        assert_eq!(r.stages().apply(&mut e), Ok(true));
         let columns: Vec<&str> = e.after.as_ref().unwrap().iter().map(|(c, _)| c).collect();
         assert_eq!(columns, ["id", "name"]);
-        assert!(Routing::default().accepts_table(&table("x.y")));
+        assert_eq!(taken(&Routing::default(), &["x.y"]), ["x.y"]);
     }
 
     #[test]

@@ -103,13 +103,13 @@ impl RowState {
 impl Stage for RowState {
     /// The event's `after` becomes its row state; a delete's per [`DeleteHandling`], a
     /// truncate's the fields alone (it names no row).
-    fn apply(&self, event: &mut Event) -> bool {
+    fn apply(&self, event: &mut Event) -> Result<bool, String> {
         let row = match event.op {
             Op::Delete => match self.deletes {
-                DeleteHandling::Drop => return false,
+                DeleteHandling::Drop => return Ok(false),
                 DeleteHandling::Tombstone => {
                     event.after = None;
-                    return true;
+                    return Ok(true);
                 }
                 DeleteHandling::Rewrite => event
                     .before
@@ -123,7 +123,7 @@ impl Stage for RowState {
         let mut row = row;
         self.add_fields(event, &mut row);
         event.after = Some(row);
-        true
+        Ok(true)
     }
 }
 
@@ -148,7 +148,7 @@ mod tests {
             Some(row(7, "old", Value::Null)),
             Some(row(7, "new", Value::Null)),
         );
-        assert!(stage(DeleteHandling::Rewrite).apply(&mut updated));
+        assert_eq!(stage(DeleteHandling::Rewrite).apply(&mut updated), Ok(true));
         let after = updated.after.unwrap();
         assert_eq!(after.get("name"), Some(&Value::Text("new".into())));
         assert_eq!(after.get("__op"), Some(&Value::Text("u".into())));
@@ -206,7 +206,7 @@ mod tests {
                 Some(row(1, "x", Value::Null)),
             );
             e.source.position = crate::position::SourcePosition::new(Binlog(gtid));
-            assert!(stage(DeleteHandling::Rewrite).apply(&mut e));
+            assert_eq!(stage(DeleteHandling::Rewrite).apply(&mut e), Ok(true));
             e.after.unwrap()
         };
         assert_eq!(
@@ -228,13 +228,19 @@ mod tests {
             )
         };
         let mut rewritten = deleted();
-        assert!(stage(DeleteHandling::Rewrite).apply(&mut rewritten));
+        assert_eq!(
+            stage(DeleteHandling::Rewrite).apply(&mut rewritten),
+            Ok(true)
+        );
         let after = rewritten.after.unwrap();
         assert_eq!(after.get("name"), Some(&Value::Text("gone".into())));
         assert_eq!(after.get("__deleted"), Some(&Value::Text("true".into())));
         let mut tombstone = deleted();
-        assert!(stage(DeleteHandling::Tombstone).apply(&mut tombstone));
+        assert_eq!(
+            stage(DeleteHandling::Tombstone).apply(&mut tombstone),
+            Ok(true)
+        );
         assert_eq!(tombstone.after, None);
-        assert!(!stage(DeleteHandling::Drop).apply(&mut deleted()));
+        assert_eq!(stage(DeleteHandling::Drop).apply(&mut deleted()), Ok(false));
     }
 }

@@ -2,6 +2,7 @@
 
 mod metrics;
 
+use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -77,6 +78,12 @@ pub trait Source: Send {
 
     /// The tables it captures, with their keys (checked against the sinks before starting).
     async fn tables(&mut self) -> Result<Vec<TableInfo>>;
+
+    /// The column names of each table it captures (`siphon check` holds views to them);
+    /// `None` where the source cannot tell.
+    async fn columns(&mut self) -> Result<Option<BTreeMap<TableName, Vec<String>>>> {
+        Ok(None)
+    }
 
     /// Snapshots and streams into the log until cancelled (`Ok`) or failed. A transient error
     /// makes the runtime call `run` again after a backoff.

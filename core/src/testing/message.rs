@@ -72,6 +72,22 @@ fn check_delivered(delivered: &[Delivered], exactly_once: bool, expected: std::o
     );
 }
 
+/// Opens the sink again as the runtime does after a transient error: retried while the
+/// broker, restarting, answers that it is not ready yet (a Redis loading its data set), for
+/// at most 30 s.
+async fn reopen(h: &mut impl MessageHarness) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        match h.sink().open(&tables(), &log_id()).await {
+            Ok(_) => return,
+            Err(e) if e.is_transient() && std::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("reopen: {e}"),
+        }
+    }
+}
+
 /// Runs every check, each against a fresh harness from `make` whose sink is opened on the
 /// suite's tables; panics on the first failure with what was expected.
 pub async fn run_message_compliance_suite<H: MessageHarness>(mut make: impl AsyncFnMut() -> H) {
@@ -104,7 +120,7 @@ pub async fn run_message_compliance_suite<H: MessageHarness>(mut make: impl Asyn
     if h.break_connection().await {
         if let Err(e) = apply(&mut h, 2..4).await {
             assert!(e.is_transient(), "a broken connection is transient: {e}");
-            h.sink().open(&tables(), &log_id()).await.expect("reopen");
+            reopen(&mut h).await;
             apply(&mut h, 2..4).await.expect("the batch again");
         }
         check_delivered(&h.delivered().await, exactly_once, 0..4);

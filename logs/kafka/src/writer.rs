@@ -167,7 +167,7 @@ impl Writer {
                 key: Some(record.key.clone()),
                 position: Some(event.source.position.commit_point()),
                 txid: event.source.tx_id.map(|id| id.to_string()),
-                id: None,
+                ..RecordHeaders::default()
             };
             out.extend(self.encoder.encode(&event, headers, record.timestamp_ms)?);
         } else {

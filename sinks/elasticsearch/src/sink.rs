@@ -13,8 +13,8 @@ use siphon_core::sink::routing::NameTemplate;
 use siphon_core::sink::{Sink, SinkBatch, StoreCursor};
 use siphon_core::source::TableInfo;
 use siphon_core::{ConnectionUrl, Error, Result, Value};
+use siphon_format::json::field_json;
 use siphon_format::json::key_text;
-use siphon_format::json::value_json;
 
 use crate::config::{ElasticsearchSinkConfig, INDEX_PLACEHOLDERS};
 
@@ -290,7 +290,7 @@ impl ElasticsearchSink {
                     },
                     None => None,
                 };
-                let doc = document(row, base);
+                let doc = document(row, base, event.is_document());
                 let _ = writeln!(lines, "{}", json!({"index": meta}));
                 let _ = writeln!(lines, "{doc}");
             }
@@ -485,8 +485,9 @@ fn refusal(result: &Json, delete: bool) -> Result<Option<String>> {
     }
 }
 
-/// The row as a document; an unchanged column takes its stored value.
-fn document(row: &Row, stored: Option<&Json>) -> Json {
+/// The row as a document; an unchanged column takes its stored value. A view's `document`
+/// embeds its nested objects and arrays.
+fn document(row: &Row, stored: Option<&Json>, document: bool) -> Json {
     let mut doc = serde_json::Map::with_capacity(row.len());
     for (column, value) in row.iter() {
         let v = match value {
@@ -494,7 +495,7 @@ fn document(row: &Row, stored: Option<&Json>) -> Json {
                 Some(v) => v.clone(),
                 None => continue,
             },
-            v => value_json(v),
+            v => field_json(v, document),
         };
         doc.insert(column.to_owned(), v);
     }

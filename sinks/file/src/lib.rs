@@ -1,5 +1,6 @@
 //! JSON-lines sinks: `stdout` and `file` (rotating files), for debugging, demos and piping
-//! into other tools. Each line is one Debezium change event (payload only, or with schema).
+//! into other tools. Each line is one Debezium change event (payload only, or with schema), or
+//! with `value = "row"` its row state, made by the message sinks' one value encoder.
 //!
 //! Both skip records at or below the last offset they wrote, so a batch applied twice is
 //! written once. The `file` sink keeps its cursor next to its files and, on open, cuts
@@ -11,7 +12,7 @@ mod config;
 mod files;
 mod sink;
 
-pub use config::{FileSinkConfig, StdoutSinkConfig};
+pub use config::{FileSinkConfig, LineSettings, StdoutSinkConfig};
 pub use sink::JsonLinesSink;
 
 use siphon_core::Result;
@@ -25,6 +26,10 @@ pub struct FileKind;
 impl Kind for FileKind {
     const NAME: &'static str = "file";
     type Config = FileSinkConfig;
+
+    fn validate(config: &FileSinkConfig) -> std::result::Result<(), String> {
+        config.lines().validate()
+    }
 }
 
 impl SinkKind for FileKind {
@@ -40,10 +45,14 @@ pub struct StdoutKind;
 impl Kind for StdoutKind {
     const NAME: &'static str = "stdout";
     type Config = StdoutSinkConfig;
+
+    fn validate(config: &StdoutSinkConfig) -> std::result::Result<(), String> {
+        config.lines().validate()
+    }
 }
 
 impl SinkKind for StdoutKind {
     fn build(config: &StdoutSinkConfig, _: &str, _: &str) -> Result<Box<dyn Sink>> {
-        Ok(Box::new(JsonLinesSink::stdout(config)))
+        Ok(Box::new(JsonLinesSink::stdout(config)?))
     }
 }

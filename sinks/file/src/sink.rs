@@ -7,8 +7,9 @@ use siphon_core::log::LogId;
 use siphon_core::sink::{Sink, SinkBatch, StoreCursor};
 use siphon_core::source::TableInfo;
 use siphon_core::{Error, Result};
-use siphon_format::envelope::JsonFormat;
+use siphon_sink_message::{Encoded, ValueEncoder};
 
+use crate::config::LineSettings;
 use crate::files::RotatingFiles;
 use crate::{FileSinkConfig, StdoutSinkConfig};
 
@@ -17,11 +18,11 @@ enum Target {
     Files(RotatingFiles),
 }
 
-/// Writes each event as one line of Debezium JSON. Append-only: it accepts tables without
-/// a primary key.
+/// Writes each event as one line of Debezium JSON (its envelope or its row state).
+/// Append-only: it accepts tables without a primary key.
 pub struct JsonLinesSink {
     target: Target,
-    format: JsonFormat,
+    values: ValueEncoder,
     /// The next offset to write: records below it were written already.
     next_offset: u64,
     /// The cursor saved beside the files (files only).
@@ -45,40 +46,29 @@ impl std::fmt::Debug for JsonLinesSink {
 
 impl JsonLinesSink {
     /// A sink printing to standard output.
-    pub fn stdout(config: &StdoutSinkConfig) -> Self {
-        Self::writer(
-            Box::new(std::io::stdout()),
-            JsonFormat {
-                schemas: config.schemas,
-                transactions: config.transaction_metadata,
-                modes: config.debezium,
-            },
-        )
+    pub fn stdout(config: &StdoutSinkConfig) -> Result<Self> {
+        Self::writer(Box::new(std::io::stdout()), &config.lines())
     }
 
     /// A sink writing to any writer (tests, pipes).
-    pub fn writer(writer: Box<dyn Write + Send>, format: JsonFormat) -> Self {
-        JsonLinesSink {
+    pub fn writer(writer: Box<dyn Write + Send>, lines: &LineSettings) -> Result<Self> {
+        Ok(JsonLinesSink {
             target: Target::Writer(writer),
-            format,
+            values: values(lines)?,
             next_offset: 0,
             saved: None,
             log: None,
-        }
+        })
     }
 
     /// A sink writing rotating files. Opens them at once, cutting lines written after the
     /// last saved cursor.
     pub fn files(config: FileSinkConfig) -> Result<Self> {
-        let format = JsonFormat {
-            schemas: config.schemas,
-            transactions: config.transaction_metadata,
-            modes: config.debezium,
-        };
+        let values = values(&config.lines())?;
         let (files, saved) = RotatingFiles::open(config)?;
         Ok(JsonLinesSink {
             target: Target::Files(files),
-            format,
+            values,
             next_offset: saved.as_ref().map_or(0, |c| c.next_offset),
             saved,
             log: None,
@@ -89,6 +79,18 @@ impl JsonLinesSink {
     pub fn file_paths(config: &FileSinkConfig) -> Result<Vec<std::path::PathBuf>> {
         RotatingFiles::paths(config)
     }
+}
+
+/// The encoder of a sink's lines; an error names the key.
+fn values(lines: &LineSettings) -> Result<ValueEncoder> {
+    lines.validate().map_err(Error::Config)?;
+    ValueEncoder::new(
+        lines.value,
+        &lines.row_state,
+        &Default::default(),
+        lines.format,
+    )
+    .map_err(Error::Config)
 }
 
 #[async_trait]
@@ -114,8 +116,10 @@ impl Sink for JsonLinesSink {
         }
         let mut lines = Vec::with_capacity(batch.records.len());
         for r in batch.records.iter().filter(|r| r.offset >= written) {
-            let mut line = serde_json::to_vec(&self.format.encode(&r.event))
-                .map_err(|e| Error::Codec(e.to_string()))?;
+            // A delete the row state drops has no line.
+            let Some(Encoded::Value(mut line)) = self.values.encode(&r.event)? else {
+                continue;
+            };
             line.push(b'\n');
             lines.push(line);
         }
@@ -163,7 +167,11 @@ impl Sink for JsonLinesSink {
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
     use std::sync::{Arc, Mutex};
+
+    use siphon_core::sink::row_state::RowState;
+    use siphon_sink_message::ValueForm;
 
     use siphon_core::testing::{
         SinkHarness, StoreState, apply, cursor, log_id, run_compliance_suite,
@@ -236,6 +244,9 @@ mod tests {
             schemas: false,
             transaction_metadata: false,
             debezium: Default::default(),
+            value: Default::default(),
+            row_fields: RowState::all_fields(),
+            deletes: Default::default(),
         }
     }
 
@@ -244,7 +255,11 @@ mod tests {
         run_compliance_suite(async || {
             let out = Shared::default();
             WriterHarness {
-                sink: JsonLinesSink::writer(Box::new(out.clone()), JsonFormat::default()),
+                sink: JsonLinesSink::writer(
+                    Box::new(out.clone()),
+                    &file_config(Path::new(".")).lines(),
+                )
+                .unwrap(),
                 out,
             }
         })
@@ -325,5 +340,73 @@ mod tests {
         sink.reset(&[]).await.unwrap();
         assert_eq!(JsonLinesSink::file_paths(&config).unwrap().len(), 1);
         assert_eq!(sink.open(&[], &log_id()).await.unwrap(), None);
+    }
+
+    /// `value = "row"` writes what the message sinks write: the row after the change with
+    /// what happened, a delete as the old row marked deleted, or no line at all with
+    /// `deletes = "drop"`.
+    #[tokio::test]
+    async fn a_row_state_line_is_the_row_as_the_message_sinks_write_it() {
+        use siphon_core::sink::row_state::DeleteHandling;
+        use siphon_core::testing::{TABLE, event, record, row};
+        use siphon_core::{Op, Value};
+        let changes = vec![
+            record(
+                0,
+                event(TABLE, Op::Create, 1, None, Some(row(1, "one", Value::Null))),
+            ),
+            record(
+                1,
+                event(
+                    TABLE,
+                    Op::Update,
+                    1,
+                    Some(row(1, "one", Value::Null)),
+                    Some(row(1, "uno", Value::Null)),
+                ),
+            ),
+            record(
+                2,
+                event(TABLE, Op::Delete, 1, Some(row(1, "uno", Value::Null)), None),
+            ),
+        ];
+        for (deletes, expected) in [(DeleteHandling::Rewrite, 3), (DeleteHandling::Drop, 2)] {
+            let dir = tempfile::tempdir().unwrap();
+            let config = FileSinkConfig {
+                value: ValueForm::Row,
+                deletes,
+                ..file_config(dir.path())
+            };
+            let mut sink = JsonLinesSink::files(config.clone()).unwrap();
+            sink.open(&[], &log_id()).await.unwrap();
+            apply(&mut sink, &changes).await.unwrap();
+            let mut lines = Vec::new();
+            for p in JsonLinesSink::file_paths(&config).unwrap() {
+                lines.extend(parse_lines(&std::fs::read(p).unwrap()));
+            }
+            assert_eq!(lines.len(), expected, "{deletes:?}: {lines:?}");
+            assert_eq!(
+                (&lines[0]["name"], &lines[0]["__op"]),
+                (&"one".into(), &"c".into())
+            );
+            assert_eq!(
+                (&lines[1]["name"], &lines[1]["__op"]),
+                (&"uno".into(), &"u".into())
+            );
+            if expected == 3 {
+                assert_eq!(
+                    (&lines[2]["id"], &lines[2]["__deleted"]),
+                    (&1.into(), &"true".into())
+                );
+            }
+            // The cursor moves past a dropped delete all the same.
+            assert_eq!(sink.open(&[], &log_id()).await.unwrap(), Some(cursor(3)));
+        }
+        let outbox = FileSinkConfig {
+            value: ValueForm::Outbox,
+            ..file_config(Path::new("."))
+        };
+        let error = JsonLinesSink::files(outbox).unwrap_err().to_string();
+        assert!(error.contains("value:"), "{error}");
     }
 }

@@ -191,7 +191,7 @@ fn body(messages: &[Message]) -> Vec<u8> {
         if i > 0 {
             out.push(b',');
         }
-        let facts = serde_json::json!({
+        let mut facts = serde_json::json!({
             "id": message.id,
             "destination": message.destination,
             "offset": message.offset,
@@ -199,6 +199,15 @@ fn body(messages: &[Message]) -> Vec<u8> {
             "position": message.position,
             "txid": message.txid,
         });
+        if !message.row_headers.is_empty() {
+            // An outbox row's headers (`id`, and those its settings name).
+            facts["headers"] = message
+                .row_headers
+                .iter()
+                .map(|(name, value)| (name.clone(), serde_json::Value::from(value.as_str())))
+                .collect::<serde_json::Map<_, _>>()
+                .into();
+        }
         let facts = serde_json::to_vec(&facts).expect("JSON values serialize");
         // The facts' closing brace gives way to the key and the value.
         out.extend_from_slice(&facts[..facts.len() - 1]);
@@ -238,11 +247,10 @@ impl Sink for HttpSink {
         let Some(first) = batch.records.first() else {
             return Ok(());
         };
-        let messages: Vec<Message> = batch
-            .records
-            .iter()
-            .filter_map(|record| self.encoder.encode(record, &log))
-            .collect();
+        let mut messages: Vec<Message> = Vec::with_capacity(batch.records.len());
+        for record in &batch.records {
+            messages.extend(self.encoder.encode(record, &log)?);
+        }
         // The same offsets with another body (a replay after routing or encoding changed)
         // must not look like a retry to a receiver honouring the key.
         let body = body(&messages);

@@ -3,7 +3,8 @@
 //! (`siphon_sink_message::message_fields!`: `destination`, `value`, `row_fields`, `deletes`),
 //! and the sink's cursor topic.
 
-use siphon_sink_message::MessageSettings;
+use siphon_kafka::config::RecordFormat;
+use siphon_sink_message::{MessageSettings, ValueForm};
 
 siphon_sink_message::message_fields! {
     [siphon_kafka::kafka_config]
@@ -34,7 +35,19 @@ impl KafkaSinkConfig {
         self.kafka().validate()?;
         let message = self.message();
         message.validate()?;
-        if self.topics.cleanup_policy.compacts() && !message.per_table() {
+        if message.value == ValueForm::Outbox {
+            if self.topics.cleanup_policy.compacts() {
+                return Err(
+                    "topics.cleanup_policy: routed outbox events are events, not row states, and compaction would keep one per aggregate: use \"delete\"".into(),
+                );
+            }
+            if self.format != RecordFormat::Json {
+                return Err(
+                    "format: value = \"outbox\" is written as JSON only (Avro is not done yet)"
+                        .into(),
+                );
+            }
+        } else if self.topics.cleanup_policy.compacts() && !message.per_table() {
             return Err(format!(
                 "destination: {:?} puts several tables' records in one topic, and compaction (topics.cleanup_policy) would keep one record per key across them: name {{schema}} and {{table}} in it",
                 self.destination
@@ -79,6 +92,36 @@ mod tests {
             }))
             .validate()
             .is_ok()
+        );
+    }
+
+    /// Routed outbox events are events: compaction would keep one per aggregate; and they
+    /// are written as JSON only.
+    #[test]
+    fn an_outbox_into_compacted_topics_or_avro_is_refused_naming_the_key() {
+        let compacted = config(serde_json::json!({
+            "value": "outbox",
+            "topics": { "cleanup_policy": "compact" },
+        }));
+        let error = compacted.validate().unwrap_err();
+        assert!(error.starts_with("topics.cleanup_policy:"), "{error}");
+        let avro = config(serde_json::json!({
+            "value": "outbox",
+            "format": "avro",
+            "registry": { "url": "http://127.0.0.1:8081" },
+        }));
+        let error = avro.validate().unwrap_err();
+        assert!(error.starts_with("format:"), "{error}");
+        let bad_destination = config(serde_json::json!({
+            "value": "outbox",
+            "outbox": { "destination": "events.{table}" },
+        }));
+        let error = bad_destination.validate().unwrap_err();
+        assert!(error.starts_with("outbox.destination:"), "{error}");
+        assert!(
+            config(serde_json::json!({ "value": "outbox" }))
+                .validate()
+                .is_ok()
         );
     }
 }

@@ -48,12 +48,29 @@ struct Endpoint {
 }
 
 /// An event ready to become Kafka records: shaped (the row state, where values are row
-/// states), its topic and headers known.
+/// states) or routed (an outbox row), its topic and headers known.
 #[derive(Debug)]
 struct Outgoing {
-    event: Event,
+    body: Body,
     topic: String,
     headers: RecordHeaders,
+}
+
+/// What an outgoing event's records are made of.
+#[derive(Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "a batch's bodies are made once and moved; boxing each event would allocate per event"
+)]
+enum Body {
+    /// The event, its records made by the [`RecordEncoder`].
+    Event(Event),
+    /// An outbox row's one record, made already.
+    Routed {
+        key: Option<Vec<u8>>,
+        value: Vec<u8>,
+        timestamp_ms: i64,
+    },
 }
 
 /// Publishes a pipeline's events to Kafka; see the crate documentation.
@@ -227,30 +244,52 @@ impl KafkaSink {
     }
 
     /// What `records` become before their Kafka records are made: shaped (a delete the row
-    /// state drops is gone), with their topics and headers.
+    /// state drops is gone) or routed (only an outbox table's inserts are left), with their
+    /// topics and headers. An error is an outbox row's without a destination.
     fn outgoing<'a>(
         &self,
         log: &LogId,
         records: impl Iterator<Item = &'a SinkRecord>,
-    ) -> Vec<Outgoing> {
-        records
-            .filter_map(|record| {
-                let event = &record.event;
-                let shaped = self.messages.shape(event)?;
-                let Facts { id, position, txid } = Facts::of(record, log);
-                Some(Outgoing {
-                    topic: topic_name(&[&self.messages.destination(event)]),
+    ) -> Result<Vec<Outgoing>> {
+        let mut out = Vec::new();
+        for record in records {
+            let event = &record.event;
+            let Facts { id, position, txid } = Facts::of(record, log);
+            let headers = RecordHeaders {
+                offset: record.offset,
+                position: Some(position),
+                txid,
+                id: Some(id),
+                ..RecordHeaders::default()
+            };
+            if let Some(router) = self.messages.outbox() {
+                let Some(routed) = router.route(event).map_err(Error::permanent)? else {
+                    continue;
+                };
+                out.push(Outgoing {
+                    topic: topic_name(&[&routed.destination]),
                     headers: RecordHeaders {
-                        offset: record.offset,
-                        position: Some(position),
-                        txid,
-                        id: Some(id),
-                        ..RecordHeaders::default()
+                        row: routed.headers,
+                        ..headers
                     },
-                    event: shaped.into_owned(),
-                })
-            })
-            .collect()
+                    body: Body::Routed {
+                        key: routed.key,
+                        value: routed.value,
+                        timestamp_ms: event.ts_ms,
+                    },
+                });
+                continue;
+            }
+            let Some(shaped) = self.messages.shape(event) else {
+                continue;
+            };
+            out.push(Outgoing {
+                topic: topic_name(&[&self.messages.destination(event)]),
+                headers,
+                body: Body::Event(shaped.into_owned()),
+            });
+        }
+        Ok(out)
     }
 
     /// Publishes the Kafka records of `outgoing` and the cursor `next` in one transaction (or
@@ -302,12 +341,27 @@ impl KafkaSink {
 fn encode(encoder: &mut RecordEncoder, outgoing: Vec<Outgoing>) -> Result<Vec<OutRecord>> {
     let mut out = Vec::with_capacity(outgoing.len() + 1);
     for Outgoing {
-        event,
+        body,
         topic,
         headers,
     } in outgoing
     {
-        out.extend(encoder.encode_to(&event, topic, headers, event.ts_ms)?);
+        match body {
+            Body::Event(event) => {
+                out.extend(encoder.encode_to(&event, topic, headers, event.ts_ms)?);
+            }
+            Body::Routed {
+                key,
+                value,
+                timestamp_ms,
+            } => out.push(OutRecord {
+                topic,
+                key,
+                value: Some(value),
+                headers,
+                timestamp_ms,
+            }),
+        }
     }
     Ok(out)
 }
@@ -381,7 +435,8 @@ impl Sink for KafkaSink {
             .log
             .as_ref()
             .ok_or_else(|| Error::permanent("kafka: a batch before the sink was opened"))?;
-        let outgoing = self.outgoing(log, batch.records.iter().filter(|r| r.offset >= published));
+        let outgoing =
+            self.outgoing(log, batch.records.iter().filter(|r| r.offset >= published))?;
         self.publish(outgoing, Some(batch.end)).await
     }
 

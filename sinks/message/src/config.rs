@@ -5,6 +5,8 @@ use siphon_core::sink::routing::NameTemplate;
 use siphon_core::sink::row_state::RowState;
 use siphon_format::debezium::Modes;
 
+use crate::outbox::{OutboxConfig, OutboxRouter};
+
 /// The placeholders of `destination`.
 pub const DESTINATION_PLACEHOLDERS: &[&str] = &["prefix", "schema", "table", "op"];
 
@@ -23,6 +25,9 @@ pub enum ValueForm {
     /// The row state (Debezium's ExtractNewRecordState): the row after the change, with
     /// the fields of `row_fields`.
     Row,
+    /// An outbox table's rows routed as events (Debezium's outbox EventRouter): see
+    /// [`crate::OutboxConfig`].
+    Outbox,
 }
 
 /// `true`, for serde's defaults.
@@ -47,14 +52,19 @@ pub struct MessageSettings {
     pub value: ValueForm,
     /// With [`ValueForm::Row`]: the fields it adds and what becomes of a delete.
     pub row_state: RowState,
+    /// With [`ValueForm::Outbox`]: the outbox table's columns and the destination.
+    pub outbox: OutboxConfig,
 }
 
 impl MessageSettings {
     /// Checks what serde cannot; the message names the key.
     pub fn validate(&self) -> Result<(), String> {
         NameTemplate::parse(&self.destination, DESTINATION_PLACEHOLDERS)
-            .map(drop)
-            .map_err(|e| format!("destination: {e}"))
+            .map_err(|e| format!("destination: {e}"))?;
+        if self.value == ValueForm::Outbox {
+            OutboxRouter::new(&self.outbox, self.schemas, self.debezium)?;
+        }
+        Ok(())
     }
 
     /// Whether every table's events have destinations of their own (tables of two schemas
@@ -85,11 +95,17 @@ macro_rules! message_fields {
                 /// `{op}` (c, u, d, r, t). Default: Debezium's `{prefix}.{schema}.{table}`.
                 #[serde(default = "siphon_sink_message::default_destination")]
                 pub destination: String,
-                /// Each message's value: "envelope" (Debezium's change event, the default) or
+                /// Each message's value: "envelope" (Debezium's change event, the default),
                 /// "row" (the row after the change, with `row_fields`: Debezium's
-                /// ExtractNewRecordState).
+                /// ExtractNewRecordState) or "outbox" (each row inserted into an outbox
+                /// table as an event of its own, as `outbox` says: Debezium's outbox
+                /// EventRouter).
                 #[serde(default)]
                 pub value: siphon_sink_message::ValueForm,
+                /// With `value = "outbox"`: the outbox table's columns and where its events
+                /// go (every key has Debezium's default).
+                #[serde(default)]
+                pub outbox: siphon_sink_message::OutboxConfig,
                 /// With `value = "row"`: the fields added to each row, each as `__<name>`:
                 /// "op", "table", "position" (`__lsn` or `__gtid`) and "ts_ms" (all four by
                 /// default).
@@ -125,6 +141,7 @@ macro_rules! message_fields {
                         fields: self.row_fields.clone(),
                         deletes: self.deletes,
                     },
+                    outbox: self.outbox.clone(),
                 }
             }
         }

@@ -9,9 +9,11 @@ use siphon_core::sink::routing::NameTemplate;
 use siphon_core::sink::row_state::RowState;
 use siphon_core::sink::stage::Stage;
 use siphon_core::source::TableInfo;
+use siphon_core::{Error, Result};
 use siphon_format::envelope::{JsonFormat, SchemaCache};
 
 use crate::config::{DESTINATION_PLACEHOLDERS, MessageSettings, ValueForm};
+use crate::outbox::{OutboxConfig, OutboxRouter, Routed};
 
 /// One event as every message sink sends it.
 #[derive(Debug, Clone, PartialEq)]
@@ -33,6 +35,9 @@ pub struct Message {
     pub txid: Option<String>,
     /// Debezium's operation code: c, u, d, r or t.
     pub op: &'static str,
+    /// Headers made of the row (an outbox row's `id` and those its settings name), beside
+    /// siphon's.
+    pub row_headers: Vec<(String, String)>,
 }
 
 /// The header names of a message's facts, for the brokers that carry headers.
@@ -53,8 +58,8 @@ pub mod header {
 
 impl Message {
     /// The facts a consumer dedupes and orders by, as headers (the transaction's only when
-    /// the event has one).
-    pub fn headers(&self) -> Vec<(&'static str, String)> {
+    /// the event has one), then those made of the row.
+    pub fn headers(&self) -> Vec<(&str, String)> {
         let mut out = vec![
             (header::ID, self.id.clone()),
             (header::OFFSET, self.offset.to_string()),
@@ -64,6 +69,11 @@ impl Message {
         if let Some(txid) = &self.txid {
             out.push((header::TXID, txid.clone()));
         }
+        out.extend(
+            self.row_headers
+                .iter()
+                .map(|(n, v)| (n.as_str(), v.clone())),
+        );
         out
     }
 }
@@ -96,10 +106,7 @@ impl Facts {
 pub struct MessageEncoder {
     destination: NameTemplate,
     prefix: String,
-    format: JsonFormat,
-    schemas: SchemaCache,
-    /// The row-state stage, when values are row states.
-    row_state: Option<RowState>,
+    values: ValueEncoder,
 }
 
 impl MessageEncoder {
@@ -113,48 +120,59 @@ impl MessageEncoder {
                 .prefix
                 .clone()
                 .unwrap_or_else(|| pipeline.to_owned()),
-            format: JsonFormat {
-                schemas: settings.schemas,
-                transactions: settings.transaction_metadata,
-                modes: settings.debezium,
-            },
-            schemas: SchemaCache::default(),
-            row_state: (settings.value == ValueForm::Row).then(|| settings.row_state.clone()),
+            values: ValueEncoder::new(
+                settings.value,
+                &settings.row_state,
+                &settings.outbox,
+                JsonFormat {
+                    schemas: settings.schemas,
+                    transactions: settings.transaction_metadata,
+                    modes: settings.debezium,
+                },
+            )?,
         })
     }
 
-    /// `record` of log `log` as a message; `None` for an event the row state drops (a delete,
-    /// with `deletes = "drop"`).
-    pub fn encode(&mut self, record: &SinkRecord, log: &LogId) -> Option<Message> {
-        let shaped = self.shape(&record.event)?;
+    /// `record` of log `log` as a message; `None` for an event that sends nothing (a
+    /// delete the row state drops, with `deletes = "drop"`; a change of an outbox table
+    /// other than an insert). An error (an outbox row without a destination) names the
+    /// table and the column.
+    pub fn encode(&mut self, record: &SinkRecord, log: &LogId) -> Result<Option<Message>> {
         let event = &record.event;
-        let value = match &shaped {
-            Cow::Borrowed(event) => self.format.value_bytes(event, &mut self.schemas),
-            Cow::Owned(state) => self.format.row_state_bytes(state),
+        let (destination, key, value, row_headers) = match self.values.encode(event)? {
+            None => return Ok(None),
+            Some(Encoded::Value(value)) => (
+                self.destination(event),
+                self.values.key(event),
+                value,
+                Vec::new(),
+            ),
+            Some(Encoded::Routed(routed)) => {
+                (routed.destination, routed.key, routed.value, routed.headers)
+            }
         };
         let Facts { id, position, txid } = Facts::of(record, log);
-        Some(Message {
-            destination: self.destination(event),
-            key: self.format.key_bytes(event, &mut self.schemas),
+        Ok(Some(Message {
+            destination,
+            key,
             value,
             id,
             offset: record.offset,
             position,
             txid,
             op: event.op.code(),
-        })
+            row_headers,
+        }))
     }
 
-    /// The event a message's value is made of: `event` itself, or its row state (`None`
-    /// when the row state drops it).
+    /// The outbox router, where values are routed outbox rows.
+    pub fn outbox(&self) -> Option<&OutboxRouter> {
+        self.values.outbox()
+    }
+
+    /// See [`ValueEncoder::shape`].
     pub fn shape<'a>(&self, event: &'a Event) -> Option<Cow<'a, Event>> {
-        match &self.row_state {
-            None => Some(Cow::Borrowed(event)),
-            Some(stage) => {
-                let mut state = event.clone();
-                stage.apply(&mut state).then_some(Cow::Owned(state))
-            }
-        }
+        self.values.shape(event)
     }
 
     /// Where `event` goes.
@@ -163,8 +181,11 @@ impl MessageEncoder {
     }
 
     /// Every destination `table`'s events can have (one for each operation when the
-    /// template names `{op}`).
+    /// template names `{op}`); routed outbox rows have one pattern, their route `*`.
     pub fn destinations_of(&self, table: &TableInfo) -> Vec<String> {
+        if let Some(router) = self.outbox() {
+            return vec![router.destination_pattern()];
+        }
         let mut all: Vec<String> = [Op::Create, Op::Update, Op::Delete, Op::Read, Op::Truncate]
             .into_iter()
             .map(|op| self.render(table.name.namespace(), table.name.table(), op))
@@ -181,6 +202,101 @@ impl MessageEncoder {
             ("table", table),
             ("op", op.code()),
         ])
+    }
+}
+
+/// An event's value as JSON text, as `value` chose it — Debezium's envelope, the row state
+/// (ExtractNewRecordState) or a routed outbox row: the one encoding of values of the message
+/// sinks, the Kafka sink's JSON and the JSON-lines sinks (`file`, `stdout`).
+#[derive(Debug)]
+pub struct ValueEncoder {
+    format: JsonFormat,
+    schemas: SchemaCache,
+    form: Form,
+}
+
+/// A value, as [`ValueForm`] chose it, with what making it takes.
+#[derive(Debug)]
+enum Form {
+    Envelope,
+    Row(RowState),
+    Outbox(OutboxRouter),
+}
+
+/// What [`ValueEncoder::encode`] makes of an event.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Encoded {
+    /// The envelope's or the row state's JSON text.
+    Value(Vec<u8>),
+    /// An outbox row's message parts.
+    Routed(Routed),
+}
+
+impl ValueEncoder {
+    /// Values in `format` of the form `value` (with `row_state` or `outbox`, where it is
+    /// theirs). An error names the key.
+    pub fn new(
+        value: ValueForm,
+        row_state: &RowState,
+        outbox: &OutboxConfig,
+        format: JsonFormat,
+    ) -> Result<Self, String> {
+        Ok(ValueEncoder {
+            form: match value {
+                ValueForm::Envelope => Form::Envelope,
+                ValueForm::Row => Form::Row(row_state.clone()),
+                ValueForm::Outbox => {
+                    Form::Outbox(OutboxRouter::new(outbox, format.schemas, format.modes)?)
+                }
+            },
+            format,
+            schemas: SchemaCache::default(),
+        })
+    }
+
+    /// `event`'s value; `None` for an event that has none (a delete the row state drops; a
+    /// change of an outbox table other than an insert). An error (an outbox row without a
+    /// destination) names the table and the column.
+    pub fn encode(&mut self, event: &Event) -> Result<Option<Encoded>> {
+        if let Form::Outbox(router) = &self.form {
+            return Ok(router
+                .route(event)
+                .map_err(Error::permanent)?
+                .map(Encoded::Routed));
+        }
+        let Some(shaped) = self.shape(event) else {
+            return Ok(None);
+        };
+        Ok(Some(Encoded::Value(match &shaped {
+            Cow::Borrowed(event) => self.format.value_bytes(event, &mut self.schemas),
+            Cow::Owned(state) => self.format.row_state_bytes(state),
+        })))
+    }
+
+    /// `event`'s key as JSON text in this format (`None` for a table without a primary key).
+    pub fn key(&mut self, event: &Event) -> Option<Vec<u8>> {
+        self.format.key_bytes(event, &mut self.schemas)
+    }
+
+    /// The outbox router, where values are routed outbox rows.
+    pub fn outbox(&self) -> Option<&OutboxRouter> {
+        match &self.form {
+            Form::Outbox(router) => Some(router),
+            _ => None,
+        }
+    }
+
+    /// The event a value is made of: `event` itself, or its row state (`None` when the row
+    /// state drops it). An outbox row's value is the router's ([`ValueEncoder::outbox`]).
+    pub fn shape<'a>(&self, event: &'a Event) -> Option<Cow<'a, Event>> {
+        match &self.form {
+            Form::Envelope | Form::Outbox(_) => Some(Cow::Borrowed(event)),
+            Form::Row(stage) => {
+                let mut state = event.clone();
+                // The row state drops an event or passes it; it never fails.
+                matches!(stage.apply(&mut state), Ok(true)).then_some(Cow::Owned(state))
+            }
+        }
     }
 }
 
@@ -203,6 +319,7 @@ mod tests {
                 fields: RowState::all_fields(),
                 deletes: Default::default(),
             },
+            outbox: Default::default(),
         }
     }
 
@@ -217,7 +334,10 @@ mod tests {
             None,
             Some(row(7, "seven", siphon_core::event::Value::Null)),
         );
-        let message = encoder.encode(&record(41, created), &log_id()).unwrap();
+        let message = encoder
+            .encode(&record(41, created), &log_id())
+            .unwrap()
+            .unwrap();
         assert_eq!(message.destination, "shop.public.compliance");
         assert_eq!(message.id, format!("{}:41", log_id()));
         assert_eq!((message.offset, message.op), (41, "c"));
@@ -240,7 +360,10 @@ mod tests {
             None,
             Some(row(7, "seven", siphon_core::event::Value::Null)),
         );
-        let message = encoder.encode(&record(3, updated), &log_id()).unwrap();
+        let message = encoder
+            .encode(&record(3, updated), &log_id())
+            .unwrap()
+            .unwrap();
         let value: serde_json::Value = serde_json::from_slice(&message.value).unwrap();
         assert_eq!(value["name"], "seven");
         assert_eq!(value["__op"], "u");
@@ -256,6 +379,7 @@ mod tests {
         );
         let rewritten = encoder
             .encode(&record(4, deleted.clone()), &log_id())
+            .unwrap()
             .unwrap();
         let value: serde_json::Value = serde_json::from_slice(&rewritten.value).unwrap();
         assert_eq!(
@@ -264,7 +388,10 @@ mod tests {
         );
         settings.row_state.deletes = siphon_core::sink::row_state::DeleteHandling::Drop;
         let mut dropping = MessageEncoder::new(&settings, "shop").unwrap();
-        assert_eq!(dropping.encode(&record(4, deleted), &log_id()), None);
+        assert_eq!(
+            dropping.encode(&record(4, deleted), &log_id()).unwrap(),
+            None
+        );
     }
 
     #[test]

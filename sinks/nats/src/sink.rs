@@ -347,8 +347,8 @@ impl Sink for NatsSink {
         self.last_sequence = None;
         let mut acks = Vec::with_capacity(batch.records.len());
         for record in batch.records.iter().filter(|r| r.offset >= published) {
-            // A delete the row state drops has no message.
-            let Some(message) = self.encoder.encode(record, &log) else {
+            // A delete the row state drops, an outbox table's update, has no message.
+            let Some(message) = self.encoder.encode(record, &log)? else {
                 continue;
             };
             let ack = self

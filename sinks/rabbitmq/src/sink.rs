@@ -15,6 +15,12 @@ use crate::config::{ExchangeType, RabbitmqSinkConfig};
 /// AMQP's `delivery_mode` of a message the broker writes to disk.
 const PERSISTENT: u8 = 2;
 
+/// How long after a connection made again (the broker restarted, or the network broke) a
+/// message no queue took is retried rather than rejected: a queue that a restarted broker
+/// failed to recover has no routes until it is restarted or a consumer declares it again,
+/// and until then what is bound to it comes back unrouted.
+const RECOVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Publishes each event with publisher confirms; see the crate documentation.
 pub struct RabbitmqSink {
     config: RabbitmqSinkConfig,
@@ -26,6 +32,10 @@ pub struct RabbitmqSink {
     shown: String,
     /// The connection and its channel in confirm mode, once open.
     open: Option<(Connection, Channel)>,
+    /// When a connection was made again after one was lost (none yet: the first).
+    reconnected: Option<std::time::Instant>,
+    /// Whether a connection was ever made.
+    connected_once: bool,
     log: Option<LogId>,
 }
 
@@ -62,6 +72,8 @@ impl RabbitmqSink {
             ),
             config: config.clone(),
             open: None,
+            reconnected: None,
+            connected_once: false,
             log: None,
         })
     }
@@ -143,6 +155,10 @@ impl RabbitmqSink {
             )));
         }
         self.open = Some((connection, channel.clone()));
+        if self.connected_once {
+            self.reconnected = Some(std::time::Instant::now());
+        }
+        self.connected_once = true;
         Ok(channel)
     }
 }
@@ -195,8 +211,8 @@ impl Sink for RabbitmqSink {
         let channel = self.channel().await?;
         let mut confirms = Vec::with_capacity(batch.records.len());
         for record in &batch.records {
-            // A delete the row state drops has no message.
-            let Some(message) = self.encoder.encode(record, &log) else {
+            // A delete the row state drops, an outbox table's update, has no message.
+            let Some(message) = self.encoder.encode(record, &log)? else {
                 continue;
             };
             let confirm = channel
@@ -224,10 +240,16 @@ impl Sink for RabbitmqSink {
             match confirmed {
                 Ok(Ok(Confirmation::Ack(None))) => {}
                 Ok(Ok(Confirmation::Ack(Some(returned)))) => {
-                    return Err(record.rejected(format!(
-                        "rabbitmq: exchange {} routed {routing_key} to no queue ({} {}): bind a queue to it",
+                    let why = format!(
+                        "rabbitmq: exchange {} routed {routing_key} to no queue ({} {})",
                         self.exchange, returned.reply_code, returned.reply_text
-                    )));
+                    );
+                    if self.reconnected.is_some_and(|at| at.elapsed() < RECOVERY) {
+                        return Err(Error::transient(format!(
+                            "{why}: the broker may still be starting its queues after the connection was made again; retrying"
+                        )));
+                    }
+                    return Err(record.rejected(format!("{why}: bind a queue to it")));
                 }
                 Ok(Ok(Confirmation::Nack(_))) => {
                     return Err(self.error(

@@ -212,6 +212,17 @@ fn push_fields(pipe: &mut redis::Pipeline, message: &Message) {
     if let Some(txid) = &message.txid {
         pipe.arg("txid").arg(txid);
     }
+    if !message.row_headers.is_empty() {
+        // An outbox row's headers, as one JSON object: a field of their own would clash
+        // with siphon's (both have an `id`).
+        let headers: serde_json::Map<String, serde_json::Value> = message
+            .row_headers
+            .iter()
+            .map(|(name, value)| (name.clone(), value.clone().into()))
+            .collect();
+        pipe.arg("headers")
+            .arg(serde_json::Value::Object(headers).to_string());
+    }
 }
 
 #[async_trait]
@@ -241,11 +252,10 @@ impl Sink for RedisStreamSink {
             .log
             .clone()
             .ok_or_else(|| Error::permanent("redis_stream: a batch before open"))?;
-        let messages: Vec<Message> = batch
-            .records
-            .iter()
-            .filter_map(|record| self.encoder.encode(record, &log))
-            .collect();
+        let mut messages: Vec<Message> = Vec::with_capacity(batch.records.len());
+        for record in &batch.records {
+            messages.extend(self.encoder.encode(record, &log)?);
+        }
         self.write(&messages, batch.end, batch.ordered).await
     }
 

@@ -7,7 +7,7 @@ use siphon_core::event::{Row, Value};
 use siphon_core::sink::changes::Change;
 use siphon_core::sink::routing::NameTemplate;
 use siphon_core::{Event, SourceInfo};
-use siphon_format::json::value_json;
+use siphon_format::json::field_json;
 use siphon_format::json::{key_text, value_text};
 
 use crate::config::{RedisFormat, RedisMode};
@@ -92,7 +92,10 @@ impl Encoder {
         let mut commands = 1;
         match self.format {
             RedisFormat::Json => {
-                pipe.set(key, json_document(row, stored));
+                pipe.set(
+                    key,
+                    json_document(row, stored, change.event().is_document()),
+                );
             }
             // The row's fields set and its null columns' removed, in place: half the work of
             // deleting the hash and making it anew, for Redis as for the sink. (A column
@@ -143,7 +146,7 @@ fn hash_fields<'r>(
 }
 
 /// The row as a JSON object; an unchanged column takes its value from `stored`.
-pub(crate) fn json_document(row: &Row, stored: Option<&StoredRow>) -> String {
+pub(crate) fn json_document(row: &Row, stored: Option<&StoredRow>, document: bool) -> String {
     let mut doc = serde_json::Map::with_capacity(row.len());
     for (column, value) in row.iter() {
         let json = match value {
@@ -154,7 +157,7 @@ pub(crate) fn json_document(row: &Row, stored: Option<&StoredRow>) -> String {
                 },
                 _ => continue,
             },
-            v => value_json(v),
+            v => field_json(v, document),
         };
         doc.insert(column.to_owned(), json);
     }

@@ -27,40 +27,70 @@ pub struct ServerProcess {
     pub port: u16,
 }
 
+/// Whether a server's log says it could not bind a port someone else holds.
+fn port_taken(log: &str) -> bool {
+    [
+        "already in use",
+        "could not bind",
+        "dist_port_already_used",
+        "EADDRINUSE",
+        "eaddrinuse",
+    ]
+    .iter()
+    .any(|said| log.contains(said))
+}
+
 impl ServerProcess {
     /// Starts `program` with the arguments `args` makes of its data directory and port, and
     /// waits until it listens (`name` says which server in errors).
     pub fn start(
         name: &'static str,
         program: impl Into<OsString>,
-        args: impl FnOnce(&Path, u16) -> Vec<OsString>,
+        args: impl Fn(&Path, u16) -> Vec<OsString>,
     ) -> anyhow::Result<ServerProcess> {
         Self::start_with_env(name, program, |data, port| (args(data, port), Vec::new()))
     }
 
     /// [`ServerProcess::start`] for a server that takes its settings from the environment
     /// too: `setup` makes its arguments and environment of its data directory and port.
+    ///
+    /// A free port is free only until someone else takes it: a server that exits at its
+    /// start saying a port was in use (another test's connection took it meanwhile; a
+    /// private RabbitMQ node's distribution port did, in a full run) is started again on new
+    /// ports, a few times.
     pub fn start_with_env(
         name: &'static str,
         program: impl Into<OsString>,
-        setup: impl FnOnce(&Path, u16) -> (Vec<OsString>, Vec<(OsString, OsString)>),
+        setup: impl Fn(&Path, u16) -> (Vec<OsString>, Vec<(OsString, OsString)>),
     ) -> anyhow::Result<ServerProcess> {
-        let dir = tempfile::tempdir()?;
-        let port = free_port();
-        let data = dir.path().join("data");
-        std::fs::create_dir_all(&data)?;
-        let (args, env) = setup(&data, port);
-        let mut server = ServerProcess {
-            name,
-            program: program.into(),
-            args,
-            env,
-            dir,
-            child: None,
-            port,
-        };
-        server.run()?;
-        Ok(server)
+        let program = program.into();
+        let mut tries = 0;
+        loop {
+            let dir = tempfile::tempdir()?;
+            let port = free_port();
+            let data = dir.path().join("data");
+            std::fs::create_dir_all(&data)?;
+            let (args, env) = setup(&data, port);
+            let mut server = ServerProcess {
+                name,
+                program: program.clone(),
+                args,
+                env,
+                dir,
+                child: None,
+                port,
+            };
+            match server.run() {
+                Ok(()) => return Ok(server),
+                Err(e) if tries < 3 && port_taken(&server.log()) => {
+                    tries += 1;
+                    eprintln!(
+                        "{name}: a port was taken at its start; starting it on new ports ({e:#})"
+                    );
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     fn run(&mut self) -> anyhow::Result<()> {
@@ -69,6 +99,9 @@ impl ServerProcess {
             .append(true)
             .open(self.dir.path().join("server.log"))?;
         let child = Command::new(&self.program)
+            // What a server leaves where it runs (Erlang's erl_crash.dump) stays in its
+            // directory, not in the checkout.
+            .current_dir(self.dir.path())
             .args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .process_group(0)

@@ -314,8 +314,9 @@ impl Binlog {
 
 /// Whether a table holds a TIME(1) or TIME(2) column, whose negative values with a fraction
 /// mysql_common reads 625 hours off (`my_time_packed_from_binary` subtracts 0x100 from the
-/// fraction as a `u32`, which wraps): a known upstream bug (RELIABILITY.md), so the two
-/// decoders are compared only on tables without such a column.
+/// fraction as a `u32`, which wraps): a known upstream bug (RELIABILITY.md; siphon reads such
+/// a column itself but in a table only mysql_common reads), so the two decoders are compared
+/// only on tables without such a column.
 fn has_short_fraction_time(tme: &TableMapEvent<'_>) -> bool {
     (0..tme.columns_count() as usize).any(|i| {
         matches!(

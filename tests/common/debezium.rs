@@ -1,0 +1,50 @@
+//! The real Debezium (`scripts/debezium/dump`) beside siphon: its run, what it wrote, and
+//! the replication slots its runs and siphon's make active.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use serde_json::Value as Json;
+use siphon_test_support::PgDatabase;
+
+/// Debezium's run over `tables` of `db` from slot `slot` (`snapshot_mode`: "initial",
+/// "no_data", …), writing its records to `out` and ending `idle_s` seconds after its last;
+/// the caller adds Debezium's properties as arguments.
+pub fn dump(
+    db: &PgDatabase,
+    tables: &str,
+    slot: &str,
+    snapshot_mode: &str,
+    out: &Path,
+    idle_s: u32,
+) -> Command {
+    let mut cmd = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/debezium/dump"));
+    cmd.args([&db.name, tables, slot, snapshot_mode, "1000"])
+        .arg(out)
+        .env("DBZ_IDLE_S", idle_s.to_string())
+        .stdout(Stdio::null());
+    cmd
+}
+
+/// The records a run wrote, one JSON value a line (none if it wrote no file).
+pub fn records(path: &Path) -> Vec<Json> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Whether replication slot `slot` of `db` has a reader.
+pub async fn slot_active(db: &PgDatabase, slot: &str) -> bool {
+    db.client()
+        .await
+        .unwrap()
+        .query_opt(
+            "select 1 from pg_replication_slots where slot_name = $1 and active",
+            &[&slot],
+        )
+        .await
+        .unwrap()
+        .is_some()
+}
