@@ -450,47 +450,55 @@ pub async fn rabbitmq() -> anyhow::Result<RabbitExchange> {
 
 /// A fresh exchange and queue on the RabbitMQ server at `url` (one of a test's own).
 pub async fn rabbitmq_at(url: &str) -> anyhow::Result<RabbitExchange> {
-    use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
-    use lapin::types::FieldTable;
     let ex = RabbitExchange {
         url: url.to_owned(),
         exchange: unique_name("siphon_test"),
     };
-    let channel = ex.channel().await?;
-    channel
-        .exchange_declare(
-            ex.exchange.as_str().into(),
-            lapin::ExchangeKind::Topic,
-            ExchangeDeclareOptions {
-                durable: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await?;
-    channel
-        .queue_declare(
-            ex.exchange.as_str().into(),
-            QueueDeclareOptions {
-                durable: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await?;
-    channel
-        .queue_bind(
-            ex.exchange.as_str().into(),
-            ex.exchange.as_str().into(),
-            "#".into(),
-            QueueBindOptions::default(),
-            FieldTable::default(),
-        )
-        .await?;
+    ex.declare().await?;
     Ok(ex)
 }
 
 impl RabbitExchange {
+    /// Declares the durable topic exchange, the durable queue of the same name and its
+    /// binding to every routing key. Declaring what exists changes nothing, so a consumer
+    /// declares again after it connects again, as this does after a node restarts.
+    pub async fn declare(&self) -> anyhow::Result<()> {
+        use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
+        use lapin::types::FieldTable;
+        let channel = self.channel().await?;
+        channel
+            .exchange_declare(
+                self.exchange.as_str().into(),
+                lapin::ExchangeKind::Topic,
+                ExchangeDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await?;
+        channel
+            .queue_declare(
+                self.exchange.as_str().into(),
+                QueueDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await?;
+        channel
+            .queue_bind(
+                self.exchange.as_str().into(),
+                self.exchange.as_str().into(),
+                "#".into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+        Ok(())
+    }
+
     /// A channel on a new connection to the server.
     pub async fn channel(&self) -> anyhow::Result<lapin::Channel> {
         let connection =
