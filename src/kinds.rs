@@ -146,6 +146,9 @@ pub trait ConfiguredLog: Send + Sync + Debug {
 
     /// Reaches what the log is kept in (see [`LogKind::check`]). Blocks.
     fn check(&self) -> siphon_core::Result<()>;
+
+    /// What the log keeps, in words (see [`LogKind::retention`]).
+    fn retention(&self) -> String;
 }
 
 /// A configured sink.
@@ -290,6 +293,10 @@ impl<K: LogKind> ConfiguredLog for Configured<K> {
 
     fn check(&self) -> siphon_core::Result<()> {
         K::check(&self.0)
+    }
+
+    fn retention(&self) -> String {
+        K::retention(&self.0)
     }
 }
 

@@ -199,6 +199,10 @@ impl LogKind for Memory {
             .get(&ctx.dir)
             .map(|log| Arc::new(log.read_only()) as Arc<dyn ChangeLog>))
     }
+
+    fn retention(_: &MemoryConfig) -> String {
+        "everything, in this process's memory".to_owned()
+    }
 }
 
 /// `kind = "collect"`: keeps every event it applies, by its `name`, for the test to read.

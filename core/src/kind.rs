@@ -115,6 +115,9 @@ pub trait LogKind: Kind {
         let _ = config;
         Ok(())
     }
+
+    /// What the log keeps, in words, for status and the console ("7d, compacted").
+    fn retention(config: &Self::Config) -> String;
 }
 
 /// A kind of sink.

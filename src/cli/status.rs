@@ -43,6 +43,7 @@ pub(super) fn offline_statuses(config: &Config) -> anyhow::Result<Vec<PipelineSt
             name: name.clone(),
             source: offline(p.source_kind()),
             log,
+            log_retention: p.log.retention(),
             ..Default::default()
         };
         for (sink, sc) in &p.sinks {

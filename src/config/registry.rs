@@ -150,6 +150,11 @@ impl LogSpec {
         self.0.check()
     }
 
+    /// What the log keeps, in words.
+    pub fn retention(&self) -> String {
+        self.0.retention()
+    }
+
     /// Opens the log read-only, beside its writer; `None` where none was made yet.
     pub fn open_existing(
         &self,

@@ -58,6 +58,7 @@ pub(super) fn start(
     let mut status = PipelineStatus {
         name: name.to_owned(),
         source: source_status,
+        log_retention: p.log.retention(),
         ..Default::default()
     };
     let mut sinks = Vec::new();

@@ -707,7 +707,10 @@ impl SinkTask {
             ));
             return Err(Stop::Idle);
         }
-        self.update(|s| s.dead_lettered += 1);
+        self.update(|s| {
+            s.dead_lettered += 1;
+            s.last_dead_letter = Some(format!("offset {}: {reason}", record.offset));
+        });
         Ok(())
     }
 

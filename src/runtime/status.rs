@@ -135,6 +135,9 @@ pub struct SinkStatus {
     /// "dead_letter"`).
     #[serde(default)]
     pub dead_lettered: u64,
+    /// The last record set aside: its offset and the reason.
+    #[serde(default)]
+    pub last_dead_letter: Option<String>,
     /// Records it lost to the log's hard size cap (then `state` is `needs_replay`).
     pub lost: Option<LostRecords>,
     /// While replaying: the offset at which the replay is done.
@@ -160,6 +163,9 @@ pub struct PipelineStatus {
     pub source: ComponentStatus,
     /// The change log.
     pub log: LogStats,
+    /// What the log keeps, in words.
+    #[serde(default)]
+    pub log_retention: String,
     /// Records appended since the daemon started.
     pub records_appended: u64,
     /// Records the log's hard size cap removed before some sink read them.

@@ -380,6 +380,26 @@ impl LogKind for FileLogKind {
             config.clone(),
         )?)))
     }
+
+    fn retention(config: &FileLogConfig) -> String {
+        let mut kept = Vec::new();
+        if let Some(age) = &config.retention {
+            kept.push(format!("{age} once read"));
+        }
+        if let Some(size) = &config.retention_size {
+            kept.push(format!("{size} once read"));
+        }
+        if let Some(cap) = &config.max_size {
+            kept.push(format!("at most {cap}"));
+        }
+        if kept.is_empty() {
+            kept.push("everything".to_owned());
+        }
+        if config.compaction {
+            kept.push("compacted".to_owned());
+        }
+        kept.join(", ")
+    }
 }
 
 /// The file holding the log's identity.

@@ -632,4 +632,8 @@ impl LogKind for KafkaLogKind {
     ) -> Result<Option<Arc<dyn ChangeLog>>> {
         Ok(KafkaLog::open_read_only(config, ctx)?.map(|log| Arc::new(log) as Arc<dyn ChangeLog>))
     }
+
+    fn retention(_: &KafkaLogConfig) -> String {
+        "the topics' own (retention.ms, cleanup.policy)".to_owned()
+    }
 }

@@ -1,9 +1,14 @@
 //! The admin HTTP API, on loopback by default:
 //!
+//! - `GET /`: the operator's console, a page that reads and acts through the endpoints below
+//!   (it needs no token itself; what it reads and does does, see [`console`]);
 //! - `GET /health`: the process is alive (never needs the token);
 //! - `GET /ready`: every pipeline's source and sinks are running (503 otherwise);
 //! - `GET /metrics`: Prometheus text;
 //! - `GET /api/pipelines`: status JSON (what `siphon status` prints);
+//! - `GET /api/history?range=minutes|hours`: every sink's throughput and lag a second over
+//!   the last 15 minutes (or a minute over the last 24 hours), and the recent errors and
+//!   dead-lettered records ([`history`]);
 //! - `POST /api/pipelines/{pipeline}/sinks/{sink}/replay?from=N&reset=true`: start a replay;
 //! - `POST /api/pipelines/{pipeline}/snapshot?tables=schema.table,…`: an incremental
 //!   snapshot of those tables while streaming goes on (progress in the source's metrics);
@@ -37,16 +42,23 @@ use tokio_util::sync::CancellationToken;
 use crate::config::AdminConfig;
 use crate::runtime::{ReplayError, Runtime, WaitError};
 
+mod console;
+pub mod history;
+
+use history::{History, Range};
+
 /// A bound, not yet serving, admin API.
 #[derive(Debug)]
 pub struct AdminServer {
     listener: TcpListener,
     router: Router,
+    state: AppState,
 }
 
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 struct AppState {
     runtime: Arc<Runtime>,
+    history: Arc<History>,
     token: Option<Secret>,
     allowed_hosts: Arc<Vec<String>>,
 }
@@ -65,6 +77,7 @@ pub async fn bind(config: &AdminConfig, runtime: Arc<Runtime>) -> anyhow::Result
     }
     let state = AppState {
         runtime,
+        history: Arc::default(),
         token,
         allowed_hosts: Arc::new(
             config
@@ -76,6 +89,7 @@ pub async fn bind(config: &AdminConfig, runtime: Arc<Runtime>) -> anyhow::Result
     };
     let api = Router::new()
         .route("/api/pipelines", get(pipelines))
+        .route("/api/history", get(history))
         .route("/api/pipelines/{pipeline}/sinks/{sink}/wait", get(wait))
         .merge(
             Router::new()
@@ -100,9 +114,14 @@ pub async fn bind(config: &AdminConfig, runtime: Arc<Runtime>) -> anyhow::Result
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     let router = Router::new()
         .route("/health", get(|| async { "ok\n" }))
+        .merge(console::routes())
         .merge(protected)
-        .with_state(state);
-    Ok(AdminServer { listener, router })
+        .with_state(state.clone());
+    Ok(AdminServer {
+        listener,
+        router,
+        state,
+    })
 }
 
 impl AdminServer {
@@ -111,11 +130,13 @@ impl AdminServer {
         self.listener.local_addr()
     }
 
-    /// Serves until `cancel` fires.
+    /// Serves, and samples the console's history, until `cancel` fires.
     pub async fn serve(self, cancel: CancellationToken) {
         if let Ok(addr) = self.listener.local_addr() {
             tracing::info!(%addr, "admin API listening");
         }
+        let history = self.state.history.clone();
+        tokio::spawn(history.sample_every_second(self.state.runtime.clone(), cancel.clone()));
         if let Err(e) = axum::serve(self.listener, self.router)
             .with_graceful_shutdown(cancel.cancelled_owned())
             .await
@@ -229,6 +250,27 @@ async fn metrics(State(state): State<AppState>) -> Response {
 
 async fn pipelines(State(state): State<AppState>) -> Response {
     axum::Json(state.runtime.statuses()).into_response()
+}
+
+#[derive(Debug, Deserialize)]
+struct HistoryParams {
+    /// `minutes` (the default) or `hours`.
+    range: Option<String>,
+}
+
+async fn history(State(state): State<AppState>, Query(params): Query<HistoryParams>) -> Response {
+    let range = match params.range.as_deref() {
+        None | Some("minutes") => Range::Minutes,
+        Some("hours") => Range::Hours,
+        Some(other) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                format!("range={other:?}: allowed: minutes, hours"),
+            )
+                .into_response();
+        }
+    };
+    axum::Json(state.history.series(range)).into_response()
 }
 
 #[derive(Debug, Deserialize)]
