@@ -6,9 +6,9 @@
 //! script sends with `fetch` (the operator types the token once; it stays in the tab's
 //! `sessionStorage`). A header, unlike a cookie, is never sent by the browser on its own, so
 //! another site's page cannot act with it (no cross-site request forgery to defend against),
-//! and the API's Host and Origin rules still apply to every call the page makes: a page
-//! reached through DNS rebinding, or another origin's, is refused, and the console shows the
-//! API's reason. The page polls the API every two seconds (`EventSource` cannot send the
+//! and the API's rules still apply to every call the page makes: under a rebound host name
+//! (DNS rebinding) every call is refused, from another origin every action, and the console
+//! shows the API's reason. The page polls the API every two seconds (`EventSource` cannot send the
 //! header). Its plots are hand-written SVG polylines: a few lines of script where a chart
 //! library would be a vendored file larger than the whole console.
 
@@ -49,7 +49,6 @@ fn file(content_type: &'static str, body: &'static str) -> impl IntoResponse {
                  connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
             ),
             (header::X_FRAME_OPTIONS, "DENY"),
-            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
             (header::REFERRER_POLICY, "no-referrer"),
             (header::CACHE_CONTROL, "no-cache"),
         ],

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
@@ -53,33 +53,60 @@ pub struct Sample {
 /// An error a source or sink met, or a record a sink set aside.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Notice {
-    /// Milliseconds since the epoch.
+    /// Milliseconds since the epoch (of its last repeat).
     pub t: i64,
     pub pipeline: String,
-    /// `source`, or the sink's name.
+    /// `source`, or `sink NAME`.
     pub component: String,
     /// `error` or `dead_letter`.
     pub kind: &'static str,
     /// The error, or the record's offset and the reason it was set aside.
     pub message: String,
+    /// Times the same message came again right after (a component retrying on one error).
+    pub repeats: u64,
 }
 
-/// What [`History::record`] compares a status with: the counters at the last sample of each
-/// series, and the errors and dead letters already noticed.
+/// A pipeline's source or one of its sinks (a sink may be named `source`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Component {
+    Source,
+    Sink(String),
+}
+
+impl std::fmt::Display for Component {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Component::Source => f.write_str("source"),
+            Component::Sink(name) => write!(f, "sink {name}"),
+        }
+    }
+}
+
+/// A component's errors and dead letters as the last sample saw them.
+#[derive(Debug, Default)]
+struct Noticed {
+    errors: u64,
+    last_error: Option<String>,
+    dead_lettered: u64,
+}
+
+/// What [`History::record`] compares a status with.
 #[derive(Debug, Default)]
 struct Seen {
     /// Per pipeline: its counters at the last sample of the recent series.
     recent: BTreeMap<String, Totals>,
     /// Per pipeline: its counters at the last sample of the long series.
     long: BTreeMap<String, Totals>,
-    /// Per (pipeline, component): its errors and its dead letters.
-    errors: BTreeMap<(String, String), (u64, u64)>,
+    /// When the long series took its last sample.
+    long_at: Option<Instant>,
+    /// Per pipeline and component: what was noticed of it.
+    noticed: BTreeMap<(String, Component), Noticed>,
 }
 
 /// A pipeline's counters at one moment.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 struct Totals {
-    t: i64,
+    at: Instant,
     appended: u64,
     applied: BTreeMap<String, u64>,
 }
@@ -112,84 +139,99 @@ pub enum Range {
 pub struct Series {
     /// Seconds between samples.
     pub step_s: u64,
+    /// Oldest first.
     pub samples: Vec<Sample>,
     /// Newest last.
     pub notices: Vec<Notice>,
 }
 
 impl History {
-    /// Takes a sample of `statuses` at `now_ms`: one into the recent series, one into the long
-    /// series once a minute has passed since its last, and a notice of every new error and
-    /// dead letter.
-    pub fn record(&self, statuses: &[PipelineStatus], now_ms: i64) {
+    /// Takes a sample of `statuses`, labelled `now_ms` (the wall clock) and timed by `at` (a
+    /// monotonic clock, which rates and the long series' minute follow): one into the recent
+    /// series, one into the long series once a minute has passed since its last, and a notice
+    /// of every new error and dead letter.
+    pub fn record(&self, statuses: &[PipelineStatus], now_ms: i64, at: Instant) {
         let mut rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
         let rings = &mut *rings;
-        let recent = sample(statuses, now_ms, &mut rings.seen.recent);
+        let recent = sample(statuses, now_ms, at, &mut rings.seen.recent);
         push(&mut rings.recent, recent, RECENT);
         let minute_passed = rings
-            .long
-            .back()
-            .is_none_or(|last| now_ms - last.t >= 60_000);
+            .seen
+            .long_at
+            .is_none_or(|last| at.duration_since(last) >= Duration::from_secs(60));
         if minute_passed {
-            let long = sample(statuses, now_ms, &mut rings.seen.long);
+            let long = sample(statuses, now_ms, at, &mut rings.seen.long);
             push(&mut rings.long, long, LONG);
+            rings.seen.long_at = Some(at);
         }
         for p in statuses {
-            let mut notice = |component: &str, kind: &'static str, message: &str| {
-                let notice = Notice {
-                    t: now_ms,
-                    pipeline: p.name.clone(),
-                    component: component.to_owned(),
-                    kind,
-                    message: message.to_owned(),
+            let source = (Component::Source, &p.source, 0, None);
+            let sinks = p.sinks.iter().map(|(name, s)| {
+                let dead = (s.dead_lettered, s.last_dead_letter.as_ref());
+                (Component::Sink(name.clone()), &s.component, dead.0, dead.1)
+            });
+            for (component, status, dead_lettered, last_dead) in
+                std::iter::once(source).chain(sinks)
+            {
+                let key = (p.name.clone(), component);
+                let before = rings.seen.noticed.remove(&key).unwrap_or_default();
+                let mut notice = |kind: &'static str, message: String| {
+                    let notice = Notice {
+                        t: now_ms,
+                        pipeline: p.name.clone(),
+                        component: key.1.to_string(),
+                        kind,
+                        message,
+                        repeats: 0,
+                    };
+                    add_notice(&mut rings.notices, notice);
                 };
-                push(&mut rings.notices, notice, NOTICES);
-            };
-            let components = std::iter::once(("source", &p.source, 0, None)).chain(
-                p.sinks.iter().map(|(name, s)| {
-                    (
-                        name.as_str(),
-                        &s.component,
-                        s.dead_lettered,
-                        s.last_dead_letter.as_ref(),
-                    )
-                }),
-            );
-            for (name, component, dead, last_dead) in components {
-                let key = (p.name.clone(), name.to_owned());
-                let (errors, dead_before) =
-                    rings.seen.errors.get(&key).copied().unwrap_or_default();
-                if component.errors > errors
-                    && let Some(error) = &component.last_error
+                // A new error, or another error (a sink's state of needing a replay is one
+                // without being counted as one).
+                if let Some(error) = &status.last_error
+                    && (status.errors > before.errors || before.last_error.as_ref() != Some(error))
                 {
-                    notice(name, "error", error);
+                    notice("error", error.clone());
                 }
-                if dead > dead_before
+                if dead_lettered > before.dead_lettered
                     && let Some(reason) = last_dead
                 {
-                    let also = dead - dead_before - 1;
+                    let also = dead_lettered - before.dead_lettered - 1;
                     let message = if also > 0 {
                         format!("{reason} (and {also} more)")
                     } else {
                         reason.clone()
                     };
-                    notice(name, "dead_letter", &message);
+                    notice("dead_letter", message);
                 }
-                rings.seen.errors.insert(key, (component.errors, dead));
+                let noticed = Noticed {
+                    errors: status.errors,
+                    last_error: status.last_error.clone(),
+                    dead_lettered,
+                };
+                rings.seen.noticed.insert(key, noticed);
             }
         }
     }
 
-    /// The series of `range` and the recent notices.
-    pub fn series(&self, range: Range) -> Series {
+    /// The samples of `range` taken after `since` (ms since the epoch; all without it), and
+    /// the recent notices.
+    pub fn series(&self, range: Range, since: Option<i64>) -> Series {
         let rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
         let (step_s, samples) = match range {
             Range::Minutes => (1, &rings.recent),
             Range::Hours => (60, &rings.long),
         };
+        let since = since.unwrap_or(i64::MIN);
+        // Newest last: the ones after `since` are at the end.
+        let after = samples.iter().rev().take_while(|s| s.t > since).count();
         Series {
             step_s,
-            samples: samples.iter().cloned().collect(),
+            samples: samples
+                .iter()
+                .skip(samples.len() - after)
+                .cloned()
+                .collect(),
             notices: rings.notices.iter().cloned().collect(),
         }
     }
@@ -205,9 +247,26 @@ impl History {
         loop {
             tokio::select! {
                 () = cancel.cancelled() => return,
-                _ = tick.tick() => self.record(&runtime.statuses(), crate::runtime::now_ms()),
+                _ = tick.tick() => {
+                    self.record(&runtime.statuses(), crate::runtime::now_ms(), Instant::now());
+                }
             }
         }
+    }
+}
+
+/// Adds `notice`, or counts it as a repeat of the same component's last one of its kind
+/// where that said the same.
+fn add_notice(notices: &mut VecDeque<Notice>, notice: Notice) {
+    let last = notices.iter_mut().rev().find(|n| {
+        n.pipeline == notice.pipeline && n.component == notice.component && n.kind == notice.kind
+    });
+    match last {
+        Some(last) if last.message == notice.message => {
+            last.repeats += 1;
+            last.t = notice.t;
+        }
+        _ => push(notices, notice, NOTICES),
     }
 }
 
@@ -218,27 +277,32 @@ fn push<T>(ring: &mut VecDeque<T>, item: T, cap: usize) {
     ring.push_back(item);
 }
 
-/// A sample of `statuses` at `now_ms`, its rates the differences from `last` (which it
-/// updates); a counter that went back (the daemon restarted) counts from zero.
-fn sample(statuses: &[PipelineStatus], now_ms: i64, last: &mut BTreeMap<String, Totals>) -> Sample {
-    let rate = |now: u64, before: Option<u64>, since: i64| -> f64 {
-        let seconds = (now_ms - since) as f64 / 1000.0;
-        match before {
-            Some(before) if seconds > 0.0 => now.saturating_sub(before) as f64 / seconds,
-            _ => 0.0,
-        }
-    };
+/// A sample of `statuses`, its rates the differences from `last` (which it updates) over the
+/// time since; a counter that went back (the daemon restarted) gives a rate of 0, not a
+/// negative one.
+fn sample(
+    statuses: &[PipelineStatus],
+    now_ms: i64,
+    at: Instant,
+    last: &mut BTreeMap<String, Totals>,
+) -> Sample {
     let mut pipelines = BTreeMap::new();
     for p in statuses {
         let before = last.get(&p.name);
-        let since = before.map_or(now_ms, |b| b.t);
+        let seconds = before.map_or(0.0, |b| at.duration_since(b.at).as_secs_f64());
+        let rate = |now: u64, before: Option<u64>| -> f64 {
+            match before {
+                Some(before) if seconds > 0.0 => now.saturating_sub(before) as f64 / seconds,
+                _ => 0.0,
+            }
+        };
         let sinks = p
             .sinks
             .iter()
             .map(|(name, s)| {
                 let applied_before = before.and_then(|b| b.applied.get(name).copied());
                 let sample = SinkSample {
-                    rate: rate(s.records_applied, applied_before, since),
+                    rate: rate(s.records_applied, applied_before),
                     lag_records: s.lag_records,
                     lag_s: s.lag_ms as f64 / 1000.0,
                 };
@@ -246,7 +310,7 @@ fn sample(statuses: &[PipelineStatus], now_ms: i64, last: &mut BTreeMap<String, 
             })
             .collect();
         let sample = PipelineSample {
-            appended_rate: rate(p.records_appended, before.map(|b| b.appended), since),
+            appended_rate: rate(p.records_appended, before.map(|b| b.appended)),
             snapshot_rows: p
                 .source_metrics
                 .get("incremental_snapshot_rows")
@@ -255,18 +319,16 @@ fn sample(statuses: &[PipelineStatus], now_ms: i64, last: &mut BTreeMap<String, 
             sinks,
         };
         pipelines.insert(p.name.clone(), sample);
-        last.insert(
-            p.name.clone(),
-            Totals {
-                t: now_ms,
-                appended: p.records_appended,
-                applied: p
-                    .sinks
-                    .iter()
-                    .map(|(name, s)| (name.clone(), s.records_applied))
-                    .collect(),
-            },
-        );
+        let totals = Totals {
+            at,
+            appended: p.records_appended,
+            applied: p
+                .sinks
+                .iter()
+                .map(|(name, s)| (name.clone(), s.records_applied))
+                .collect(),
+        };
+        last.insert(p.name.clone(), totals);
     }
     Sample {
         t: now_ms,
@@ -279,8 +341,15 @@ mod tests {
     use super::*;
     use crate::runtime::status::{SinkStatus, State};
 
-    fn status(appended: u64, applied: u64, errors: u64, dead: u64) -> Vec<PipelineStatus> {
-        let mut sink = SinkStatus {
+    /// A pipeline `shop` with one sink, named `sink`.
+    fn status(
+        sink: &str,
+        appended: u64,
+        applied: u64,
+        errors: u64,
+        dead: u64,
+    ) -> Vec<PipelineStatus> {
+        let mut status = SinkStatus {
             records_applied: applied,
             lag_records: appended - applied,
             lag_ms: 2500,
@@ -288,25 +357,30 @@ mod tests {
             last_dead_letter: (dead > 0).then(|| format!("offset {dead}: refused")),
             ..Default::default()
         };
-        sink.component.errors = errors;
+        status.component.errors = errors;
         if errors > 0 {
-            sink.component.state = State::Retrying;
-            sink.component.last_error = Some(format!("error {errors}"));
+            status.component.state = State::Retrying;
+            status.component.last_error = Some(format!("error {}", errors.min(2)));
         }
         vec![PipelineStatus {
             name: "shop".into(),
             records_appended: appended,
-            sinks: [("cache".to_owned(), sink)].into(),
+            sinks: [(sink.to_owned(), status)].into(),
             ..Default::default()
         }]
     }
 
+    /// Records `statuses` at `ms` on both clocks (the monotonic one from `start`).
+    fn record(history: &History, start: Instant, ms: i64, statuses: &[PipelineStatus]) {
+        history.record(statuses, ms, start + Duration::from_millis(ms as u64));
+    }
+
     #[test]
     fn rates_are_differences_over_the_time_between_samples() {
-        let history = History::default();
-        history.record(&status(100, 50, 0, 0), 10_000);
-        history.record(&status(300, 250, 0, 0), 12_000);
-        let series = history.series(Range::Minutes);
+        let (history, start) = (History::default(), Instant::now());
+        record(&history, start, 10_000, &status("cache", 100, 50, 0, 0));
+        record(&history, start, 12_000, &status("cache", 300, 250, 0, 0));
+        let series = history.series(Range::Minutes, None);
         assert_eq!(series.step_s, 1);
         let last = &series.samples[1].pipelines["shop"];
         assert_eq!(last.appended_rate, 100.0);
@@ -319,50 +393,94 @@ mod tests {
             }
         );
         // The first sample has nothing to differ from; a counter that went back (a restart)
-        // counts from zero, never negative.
+        // gives 0, never a negative rate.
         assert_eq!(series.samples[0].pipelines["shop"].appended_rate, 0.0);
-        history.record(&status(10, 5, 0, 0), 13_000);
-        let series = history.series(Range::Minutes);
+        record(&history, start, 13_000, &status("cache", 10, 5, 0, 0));
+        let series = history.series(Range::Minutes, None);
         assert_eq!(series.samples[2].pipelines["shop"].sinks["cache"].rate, 0.0);
+        // Only what came after `since`.
+        let since: Vec<i64> = history
+            .series(Range::Minutes, Some(10_000))
+            .samples
+            .iter()
+            .map(|s| s.t)
+            .collect();
+        assert_eq!(since, [12_000, 13_000]);
+        assert!(
+            history
+                .series(Range::Minutes, Some(13_000))
+                .samples
+                .is_empty()
+        );
     }
 
     #[test]
     fn the_long_series_takes_a_sample_a_minute_with_its_rate_over_the_minute() {
-        let history = History::default();
+        let (history, start) = (History::default(), Instant::now());
         for second in 0..=120 {
-            history.record(&status(second * 10, second * 6, 0, 0), second as i64 * 1000);
+            let ms = second as i64 * 1000;
+            record(
+                &history,
+                start,
+                ms,
+                &status("cache", second * 10, second * 6, 0, 0),
+            );
         }
-        let long = history.series(Range::Hours);
+        let long = history.series(Range::Hours, None);
         assert_eq!(long.step_s, 60);
         let times: Vec<i64> = long.samples.iter().map(|s| s.t).collect();
         assert_eq!(times, [0, 60_000, 120_000]);
         assert_eq!(long.samples[2].pipelines["shop"].sinks["cache"].rate, 6.0);
-        assert_eq!(history.series(Range::Minutes).samples.len(), 121);
+        assert_eq!(history.series(Range::Minutes, None).samples.len(), 121);
     }
 
     #[test]
-    fn each_new_error_and_dead_letter_is_one_notice() {
-        let history = History::default();
-        history.record(&status(10, 10, 0, 0), 1000);
-        history.record(&status(10, 10, 1, 0), 2000);
-        history.record(&status(10, 10, 1, 0), 3000);
-        history.record(&status(10, 10, 1, 3), 4000);
-        let notices: Vec<(i64, &str, String)> = history
-            .series(Range::Minutes)
+    fn each_new_error_and_dead_letter_is_one_notice_and_a_repeated_error_counts_its_repeats() {
+        // A sink named like the source is told apart from it.
+        let (history, start) = (History::default(), Instant::now());
+        record(&history, start, 1000, &status("source", 10, 10, 0, 0));
+        record(&history, start, 2000, &status("source", 10, 10, 1, 0));
+        record(&history, start, 3000, &status("source", 10, 10, 1, 0));
+        record(&history, start, 4000, &status("source", 10, 10, 1, 3));
+        // Retrying on another error, then on that one again and again.
+        record(&history, start, 5000, &status("source", 10, 10, 2, 3));
+        record(&history, start, 6000, &status("source", 10, 10, 3, 3));
+        record(&history, start, 7000, &status("source", 10, 10, 4, 3));
+        let notices: Vec<(i64, String, &str, String, u64)> = history
+            .series(Range::Minutes, None)
             .notices
             .into_iter()
-            .map(|n| (n.t, n.kind, n.message))
+            .map(|n| (n.t, n.component, n.kind, n.message, n.repeats))
             .collect();
+        let sink = || "sink source".to_owned();
         assert_eq!(
             notices,
             [
-                (2000, "error", "error 1".to_owned()),
+                (2000, sink(), "error", "error 1".to_owned(), 0),
                 (
                     4000,
+                    sink(),
                     "dead_letter",
-                    "offset 3: refused (and 2 more)".to_owned()
+                    "offset 3: refused (and 2 more)".to_owned(),
+                    0
                 ),
+                (7000, sink(), "error", "error 2".to_owned(), 2),
             ]
         );
+    }
+
+    #[test]
+    fn an_error_that_is_not_counted_is_noticed_by_its_text() {
+        let (history, start) = (History::default(), Instant::now());
+        let mut statuses = status("cache", 10, 10, 0, 0);
+        record(&history, start, 1000, &statuses);
+        let sink = statuses[0].sinks.get_mut("cache").unwrap();
+        sink.component.state = State::NeedsReplay;
+        sink.component.last_error = Some("the change log reached max_size".into());
+        record(&history, start, 2000, &statuses);
+        record(&history, start, 3000, &statuses);
+        let notices = history.series(Range::Minutes, None).notices;
+        assert_eq!(notices.len(), 1, "{notices:?}");
+        assert_eq!(notices[0].message, "the change log reached max_size");
     }
 }

@@ -1,14 +1,15 @@
 //! The admin HTTP API, on loopback by default:
 //!
-//! - `GET /`: the operator's console, a page that reads and acts through the endpoints below
-//!   (it needs no token itself; what it reads and does does, see [`console`]);
+//! - `GET /` (and its `/console.js`, `/console.css`): the operator's console, a page that
+//!   reads and acts through the endpoints below; the page needs no token, the endpoints it
+//!   calls do (see [`console`]);
 //! - `GET /health`: the process is alive (never needs the token);
 //! - `GET /ready`: every pipeline's source and sinks are running (503 otherwise);
 //! - `GET /metrics`: Prometheus text;
 //! - `GET /api/pipelines`: status JSON (what `siphon status` prints);
-//! - `GET /api/history?range=minutes|hours`: every sink's throughput and lag a second over
-//!   the last 15 minutes (or a minute over the last 24 hours), and the recent errors and
-//!   dead-lettered records ([`history`]);
+//! - `GET /api/history?range=minutes|hours&since=MS`: every sink's throughput and lag a
+//!   second over the last 15 minutes (or a minute over the last 24 hours), and the recent
+//!   errors and dead-lettered records ([`history`]);
 //! - `POST /api/pipelines/{pipeline}/sinks/{sink}/replay?from=N&reset=true`: start a replay;
 //! - `POST /api/pipelines/{pipeline}/snapshot?tables=schema.table,…`: an incremental
 //!   snapshot of those tables while streaming goes on (progress in the source's metrics);
@@ -18,7 +19,8 @@
 //!   read-your-writes, 200 once the sink's store has every change committed up to that
 //!   source position, 408 when the time runs out; the body says where the sink stands.
 //!
-//! With a token configured, every endpoint but `/health` needs `Authorization: Bearer TOKEN`.
+//! With a token configured, every endpoint but `/health` and the console's static files needs
+//! `Authorization: Bearer TOKEN`.
 //! The `/api` endpoints refuse a `Host` header that names a host other than an IP address,
 //! `localhost` or `allowed_hosts` (a web page reaching the API through DNS rebinding), and
 //! the replay and snapshot endpoints refuse a cross-origin request (a web page the operator has open
@@ -116,6 +118,16 @@ pub async fn bind(config: &AdminConfig, runtime: Arc<Runtime>) -> anyhow::Result
         .route("/health", get(|| async { "ok\n" }))
         .merge(console::routes())
         .merge(protected)
+        // No answer is read as anything but its declared type (an error echoes its input).
+        .layer(axum::middleware::map_response(
+            |mut response: Response| async move {
+                response.headers_mut().insert(
+                    header::X_CONTENT_TYPE_OPTIONS,
+                    header::HeaderValue::from_static("nosniff"),
+                );
+                response
+            },
+        ))
         .with_state(state.clone());
     Ok(AdminServer {
         listener,
@@ -256,6 +268,9 @@ async fn pipelines(State(state): State<AppState>) -> Response {
 struct HistoryParams {
     /// `minutes` (the default) or `hours`.
     range: Option<String>,
+    /// Only the samples taken after this time (ms since the epoch): a page that has the
+    /// earlier ones asks for the new ones only.
+    since: Option<i64>,
 }
 
 async fn history(State(state): State<AppState>, Query(params): Query<HistoryParams>) -> Response {
@@ -270,7 +285,7 @@ async fn history(State(state): State<AppState>, Query(params): Query<HistoryPara
                 .into_response();
         }
     };
-    axum::Json(state.history.series(range)).into_response()
+    axum::Json(state.history.series(range, params.since)).into_response()
 }
 
 #[derive(Debug, Deserialize)]

@@ -393,10 +393,10 @@ impl LogKind for FileLogKind {
             kept.push(format!("at most {cap}"));
         }
         if kept.is_empty() {
-            kept.push("everything".to_owned());
+            kept.push("every segment".to_owned());
         }
         if config.compaction {
-            kept.push("compacted".to_owned());
+            kept.push("compacted to each key's newest record".to_owned());
         }
         kept.join(", ")
     }

@@ -163,10 +163,14 @@ function sinkRow(section, pipeline, name) {
   let row = $(`tr.sink[data-sink="${CSS.escape(name)}"]`, section);
   if (row) return row;
   const from = el("input", { type: "number", min: "0", value: "0", class: "replay-from", "aria-label": "replay from offset" });
-  const reset = el("input", { type: "checkbox", class: "replay-reset", checked: "" });
+  const reset = el("input", { type: "checkbox", class: "replay-reset" });
   const replay = el("button", { type: "button", "data-action": "replay", class: "danger", text: "Replay" });
   replay.addEventListener("click", () => {
-    const offset = Math.max(0, parseInt(from.value || "0", 10));
+    const offset = Number(from.value || "0");
+    if (!Number.isSafeInteger(offset) || offset < 0) {
+      say("Replay sink " + name + ": the offset to replay from is a whole number, 0 or more.", "action");
+      return;
+    }
     const path = "/api/pipelines/" + encodeURIComponent(pipeline) + "/sinks/" + encodeURIComponent(name)
       + "/replay?from=" + offset + (reset.checked ? "&reset=true" : "");
     act("Replay sink " + name + " from offset " + offset + (reset.checked ? ", resetting its store" : ""), "POST", path);
@@ -197,7 +201,9 @@ function drawSnapshot(section, metrics, samples, pipeline) {
   const left = m("tables_left") || 0;
   const rows = m("rows") || 0;
   const tableRows = m("table_rows") || 0;
-  const estimate = Math.max(m("table_rows_estimate") || 0, tableRows);
+  // The database's estimate of the table's size: 0 for a table never analyzed.
+  const estimated = m("table_rows_estimate") || 0;
+  const estimate = Math.max(estimated, tableRows);
   // Rows a second over the last ten samples.
   const recent = samples.slice(-11).map((s) => [s.t, s.pipelines[pipeline] ? s.pipelines[pipeline].snapshot_rows : 0]);
   let rate = 0;
@@ -213,12 +219,13 @@ function drawSnapshot(section, metrics, samples, pipeline) {
     text.textContent = "none asked for";
     box.dataset.state = "none";
   } else if (left > 0 || done < asked) {
-    // Without the database's estimate of the table's size (never analyzed) the bar only moves.
-    if (estimate) bar.value = Math.min(1, tableRows / estimate);
+    // Without an estimate the bar only moves; with one it stops short of its end until the
+    // snapshot is done (an estimate can be low).
+    if (estimated > 0) bar.value = Math.min(0.99, tableRows / estimate);
     else bar.removeAttribute("value");
     const paused = m("paused") ? "paused; " : "";
-    const ofTable = estimate ? format(tableRows) + " of about " + format(estimate) : format(tableRows);
-    const timeLeft = rate > 0 && estimate > tableRows ? ", this table done in about " + duration((estimate - tableRows) / rate) : "";
+    const ofTable = estimated > 0 ? format(tableRows) + " of about " + format(estimate) : format(tableRows);
+    const timeLeft = rate > 0 && estimated > tableRows ? ", this table done in about " + duration((estimated - tableRows) / rate) : "";
     text.textContent = paused + format(left) + " table(s) left; " + format(rows) + " rows read ("
       + ofTable + " in this table), " + format(rate) + " rows/s" + timeLeft;
     box.dataset.state = m("paused") ? "paused" : "running";
@@ -276,18 +283,25 @@ function draw(statuses, history) {
     list.replaceChildren(...(notices.length ? notices.map((n) => el("li", { class: n.kind },
       el("span", { class: "muted", text: new Date(n.t).toLocaleTimeString() + " " + n.pipeline + " / " + n.component + " " }),
       el("b", { text: n.kind === "dead_letter" ? "dead-lettered " : "error " }),
-      el("span", { text: n.message }))) : [el("li", { class: "muted", text: "none" })]));
+      el("span", { text: n.message + (n.repeats ? " (" + (n.repeats + 1) + " times)" : "") }))) : [el("li", { class: "muted", text: "none" })]));
   }
 }
+
+// The samples this page has, of the chosen range: each poll asks for the newer ones only.
+const KEPT = { minutes: 15 * 60, hours: 24 * 60 };
+let history = { range: null, samples: [], notices: [] };
 
 let polling = false;
 async function poll() {
   if (polling) return;
   polling = true;
   try {
-    const [statuses, history] = await Promise.all([
+    const range = $("#range").value;
+    if (history.range !== range) history = { range, samples: [], notices: [] };
+    const last = history.samples[history.samples.length - 1];
+    const [statuses, newer] = await Promise.all([
       api("GET", "/api/pipelines"),
-      api("GET", "/api/history?range=" + $("#range").value),
+      api("GET", "/api/history?range=" + range + (last ? "&since=" + last.t : "")),
     ]);
     if (!statuses.ok) {
       say(refusal("Reading the pipelines' status", statuses), "status");
@@ -295,7 +309,12 @@ async function poll() {
       return;
     }
     unsay("status");
-    draw(statuses.body, history.ok ? history.body : null);
+    if (newer.ok && history.range === range) {
+      history.samples.push(...newer.body.samples);
+      history.samples.splice(0, Math.max(0, history.samples.length - KEPT[range]));
+      history.notices = newer.body.notices;
+    }
+    draw(statuses.body, newer.ok ? history : null);
     $("#updated").textContent = "updated " + new Date().toLocaleTimeString();
   } finally {
     polling = false;
