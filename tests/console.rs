@@ -20,7 +20,7 @@ use serde_json::{Value as Json, json};
 use siphon_test_support::{Daemon, free_port, postgres};
 
 const TOKEN: &str = "console-test-token";
-const BIG_ROWS: i64 = 100_000;
+const BIG_ROWS: i64 = 300_000;
 const DASHBOARD: &str = "packaging/grafana/siphon-dashboard.json";
 const RULES: &str = "packaging/prometheus/siphon-alerts.yml";
 
@@ -115,10 +115,10 @@ async fn eval(browser: &Client, script: &str) -> Json {
 /// `stall` in all.
 async fn wait_page(browser: &Client, what: &str, stall: Duration, check: &str) -> Json {
     let probe = format!(
-        "const answer = (() => {{ {check} }})();
+        "const visible = (css) => {{ const m = document.querySelector(css); return m.hidden ? '' : m.textContent; }};
+         const answer = (() => {{ {check} }})();
          return {{answer, shown: document.querySelector('#pipelines').textContent,
-                  status: document.querySelector('#status-message').textContent,
-                  action: document.querySelector('#action-message').textContent}};"
+                  status: visible('#status-message'), action: visible('#action-message')}};"
     );
     let started = Instant::now();
     let mut moved = (Json::Null, Instant::now());
@@ -312,7 +312,7 @@ path = "{out}"
 [pipelines.demo.sinks.hook]
 kind = "http"
 url = "http://127.0.0.1:{hook_port}/hook"
-batch_size = 20
+batch_size = 500
 "#,
             data = dir.path().join("data").display(),
             out = dir.path().join("out").display(),
@@ -392,7 +392,8 @@ batch_size = 20
     eprintln!("events/s points: {before} -> {changed}");
     screenshot(&browser, "2-streaming").await;
 
-    // A snapshot started from the page, its progress shown to its end.
+    // A snapshot started from the page, paused and resumed there, its progress shown to its
+    // end.
     type_into(
         &browser,
         ".pipeline[data-pipeline=\"demo\"] .snapshot-tables",
@@ -404,18 +405,57 @@ batch_size = 20
         ".pipeline[data-pipeline=\"demo\"] [data-action=\"snapshot-start\"]",
     )
     .await;
-    let running = wait_page(
+    // Rows read and more to come, or (a machine fast enough to read them all between two of
+    // the page's polls) done.
+    let midway = wait_page(
         &browser,
         "the snapshot's progress",
         stall,
         "const s = document.querySelector('.snapshot');
-         return s.dataset.state === 'running' || s.dataset.state === 'done'
+         return (s.dataset.state === 'running' && +s.dataset.rows > 0) || s.dataset.state === 'done'
            ? {state: s.dataset.state, text: s.querySelector('.snapshot-text').textContent,
               bar: s.querySelector('progress').value} : null;",
     )
     .await;
-    eprintln!("snapshot: {running}");
+    eprintln!("snapshot midway: {midway}");
     screenshot(&browser, "3-snapshot-progress").await;
+    if midway["state"] == "running" {
+        let bar = midway["bar"].as_f64().unwrap();
+        assert!(bar > 0.0 && bar < 1.0, "{midway}");
+        let text = midway["text"].as_str().unwrap();
+        assert!(text.contains("of about 300.0k in this table"), "{midway}");
+    }
+    // Paused from the page (unless it is done already), then resumed.
+    act(
+        &browser,
+        ".pipeline[data-pipeline=\"demo\"] [data-action=\"snapshot-pause\"]",
+    )
+    .await;
+    let paused = wait_page(
+        &browser,
+        "the snapshot paused",
+        stall,
+        "const s = document.querySelector('.snapshot');
+         return s.dataset.state === 'paused' || s.dataset.state === 'done'
+           ? {state: s.dataset.state, text: s.querySelector('.snapshot-text').textContent} : null;",
+    )
+    .await;
+    eprintln!("snapshot paused: {paused}");
+    if paused["state"] == "paused" {
+        assert!(
+            paused["text"]
+                .as_str()
+                .unwrap()
+                .starts_with("paused; 1 table(s) left"),
+            "{paused}"
+        );
+        screenshot(&browser, "3b-snapshot-paused").await;
+    }
+    act(
+        &browser,
+        ".pipeline[data-pipeline=\"demo\"] [data-action=\"snapshot-resume\"]",
+    )
+    .await;
     let done = wait_page(
         &browser,
         "the snapshot to complete",
@@ -428,16 +468,6 @@ batch_size = 20
     .await;
     assert_eq!(done["rows"], BIG_ROWS, "{done}");
     assert_eq!(done["bar"], 1.0, "{done}");
-    // Seen while it ran (a fast machine may finish first): the bar short of its end, the
-    // rows against the table's estimate.
-    if running["state"] == "running" {
-        let bar = running["bar"].as_f64().unwrap();
-        assert!((0.0..1.0).contains(&bar), "{running}");
-        assert!(
-            running["text"].as_str().unwrap().contains("of about"),
-            "{running}"
-        );
-    }
     screenshot(&browser, "4-snapshot-done").await;
 
     // The webhook sink stopped on purpose: the page shows its error, also among the recent.
@@ -556,8 +586,8 @@ batch_size = 20
         .await
         .unwrap();
     assert_eq!(
-        status[0]["source_metrics"]["incremental_snapshot_requests"], 1.0,
-        "only the page's snapshot was asked for: {status:#}"
+        status[0]["source_metrics"]["incremental_snapshot_requests"], 3.0,
+        "only the page's start, pause and resume were asked for: {status:#}"
     );
     assert_ne!(status[0]["sinks"]["out"]["state"], "replaying");
 

@@ -125,6 +125,11 @@ impl Progress {
     /// `incremental_snapshot_table_rows_estimate`, the database's estimate of the current
     /// table's size, for a progress bar).
     pub fn report(&self, metrics: &SourceMetrics) {
+        // A table not begun has no estimate yet (the source sets it when it opens the table):
+        // the last table's would show against it.
+        if self.table_rows == 0 && self.after.is_none() {
+            metrics.set("incremental_snapshot_table_rows_estimate", 0.0);
+        }
         metrics.set("incremental_snapshot_rows", self.rows as f64);
         metrics.set("incremental_snapshot_table_rows", self.table_rows as f64);
         metrics.set("incremental_snapshot_tables_left", self.tables.len() as f64);
@@ -304,6 +309,25 @@ pub struct Closed {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_done_tables_estimate_is_not_shown_against_the_next() {
+        let metrics = SourceMetrics::default();
+        let mut progress = Progress::default();
+        progress.request([
+            TableName::parse("a.x").unwrap(),
+            TableName::parse("a.y").unwrap(),
+        ]);
+        // The source sets a table's estimate when it opens it.
+        metrics.set("incremental_snapshot_table_rows_estimate", 100.0);
+        progress.chunk_done(60, Some(vec!["60".into()]));
+        progress.report(&metrics);
+        let estimate = |m: &SourceMetrics| m.values()["incremental_snapshot_table_rows_estimate"];
+        assert_eq!(estimate(&metrics), 100.0, "the table being read keeps it");
+        progress.chunk_done(40, None);
+        progress.report(&metrics);
+        assert_eq!(estimate(&metrics), 0.0, "a.y, not opened yet, has none");
+    }
 
     #[test]
     fn stop_keeps_the_row_count_and_pause_survives_new_tables() {

@@ -218,7 +218,11 @@ function drawSnapshot(section, metrics, samples, pipeline) {
     bar.value = 0;
     text.textContent = "none asked for";
     box.dataset.state = "none";
-  } else if (left > 0 || done < asked) {
+  } else if (done < asked) {
+    bar.removeAttribute("value");
+    text.textContent = "asked for; waiting for the source to take it";
+    box.dataset.state = "asked";
+  } else if (left > 0) {
     // Without an estimate the bar only moves; with one it stops short of its end until the
     // snapshot is done (an estimate can be low).
     if (estimated > 0) bar.value = Math.min(0.99, tableRows / estimate);
@@ -226,8 +230,9 @@ function drawSnapshot(section, metrics, samples, pipeline) {
     const paused = m("paused") ? "paused; " : "";
     const ofTable = estimated > 0 ? format(tableRows) + " of about " + format(estimate) : format(tableRows);
     const timeLeft = rate > 0 && estimated > tableRows ? ", this table done in about " + duration((estimated - tableRows) / rate) : "";
+    const speed = paused ? "" : ", " + format(rate) + " rows/s" + timeLeft;
     text.textContent = paused + format(left) + " table(s) left; " + format(rows) + " rows read ("
-      + ofTable + " in this table), " + format(rate) + " rows/s" + timeLeft;
+      + ofTable + " in this table)" + speed;
     box.dataset.state = m("paused") ? "paused" : "running";
   } else {
     bar.value = 1;
