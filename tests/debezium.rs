@@ -30,7 +30,6 @@ use std::time::{Duration, Instant};
 
 use common::debezium::{self, records, slot_active};
 use rdkafka::Message as _;
-use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Headers as _;
 use serde_json::Value as Json;
 use siphon_test_support::{Daemon, KafkaBroker, PgDatabase, RegistryStandIn, free_port, postgres};
@@ -446,21 +445,7 @@ fn consume_avro(
     at_least: usize,
     daemon: &Daemon,
 ) -> Vec<Json> {
-    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", broker.brokers())
-        .set("group.id", "debezium-test")
-        .set("isolation.level", "read_committed")
-        .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest")
-        .create()
-        .unwrap();
-    let mut assignment = rdkafka::TopicPartitionList::new();
-    for topic in topics {
-        assignment
-            .add_partition_offset(topic, 0, rdkafka::Offset::Beginning)
-            .unwrap();
-    }
-    consumer.assign(&assignment).unwrap();
+    let consumer = debezium::committed_reader(&broker.brokers(), "debezium-test", topics);
     let mut read: Vec<(u64, Json)> = Vec::new();
     let mut last_progress = Instant::now();
     while read.len() < at_least {

@@ -25,7 +25,6 @@ use common::Setup;
 use common::debezium::{self, records, slot_active};
 use common::pg::current_lsn;
 use rdkafka::Message as _;
-use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Headers as _;
 use serde_json::Value as Json;
 use siphon_test_support::{Daemon, KafkaBroker, PgDatabase, postgres};
@@ -122,21 +121,7 @@ fn theirs(record: &Json) -> (String, Json) {
 /// its `id` header (siphon's `siphon.*` headers left out), each id's records in a list;
 /// waits for `at_least` records as long as records come (`daemon` says why they do not).
 fn consume(broker: &KafkaBroker, at_least: usize, daemon: &Daemon) -> BTreeMap<String, Vec<Json>> {
-    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", broker.brokers())
-        .set("group.id", "outbox-test")
-        .set("isolation.level", "read_committed")
-        .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest")
-        .create()
-        .unwrap();
-    let mut assignment = rdkafka::TopicPartitionList::new();
-    for topic in TOPICS {
-        assignment
-            .add_partition_offset(topic, 0, rdkafka::Offset::Beginning)
-            .unwrap();
-    }
-    consumer.assign(&assignment).unwrap();
+    let consumer = debezium::committed_reader(&broker.brokers(), "outbox-test", &TOPICS);
     let mut read: BTreeMap<String, Vec<Json>> = BTreeMap::new();
     let (mut count, mut last_progress) = (0, Instant::now());
     // Past `at_least`, a few more seconds: a duplicate would come then.

@@ -4,6 +4,7 @@
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use serde_json::Value as Json;
 use siphon_test_support::PgDatabase;
 
@@ -24,6 +25,27 @@ pub fn dump(
         .env("DBZ_IDLE_S", idle_s.to_string())
         .stdout(Stdio::null());
     cmd
+}
+
+/// A `read_committed` consumer in group `group` of partition 0 of each of `topics`, from its
+/// beginning: what siphon's Kafka sink committed, read as Debezium's records are.
+pub fn committed_reader(brokers: &str, group: &str, topics: &[&str]) -> BaseConsumer {
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", group)
+        .set("isolation.level", "read_committed")
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .unwrap();
+    let mut assignment = rdkafka::TopicPartitionList::new();
+    for topic in topics {
+        assignment
+            .add_partition_offset(topic, 0, rdkafka::Offset::Beginning)
+            .unwrap();
+    }
+    consumer.assign(&assignment).unwrap();
+    consumer
 }
 
 /// The records a run wrote, one JSON value a line (none if it wrote no file).
