@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::log::{NewRecord, RecordFlags};
 use crate::name::{Name, TableName};
 use crate::position::{PositionDecoder, SourceFields, SourcePosition};
 use crate::schema::{SchemaId, SchemaLookup, TableSchema};
@@ -612,6 +613,172 @@ impl<P: Clone + Into<SourcePosition>> Compact<'_, Value, P> {
     }
 }
 
+/// What a snapshot row's event holds besides its values: op `r`, no `before`, no transaction
+/// block, no key change.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadMeta<'a> {
+    /// The position's bytes, as [`Position::encode`](crate::position::Position::encode)
+    /// gives them.
+    pub position: &'a [u8],
+    /// The source transaction id.
+    pub tx_id: Option<u64>,
+    /// The source's time, ms since the epoch.
+    pub source_ts_ms: i64,
+    /// The snapshot marker.
+    pub snapshot: SnapshotMarker,
+    /// When siphon read it, ms since the epoch.
+    pub ts_ms: i64,
+}
+
+/// Encodes rows a snapshot reads (op `r`) of one table straight into log records: the key
+/// and value [`Event::log_key`] and [`Event::encode`] give the event the row makes, without
+/// building that event (its `Row` of named values, its `SourceInfo`), which is most of what a
+/// snapshot spends on a row. The values are in the schema's column order.
+#[derive(Debug, Clone)]
+pub struct ReadEncoder {
+    schema: Arc<TableSchema>,
+    /// `namespace \0 table \0`, before the key's values in the log key.
+    key_prefix: Vec<u8>,
+    /// Whether the key is every column in order: its values then encode as a full row, as
+    /// [`CompactRow::of`] finds them.
+    key_is_row: bool,
+}
+
+impl ReadEncoder {
+    /// An encoder of `schema`'s rows; it must be registered (compact records refer to it).
+    pub fn new(schema: Arc<TableSchema>) -> crate::Result<Self> {
+        if schema.id == SchemaId::UNREGISTERED {
+            return Err(crate::Error::Codec(format!(
+                "the schema of {} is not registered in the log",
+                schema.name()
+            )));
+        }
+        let mut key_prefix = Vec::with_capacity(64);
+        key_prefix.extend_from_slice(
+            schema
+                .schema
+                .as_deref()
+                .unwrap_or(&schema.database)
+                .as_bytes(),
+        );
+        key_prefix.push(0);
+        key_prefix.extend_from_slice(schema.table.as_bytes());
+        key_prefix.push(0);
+        let key_is_row = schema.key.len() == schema.columns.len()
+            && schema.key.iter().enumerate().all(|(i, &k)| i == k);
+        Ok(ReadEncoder {
+            schema,
+            key_prefix,
+            key_is_row,
+        })
+    }
+
+    /// The log record of the row `values`.
+    pub fn record(&self, values: &[Value], meta: &ReadMeta<'_>) -> crate::Result<NewRecord> {
+        let schema = &self.schema;
+        if values.len() != schema.columns.len() {
+            return Err(crate::Error::Codec(format!(
+                "a row of {} values for {} ({} columns)",
+                values.len(),
+                schema.name(),
+                schema.columns.len()
+            )));
+        }
+        let key = (!schema.key.is_empty()).then(|| {
+            if self.key_is_row {
+                RowRef::Full(values)
+            } else {
+                RowRef::Key(Picked {
+                    values,
+                    at: &schema.key,
+                })
+            }
+        });
+        let compact = CompactRead {
+            schema: schema.id,
+            op: Op::Read,
+            before: None,
+            after: Some(RowRef::Full(values)),
+            key,
+            position: BytesRef(meta.position),
+            tx_id: meta.tx_id,
+            source_ts_ms: meta.source_ts_ms,
+            snapshot: meta.snapshot,
+            ts_ms: meta.ts_ms,
+            transaction: None,
+            key_change: None,
+        };
+        let codec = |e: postcard::Error| crate::Error::Codec(e.to_string());
+        let mut value = Vec::with_capacity(256);
+        value.push(COMPACT_FORMAT);
+        postcard::to_io(&compact, &mut value).map_err(codec)?;
+        let key = match &compact.key {
+            Some(_) => {
+                let mut out = Vec::with_capacity(self.key_prefix.len() + 16);
+                out.extend_from_slice(&self.key_prefix);
+                let picked = Picked {
+                    values,
+                    at: &schema.key,
+                };
+                postcard::to_io(&picked, &mut out).map_err(codec)?;
+                out
+            }
+            None => Vec::new(),
+        };
+        let flags = if values.contains(&Value::Unchanged) {
+            RecordFlags::PARTIAL
+        } else {
+            RecordFlags::default()
+        };
+        Ok(NewRecord { key, value, flags })
+    }
+}
+
+/// [`Compact`] of a snapshot row, borrowing its values: the same fields, serialized alike.
+#[derive(Serialize)]
+struct CompactRead<'a> {
+    schema: SchemaId,
+    op: Op,
+    before: Option<RowRef<'a>>,
+    after: Option<RowRef<'a>>,
+    key: Option<RowRef<'a>>,
+    position: BytesRef<'a>,
+    tx_id: Option<u64>,
+    source_ts_ms: i64,
+    snapshot: SnapshotMarker,
+    ts_ms: i64,
+    transaction: Option<TransactionInfo>,
+    key_change: Option<CompactKeyChange<&'a Value>>,
+}
+
+/// [`CompactRow`]'s first two shapes over borrowed values (variants in the same order).
+#[derive(Serialize)]
+enum RowRef<'a> {
+    Full(&'a [Value]),
+    Key(Picked<'a>),
+}
+
+/// The values at some positions of a row, as a sequence.
+struct Picked<'a> {
+    values: &'a [Value],
+    at: &'a [usize],
+}
+
+impl Serialize for Picked<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.at.iter().map(|&i| &self.values[i]))
+    }
+}
+
+/// Bytes serialized as [`SourcePosition`] serializes its encoding.
+struct BytesRef<'a>(&'a [u8]);
+
+impl Serialize for BytesRef<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_bytes(self.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -620,6 +787,14 @@ mod tests {
     use crate::testing::MemorySchemas;
 
     fn items(registry: &MemorySchemas, columns: &[&str]) -> Arc<TableSchema> {
+        keyed_items(registry, columns, vec![1, 0])
+    }
+
+    fn keyed_items(
+        registry: &MemorySchemas,
+        columns: &[&str],
+        key: Vec<usize>,
+    ) -> Arc<TableSchema> {
         registry
             .register(&TableSchema {
                 id: SchemaId::UNREGISTERED,
@@ -640,7 +815,7 @@ mod tests {
                         generated: false,
                     })
                     .collect(),
-                key: vec![1, 0],
+                key,
             })
             .unwrap()
     }
@@ -747,6 +922,46 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 256, ..Default::default() })]
+
+        /// A snapshot row encoded straight from its values is, byte for byte, the record of
+        /// the event it makes, whatever its values and its key: none, one column, columns out
+        /// of the table's order, or every column.
+        #[test]
+        fn a_read_row_encodes_as_its_event_does(
+            values in proptest::collection::vec(crate::testing::values::value(), 2..7),
+            shape in 0..4usize,
+        ) {
+            let registry = MemorySchemas::default();
+            let names: Vec<String> = (0..values.len()).map(|i| format!("c{i}")).collect();
+            let columns: Vec<&str> = names.iter().map(String::as_str).collect();
+            let key = match shape {
+                0 => vec![],
+                1 => vec![0],
+                2 => vec![1, 0],
+                _ => (0..values.len()).collect(),
+            };
+            let schema = keyed_items(&registry, &columns, key);
+            let after: Row = names.iter().map(String::as_str).zip(values.iter().cloned()).collect();
+            let key = (!schema.key.is_empty())
+                .then(|| Row(schema.key.iter().map(|&i| after.0[i].clone()).collect()));
+            let mut read = event(&schema, Op::Read, [None, Some(after), key]);
+            read.source.snapshot = SnapshotMarker::Last;
+            let want = crate::source::encode_events(&[read.clone()], &[]).unwrap().remove(0);
+            let position = read.source.position.encode();
+            let meta = ReadMeta {
+                position: &position,
+                tx_id: read.source.tx_id,
+                source_ts_ms: read.source.ts_ms,
+                snapshot: read.source.snapshot,
+                ts_ms: read.ts_ms,
+            };
+            let got = ReadEncoder::new(schema).unwrap().record(&values, &meta).unwrap();
+            proptest::prop_assert_eq!(got, want);
         }
     }
 

@@ -9,7 +9,7 @@ use siphon_core::schema::TableSchema;
 use siphon_core::{Event, Value};
 
 use crate::columns::Shape;
-use crate::position::MysqlPosition;
+use crate::position::{MysqlPosition, PositionRef};
 use siphon_core::source::now_ms;
 
 /// Where an event comes from: the transaction's start in the binlog (file and position), the
@@ -35,11 +35,23 @@ pub struct Place {
 impl Place {
     /// The position of row `row` of the transaction here.
     pub fn position(&self, row: u64) -> MysqlPosition {
+        let at = self.position_ref(row);
         MysqlPosition {
-            file: self.file.clone(),
+            file: at.file.to_owned(),
+            pos: at.pos,
+            row: at.row,
+            gtid: at.gtid.map(str::to_owned),
+            server_id: at.server_id,
+        }
+    }
+
+    /// The position of row `row` here, borrowed.
+    pub fn position_ref(&self, row: u64) -> PositionRef<'_> {
+        PositionRef {
+            file: &self.file,
             pos: self.pos,
             row: u32::try_from(row).unwrap_or(u32::MAX),
-            gtid: self.gtid.clone(),
+            gtid: self.gtid.as_deref(),
             server_id: self.server_id,
         }
     }
@@ -81,7 +93,7 @@ impl EventFactory {
             after: None,
             key: None,
             source: SourceInfo {
-                connector: "mysql".into(),
+                connector: schema.connector.clone(),
                 name: self.name.clone(),
                 db: schema.database.clone(),
                 schema: None,

@@ -39,9 +39,37 @@ impl MysqlPosition {
     }
 }
 
+/// A [`MysqlPosition`]'s fields, borrowed: it encodes as the position does, for a reader that
+/// encodes many positions of one transaction (or snapshot) without building each.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct PositionRef<'a> {
+    pub file: &'a str,
+    pub pos: u64,
+    pub row: u32,
+    pub gtid: Option<&'a str>,
+    pub server_id: u32,
+}
+
+impl PositionRef<'_> {
+    /// [`Position::encode`] into `out` (cleared first).
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        out.clear();
+        postcard::to_io(self, out).expect("encoding into a Vec cannot fail");
+    }
+}
+
 impl Position for MysqlPosition {
     fn encode(&self) -> Vec<u8> {
-        postcard::to_allocvec(self).expect("encoding into a Vec cannot fail")
+        let mut out = Vec::with_capacity(32 + self.file.len());
+        PositionRef {
+            file: &self.file,
+            pos: self.pos,
+            row: self.row,
+            gtid: self.gtid.as_deref(),
+            server_id: self.server_id,
+        }
+        .encode_into(&mut out);
+        out
     }
 
     fn commit_point(&self) -> String {

@@ -8,9 +8,10 @@
 //! snapshot's position, so nothing is missed and nothing read twice.
 
 use mysql_async::prelude::Queryable;
-use siphon_core::event::{Op, Row, SnapshotMarker};
+use siphon_core::event::{Op, ReadEncoder, ReadMeta, Row, SnapshotMarker};
+use siphon_core::log::{NewRecord, RecordFlags};
 use siphon_core::source::SourceContext;
-use siphon_core::{Error, Event, Result, TableName};
+use siphon_core::{Error, Event, Result, TableName, Value};
 
 use crate::catalog::quote;
 use crate::columns::Shape;
@@ -18,7 +19,7 @@ use crate::errors::my_error;
 use crate::events::{EventFactory, Place};
 use crate::values::value;
 
-/// Events appended at once.
+/// Rows appended at once.
 const BATCH: usize = 2048;
 
 /// Where a snapshot is consistent: the binlog position, and the GTID position there.
@@ -94,14 +95,34 @@ pub fn row_of(shape: &Shape, found: &mut mysql_async::Row) -> Row {
     Row(shape
         .columns
         .iter()
+        .map(|c| c.name.clone())
+        .zip(values_of(shape, found))
+        .collect())
+}
+
+/// A result row's values, `shape`'s columns selected in their order.
+fn values_of(shape: &Shape, found: &mut mysql_async::Row) -> Vec<Value> {
+    shape
+        .columns
+        .iter()
         .enumerate()
         .map(|(i, c)| {
             let v = found
                 .take::<mysql_async::Value, _>(i)
                 .unwrap_or(mysql_async::Value::NULL);
-            (c.name.clone(), value(c, v))
+            value(c, v)
         })
-        .collect())
+        .collect()
+}
+
+/// A row read, waiting to be encoded until the next one says whether it was its table's last.
+struct PendingRow {
+    /// Its table's index in the snapshot.
+    table: usize,
+    values: Vec<Value>,
+    /// Its index among the snapshot's rows.
+    index: u64,
+    snapshot: SnapshotMarker,
 }
 
 /// ER_TABLE_DEF_CHANGED: the table was rebuilt (`ALTER … ALGORITHM=COPY`) after the
@@ -127,7 +148,7 @@ pub async fn read(
     replaces_earlier: bool,
 ) -> Result<Read> {
     let started_ms = siphon_core::source::now_ms();
-    let mut place = Place {
+    let place = Place {
         file: point.file.clone(),
         pos: point.pos,
         row: 0,
@@ -145,12 +166,31 @@ pub async fn read(
     }
     ctx.metrics.set("snapshot_running", 1.0);
     ctx.metrics.set("snapshot_rows", 0.0);
+    // Rows go to the log as records straight from their values (no event a row).
+    let encoders: Vec<ReadEncoder> = shapes
+        .iter()
+        .map(|s| ReadEncoder::new(s.schema.clone()))
+        .collect::<Result<_>>()?;
+    let mut position = Vec::with_capacity(64);
+    let mut record = |row: &PendingRow| {
+        place.position_ref(row.index).encode_into(&mut position);
+        encoders[row.table].record(
+            &row.values,
+            &ReadMeta {
+                position: &position,
+                tx_id: None,
+                source_ts_ms: place.ts_ms,
+                snapshot: row.snapshot,
+                ts_ms: siphon_core::source::now_ms(),
+            },
+        )
+    };
     let mut rows = 0u64;
     let mut rebuilt = Vec::new();
-    let mut batch: Vec<Event> = Vec::with_capacity(BATCH);
-    // The event read last waits for the next, so that the snapshot's last row is marked.
-    let mut pending: Option<Event> = None;
-    for shape in shapes {
+    let mut batch: Vec<NewRecord> = Vec::with_capacity(BATCH);
+    // The row read last waits for the next, so that the snapshot's last row is marked.
+    let mut pending: Option<PendingRow> = None;
+    for (table, shape) in shapes.iter().enumerate() {
         let list: Vec<String> = shape.columns.iter().map(|c| quote(&c.name)).collect();
         let sql = format!(
             "SELECT {} FROM {}.{}",
@@ -189,38 +229,44 @@ pub async fn read(
             if ctx.cancel.is_cancelled() {
                 return Err(Error::Cancelled);
             }
-            let row = row_of(shape, &mut found);
             // Debezium's markers: the snapshot's first row, each other table's first and last
             // rows, the snapshot's last row (set when the next row or the end comes).
-            place.snapshot = if rows == 0 {
+            let snapshot = if rows == 0 {
                 SnapshotMarker::First
             } else if rows == table_start {
                 SnapshotMarker::FirstInTable
             } else {
                 SnapshotMarker::True
             };
-            place.row = rows;
-            let event = factory.event(shape, Op::Read, None, Some(row), &place);
-            if let Some(previous) = pending.replace(event) {
-                batch.push(previous);
+            let row = PendingRow {
+                table,
+                values: values_of(shape, &mut found),
+                index: rows,
+                snapshot,
+            };
+            if let Some(previous) = pending.replace(row) {
+                batch.push(record(&previous)?);
             }
             rows += 1;
             if batch.len() >= BATCH {
-                ctx.append_open_transaction(&std::mem::take(&mut batch))
+                ctx.append_records_unsynced(std::mem::take(&mut batch))
                     .await?;
                 ctx.metrics.set("snapshot_rows", rows as f64);
             }
         }
         if let Some(last) = pending.as_mut().filter(|_| rows > table_start) {
-            last.source.snapshot = SnapshotMarker::LastInTable;
+            last.snapshot = SnapshotMarker::LastInTable;
         }
     }
     if let Some(mut last) = pending {
-        last.source.snapshot = SnapshotMarker::Last;
-        batch.push(last);
+        last.snapshot = SnapshotMarker::Last;
+        batch.push(record(&last)?);
     }
     // One durable append ends the snapshot: its rows are one unit in the log.
-    ctx.append(&batch, true).await?;
+    if let Some(last) = batch.last_mut() {
+        last.flags = last.flags.with(RecordFlags::TXN_END);
+    }
+    ctx.append_records(batch).await?;
     ctx.metrics.set("snapshot_rows", rows as f64);
     ctx.metrics.set("snapshot_running", 0.0);
     conn.query_drop("COMMIT")

@@ -22,6 +22,12 @@ pub struct PgPosition {
 }
 
 impl PgPosition {
+    /// [`Position::encode`] into `out` (cleared first), for a reader encoding many.
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        out.clear();
+        postcard::to_io(self, out).expect("encoding into a Vec cannot fail");
+    }
+
     /// Reads what [`Position::encode`] wrote.
     pub fn decode(bytes: &[u8]) -> Option<PgPosition> {
         postcard::from_bytes(bytes).ok()
@@ -30,7 +36,9 @@ impl PgPosition {
 
 impl Position for PgPosition {
     fn encode(&self) -> Vec<u8> {
-        postcard::to_allocvec(self).expect("encoding into a Vec cannot fail")
+        let mut out = Vec::with_capacity(16);
+        self.encode_into(&mut out);
+        out
     }
 
     fn commit_point(&self) -> String {

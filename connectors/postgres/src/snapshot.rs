@@ -8,16 +8,17 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use siphon_core::event::{Op, SnapshotMarker};
-use siphon_core::log::NewRecord;
-use siphon_core::source::{SourceContext, encode_events};
-use siphon_core::{Error, Event, Result, Row, Value};
+use siphon_core::event::{Op, ReadEncoder, ReadMeta, SnapshotMarker};
+use siphon_core::log::{NewRecord, RecordFlags};
+use siphon_core::source::{SourceContext, encode_events, now_ms};
+use siphon_core::{Error, Event, Result, Value};
 use tokio::sync::mpsc;
 
 use crate::binary;
 use crate::binary::PG_EPOCH_MICROS;
 use crate::catalog::{Table, pg_error, quote_ident, quote_literal};
 use crate::events::{EventFactory, Place, Shape};
+use crate::position::PgPosition;
 
 /// Rows per message from a reader to the appender.
 const BATCH: usize = 1000;
@@ -364,34 +365,64 @@ struct Reader {
 }
 
 impl Reader {
-    /// Events of `rows` of table `shape`, encoded.
+    /// The records of `rows` of table `shape`, encoded straight from their values (see
+    /// [`ReadEncoder`]); only the batch's first and last rows become events, which the
+    /// snapshot's markers may need to mark again.
     fn encode(
         &self,
         (table, shape): (usize, &Shape),
-        rows: Vec<Row>,
+        encoder: &ReadEncoder,
+        rows: Vec<Vec<Value>>,
         xid: Option<u32>,
     ) -> Result<Encoded> {
         let first = self
             .next_index
             .fetch_add(rows.len() as u64, Ordering::Relaxed);
-        let events: Vec<Event> = rows
-            .into_iter()
-            .enumerate()
-            .map(|(i, row)| {
-                let key = shape.key_of(&row);
-                let at = Place::snapshot(
-                    self.consistent_point,
-                    self.commit_time_micros,
-                    first + i as u64,
-                    xid,
-                );
-                self.factory
-                    .event(shape, Op::Read, None, Some(row), key, at)
-            })
-            .collect();
-        let records = encode_events(&events, &[events.len() - 1])?;
-        let first_event = events[0].clone();
-        let last_event = events.into_iter().last().expect("not empty");
+        let place = |i: usize| {
+            Place::snapshot(
+                self.consistent_point,
+                self.commit_time_micros,
+                first + i as u64,
+                xid,
+            )
+        };
+        // Read now: one time for the batch, its rows read within the same moment.
+        let ts_ms = now_ms();
+        let mut position = Vec::with_capacity(16);
+        let mut records = Vec::with_capacity(rows.len());
+        for (i, values) in rows.iter().enumerate() {
+            let at = place(i);
+            PgPosition {
+                commit_lsn: at.commit_lsn,
+                lsn: at.lsn,
+                index: at.index,
+            }
+            .encode_into(&mut position);
+            records.push(encoder.record(
+                values,
+                &ReadMeta {
+                    position: &position,
+                    tx_id: at.xid.map(u64::from),
+                    source_ts_ms: (at.commit_time_micros + PG_EPOCH_MICROS) / 1000,
+                    snapshot: at.snapshot,
+                    ts_ms,
+                },
+            )?);
+        }
+        let last = records.last_mut().expect("batches are not empty");
+        last.flags = last.flags.with(RecordFlags::TXN_END);
+        let event = |i: usize, values: Vec<Value>| {
+            let row = shape.row(values);
+            let key = shape.key_of(&row);
+            let mut event = self
+                .factory
+                .event(shape, Op::Read, None, Some(row), key, place(i));
+            event.ts_ms = ts_ms;
+            event
+        };
+        let first_event = event(0, rows[0].clone());
+        let last_index = rows.len() - 1;
+        let last_event = event(last_index, rows.into_iter().last().expect("not empty"));
         Ok(Encoded {
             table,
             records,
@@ -469,7 +500,8 @@ impl Reader {
             let mut stream = std::pin::pin!(stream);
             let mut carry: Vec<u8> = Vec::new();
             let mut rows = 0u64;
-            let mut out: Vec<Row> = Vec::with_capacity(BATCH);
+            let mut out: Vec<Vec<Value>> = Vec::with_capacity(BATCH);
+            let encoder = ReadEncoder::new(shape.table_schema.clone())?;
             let mut tuples = binary::CopyReader::default();
             let bad = |e: String| Error::permanent(format!("COPY of {}: {e}", table.table_name()));
             while let Some(chunk) = stream.next().await {
@@ -493,10 +525,14 @@ impl Reader {
                             Some(bytes) => shape.decode(c, String::from_utf8_lossy(bytes)),
                         })
                         .collect();
-                    out.push(shape.row(values));
+                    out.push(values);
                     if out.len() >= BATCH {
-                        let batch =
-                            self.encode((table_index, shape), std::mem::take(&mut out), xid)?;
+                        let batch = self.encode(
+                            (table_index, shape),
+                            &encoder,
+                            std::mem::take(&mut out),
+                            xid,
+                        )?;
                         if tx.send(Ok(Piece::Rows(Box::new(batch)))).await.is_err() {
                             return Ok(()); // the appender stopped
                         }
@@ -506,7 +542,12 @@ impl Reader {
                 carry.drain(..start);
             }
             if !out.is_empty() {
-                let batch = self.encode((table_index, shape), std::mem::take(&mut out), xid)?;
+                let batch = self.encode(
+                    (table_index, shape),
+                    &encoder,
+                    std::mem::take(&mut out),
+                    xid,
+                )?;
                 if tx.send(Ok(Piece::Rows(Box::new(batch)))).await.is_err() {
                     return Ok(());
                 }
