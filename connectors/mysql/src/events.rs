@@ -93,7 +93,7 @@ impl EventFactory {
             after: None,
             key: None,
             source: SourceInfo {
-                connector: schema.connector.clone(),
+                connector: "mysql".into(),
                 name: self.name.clone(),
                 db: schema.database.clone(),
                 schema: None,

@@ -196,7 +196,7 @@ impl EventFactory {
             after,
             key,
             source: SourceInfo {
-                connector: shape.table_schema.connector.clone(),
+                connector: "postgresql".into(),
                 name: self.name.clone(),
                 db: self.db.clone(),
                 schema: Some(shape.schema.clone()),
