@@ -431,6 +431,20 @@ impl Reader {
         })
     }
 
+    /// Encodes the rows in `rows` (leaving it empty) and sends them to the appender; `false`
+    /// once the appender has stopped.
+    async fn send(
+        &self,
+        tx: &mpsc::Sender<Result<Piece>>,
+        table: (usize, &Shape),
+        encoder: &ReadEncoder,
+        rows: &mut Vec<Vec<Value>>,
+        xid: Option<u32>,
+    ) -> Result<bool> {
+        let batch = self.encode(table, encoder, std::mem::take(rows), xid)?;
+        Ok(tx.send(Ok(Piece::Rows(Box::new(batch)))).await.is_ok())
+    }
+
     async fn read_tables(&self, tx: &mpsc::Sender<Result<Piece>>) -> Result<()> {
         let client = self.conn.connect().await?;
         loop {
@@ -526,31 +540,23 @@ impl Reader {
                         })
                         .collect();
                     out.push(values);
-                    if out.len() >= BATCH {
-                        let batch = self.encode(
-                            (table_index, shape),
-                            &encoder,
-                            std::mem::take(&mut out),
-                            xid,
-                        )?;
-                        if tx.send(Ok(Piece::Rows(Box::new(batch)))).await.is_err() {
-                            return Ok(()); // the appender stopped
-                        }
+                    if out.len() >= BATCH
+                        && !self
+                            .send(tx, (table_index, shape), &encoder, &mut out, xid)
+                            .await?
+                    {
+                        return Ok(()); // the appender stopped
                     }
                     rows += 1;
                 }
                 carry.drain(..start);
             }
-            if !out.is_empty() {
-                let batch = self.encode(
-                    (table_index, shape),
-                    &encoder,
-                    std::mem::take(&mut out),
-                    xid,
-                )?;
-                if tx.send(Ok(Piece::Rows(Box::new(batch)))).await.is_err() {
-                    return Ok(());
-                }
+            if !out.is_empty()
+                && !self
+                    .send(tx, (table_index, shape), &encoder, &mut out, xid)
+                    .await?
+            {
+                return Ok(());
             }
             if tx.send(Ok(Piece::ChunkDone(table_index))).await.is_err() {
                 return Ok(());
