@@ -4,6 +4,7 @@
 //! decodes each column by its set, with the WHATWG decoders of `encoding_rs`; the sets those
 //! do not cover are refused, naming the column, before a value of them is read.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use encoding_rs::Encoding;
@@ -197,13 +198,22 @@ impl Charset {
 
     /// `bytes` as text, and whether all of them decoded (those that did not are replaced with
     /// U+FFFD; the caller warns).
-    pub fn decode(self, bytes: &[u8]) -> (String, bool) {
+    /// Owned UTF-8 bytes become the text without a copy.
+    pub fn decode<'b>(self, bytes: impl Into<Cow<'b, [u8]>>) -> (String, bool) {
+        let bytes = bytes.into();
         if self == Charset::UTF8 {
-            return match std::str::from_utf8(bytes) {
-                Ok(s) => (s.to_owned(), true),
-                Err(_) => (String::from_utf8_lossy(bytes).into_owned(), false),
+            return match bytes {
+                Cow::Owned(owned) => match String::from_utf8(owned) {
+                    Ok(s) => (s, true),
+                    Err(e) => (String::from_utf8_lossy(e.as_bytes()).into_owned(), false),
+                },
+                Cow::Borrowed(b) => match std::str::from_utf8(b) {
+                    Ok(s) => (s.to_owned(), true),
+                    Err(_) => (String::from_utf8_lossy(b).into_owned(), false),
+                },
             };
         }
+        let bytes = &*bytes;
         if self.fixes == Fixes::Ascii {
             let text = bytes
                 .iter()
@@ -293,6 +303,18 @@ pub fn unsupported(column: &str, set: &str) -> siphon_core::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Bytes handed over decode as the same bytes lent do, valid UTF-8 or not.
+    #[test]
+    fn owned_bytes_decode_as_borrowed_ones() {
+        for bytes in [&b"caf\xc3\xa9"[..], b"", b"a\xffb", b"\xc3"] {
+            assert_eq!(
+                Charset::UTF8.decode(bytes.to_vec()),
+                Charset::UTF8.decode(bytes)
+            );
+        }
+        assert_eq!(Charset::UTF8.decode(b"a\xffb".to_vec()).0, "a\u{fffd}b");
+    }
 
     #[test]
     fn columns_decode_by_their_set() {

@@ -43,7 +43,7 @@ fn decode(data_type: &DataType, v: My) -> Result<Value, My> {
         (DataType::FixedBinary(n), My::Bytes(b)) => Value::Bytes(padded(&b, *n)),
         (DataType::Bits, My::Int(i)) => Value::Bytes(trimmed_be(i as u64)),
         (DataType::Bits, My::UInt(u)) => Value::Bytes(trimmed_be(u)),
-        (DataType::Text(set), My::Bytes(b)) => Value::Text(text_in(*set, &b)),
+        (DataType::Text(set), My::Bytes(b)) => Value::Text(text_in(*set, b)),
         (DataType::Set(_), My::Bytes(b)) => Value::Text(utf8(b)?),
         (DataType::Json, My::Bytes(b)) => Value::Json(utf8(b)?),
         (DataType::Enum(_), My::Int(i)) => {
@@ -103,7 +103,7 @@ fn is_decimal(b: &[u8]) -> bool {
 }
 
 /// Text in `set`; where some bytes do not decode, they are replaced, with a warning.
-pub fn text_in(set: Charset, bytes: &[u8]) -> String {
+pub fn text_in<'b>(set: Charset, bytes: impl Into<std::borrow::Cow<'b, [u8]>>) -> String {
     let (text, clean) = set.decode(bytes);
     if !clean {
         tracing::warn!(charset = ?set, "a string with bytes its character set does not hold: kept with U+FFFD in their place");
