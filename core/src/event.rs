@@ -249,13 +249,18 @@ impl SourceInfo {
     /// The start of the log keys of this table's rows: namespace and table, each ended by a
     /// NUL (which no name holds, so `a` + `b.c` and `a.b` + `c` differ).
     pub fn log_key_prefix(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(64);
-        out.extend_from_slice(self.namespace().as_bytes());
-        out.push(0);
-        out.extend_from_slice(self.table.as_bytes());
-        out.push(0);
-        out
+        log_key_prefix(self.namespace(), &self.table)
     }
+}
+
+/// `namespace \0 table \0`: what the log key of every row of a table starts with.
+fn log_key_prefix(namespace: &str, table: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64);
+    out.extend_from_slice(namespace.as_bytes());
+    out.push(0);
+    out.extend_from_slice(table.as_bytes());
+    out.push(0);
+    out
 }
 
 /// Debezium's `transaction` block.
@@ -637,7 +642,7 @@ pub struct ReadMeta<'a> {
 #[derive(Debug, Clone)]
 pub struct ReadEncoder {
     schema: Arc<TableSchema>,
-    /// `namespace \0 table \0`, before the key's values in the log key.
+    /// [`log_key_prefix`] of its table.
     key_prefix: Vec<u8>,
     /// Whether the key is every column in order: its values then encode as a full row, as
     /// [`CompactRow::of`] finds them.
@@ -653,17 +658,10 @@ impl ReadEncoder {
                 schema.name()
             )));
         }
-        let mut key_prefix = Vec::with_capacity(64);
-        key_prefix.extend_from_slice(
-            schema
-                .schema
-                .as_deref()
-                .unwrap_or(&schema.database)
-                .as_bytes(),
+        let key_prefix = log_key_prefix(
+            schema.schema.as_deref().unwrap_or(&schema.database),
+            &schema.table,
         );
-        key_prefix.push(0);
-        key_prefix.extend_from_slice(schema.table.as_bytes());
-        key_prefix.push(0);
         let key_is_row = schema.key.len() == schema.columns.len()
             && schema.key.iter().enumerate().all(|(i, &k)| i == k);
         Ok(ReadEncoder {
