@@ -103,13 +103,14 @@ impl Batcher {
                 // Give the source a moment to fill the batch further, unless someone waits
                 // to read what it holds.
                 if !self.linger.is_zero() {
-                    let grew = tokio::select! {
-                        grew = tokio::time::timeout(self.linger, self.reader.wait()) => grew.is_ok(),
-                        () = self.hurry.notified() => false,
-                    };
-                    if grew {
-                        self.fill()?;
+                    tokio::select! {
+                        _ = tokio::time::timeout(self.linger, self.reader.wait()) => {}
+                        () = self.hurry.notified() => {}
                     }
+                    // Whatever is durable by now goes too. A wait hurries the sink once the
+                    // records it needs are durable: a batch without them would make it wait
+                    // for the next one.
+                    self.fill()?;
                 }
                 let n = self.complete_prefix();
                 return Ok(self.pending.drain(..n).collect());
@@ -212,6 +213,48 @@ mod tests {
             .expect("the linger went on after the hurry")
             .unwrap();
         assert_eq!(batch.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_hurried_batch_takes_the_records_durable_by_then() {
+        // A wait hurries the sink once the records it needs are durable. The log's growth and
+        // the hurry then wake the lingering batcher at the same moment; whichever it sees
+        // first, the batch holds those records. (Either wake-up is picked at random: the
+        // attempts make a batch that went without them all but certain to be seen.)
+        for attempt in 0..24 {
+            let dir = tempfile::tempdir().unwrap();
+            let log = FileLog::open(dir.path(), Default::default()).unwrap();
+            log.append(vec![rec(true)]).await.unwrap();
+            let hurry = Arc::new(Notify::new());
+            let mut b = Batcher::new(
+                log.reader(0).unwrap(),
+                4,
+                Duration::from_secs(3600),
+                hurry.clone(),
+                true,
+            );
+            let batch = tokio::spawn(async move { b.next().await });
+            // The batcher lingers over the first transaction...
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            assert!(
+                !batch.is_finished(),
+                "a batch with room went without lingering"
+            );
+            // ...when the waited-for one becomes durable, and the wait hurries the sink,
+            // before the batcher runs again.
+            log.append_blocking(&[rec(true)]).unwrap();
+            hurry.notify_one();
+            let batch = tokio::time::timeout(Duration::from_secs(10), batch)
+                .await
+                .expect("the linger went on after the hurry")
+                .unwrap()
+                .unwrap();
+            assert_eq!(
+                batch.iter().map(|r| r.offset).collect::<Vec<_>>(),
+                [0, 1],
+                "attempt {attempt}: the hurried batch went without the durable record"
+            );
+        }
     }
 
     #[tokio::test]
