@@ -188,20 +188,26 @@ mod tests {
         assert_eq!(offsets(b.next().await.unwrap()), [16]);
     }
 
-    #[tokio::test]
-    async fn a_waiting_reader_cuts_the_linger_short() {
+    /// A log holding one transaction, and a batcher of it whose linger is far longer than a
+    /// test may take, and what hurries it.
+    async fn lingering_batcher() -> (tempfile::TempDir, FileLog, Batcher, Arc<Notify>) {
         let dir = tempfile::tempdir().unwrap();
         let log = FileLog::open(dir.path(), Default::default()).unwrap();
         log.append(vec![rec(true)]).await.unwrap();
         let hurry = Arc::new(Notify::new());
-        // A linger far longer than the test may take.
-        let mut b = Batcher::new(
+        let batcher = Batcher::new(
             log.reader(0).unwrap(),
             4,
             Duration::from_secs(3600),
             hurry.clone(),
             true,
         );
+        (dir, log, batcher, hurry)
+    }
+
+    #[tokio::test]
+    async fn a_waiting_reader_cuts_the_linger_short() {
+        let (_dir, _log, mut b, hurry) = lingering_batcher().await;
         let lingering = tokio::time::timeout(Duration::from_millis(100), b.next()).await;
         assert!(
             lingering.is_err(),
@@ -222,17 +228,7 @@ mod tests {
         // first, the batch holds those records. (Either wake-up is picked at random: the
         // attempts make a batch that went without them all but certain to be seen.)
         for attempt in 0..24 {
-            let dir = tempfile::tempdir().unwrap();
-            let log = FileLog::open(dir.path(), Default::default()).unwrap();
-            log.append(vec![rec(true)]).await.unwrap();
-            let hurry = Arc::new(Notify::new());
-            let mut b = Batcher::new(
-                log.reader(0).unwrap(),
-                4,
-                Duration::from_secs(3600),
-                hurry.clone(),
-                true,
-            );
+            let (_dir, log, mut b, hurry) = lingering_batcher().await;
             let batch = tokio::spawn(async move { b.next().await });
             // The batcher lingers over the first transaction...
             tokio::time::sleep(Duration::from_millis(20)).await;
