@@ -18,6 +18,8 @@ COPY --from=build /src/target/release/siphon /usr/local/bin/siphon
 COPY config.example.toml /etc/siphon/siphon.toml
 USER siphon
 WORKDIR /var/lib/siphon
+# The admin API listens on every interface of the container, so it needs a token: pass
+# SIPHON__ADMIN__TOKEN (or mount admin.token_file); siphon refuses to start without one.
 ENV SIPHON__DATA_DIR=/var/lib/siphon/data \
     SIPHON__ADMIN__LISTEN=0.0.0.0:8083
 VOLUME ["/var/lib/siphon"]

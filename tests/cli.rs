@@ -114,6 +114,55 @@ fn check_connect_reaches_every_component() {
     );
 }
 
+/// An admin port open beyond loopback with no token: `check` and `run` refuse it, naming the
+/// key and the fix; `admin.allow_unauthenticated` lets it start, and the log says so. With a
+/// token, `/health` and `/ready` answer without it (a load balancer's probes), `/metrics` only
+/// under `admin.metrics_public`, the API never.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_admin_port_beyond_loopback_needs_a_token_or_words() {
+    let setup = Setup::new(10, "1ms", "");
+    let listen = format!("0.0.0.0:{}", setup.admin_port);
+    for command in ["check", "run"] {
+        let out = Command::new(BIN)
+            .args([command, "--config"])
+            .arg(&setup.config)
+            .env("SIPHON__ADMIN__LISTEN", &listen)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{command}: {}", stderr(&out));
+        for named in ["admin.listen", "admin.token", "allow_unauthenticated"] {
+            assert!(stderr(&out).contains(named), "{command}: {}", stderr(&out));
+        }
+    }
+
+    let d = setup.start_with_env(&[
+        ("SIPHON__ADMIN__LISTEN", &listen),
+        ("SIPHON__ADMIN__ALLOW_UNAUTHENTICATED", "true"),
+    ]);
+    assert!(d.log().contains("without a token"), "{}", d.log());
+    drop(d);
+
+    let http = reqwest::Client::new();
+    for (metrics_public, metrics_status) in [("false", 401), ("true", 200)] {
+        let d = setup.start_with_env(&[
+            ("SIPHON__ADMIN__LISTEN", &listen),
+            ("SIPHON__ADMIN__TOKEN", "t0ken-s3cret"),
+            ("SIPHON__ADMIN__METRICS_PUBLIC", metrics_public),
+        ]);
+        let status = |path: &str| {
+            let request = http.get(format!("{}{path}", d.admin)).send();
+            async move { request.await.unwrap().status().as_u16() }
+        };
+        assert_eq!(status("/health").await, 200);
+        assert_ne!(status("/ready").await, 401, "/ready asks for the token");
+        assert_eq!(
+            status("/metrics").await,
+            metrics_status,
+            "metrics_public = {metrics_public}"
+        );
+        assert_eq!(status("/api/pipelines").await, 401);
+    }
+}
 #[tokio::test(flavor = "multi_thread")]
 async fn log_tail_prints_the_events_as_json() {
     let setup = Setup::new(30, "1ms", "");

@@ -19,8 +19,10 @@
 //!   read-your-writes, 200 once the sink's store has every change committed up to that
 //!   source position, 408 when the time runs out; the body says where the sink stands.
 //!
-//! With a token configured, every endpoint but `/health` and the console's static files needs
-//! `Authorization: Bearer TOKEN`.
+//! With a token configured, every endpoint but `/health`, `/ready` and the console's static
+//! files needs `Authorization: Bearer TOKEN` (`/metrics` too, unless `metrics_public`).
+//! Without one, the API is served on loopback only, unless `allow_unauthenticated` says
+//! otherwise (configuration refuses it).
 //! The `/api` endpoints refuse a `Host` header that names a host other than an IP address,
 //! `localhost` or `allowed_hosts` (a web page reaching the API through DNS rebinding), and
 //! the replay and snapshot endpoints refuse a cross-origin request (a web page the operator has open
@@ -74,8 +76,9 @@ pub async fn bind(config: &AdminConfig, runtime: Arc<Runtime>) -> anyhow::Result
             config.listen
         )
     })?;
-    if token.is_none() && !config.listen.ip().is_loopback() {
-        tracing::warn!(listen = %config.listen, "the admin API listens beyond loopback without a token: whoever reaches it can replay and reset sinks; set admin.token or admin.token_file");
+    // Configuration refused this unless admin.allow_unauthenticated said so.
+    if config.open_beyond_loopback(token.as_ref()) {
+        tracing::warn!(listen = %config.listen, "the admin API is served beyond loopback without a token, as admin.allow_unauthenticated = true says: whoever reaches it can pause, replay and reset sinks");
     }
     let state = AppState {
         runtime,
@@ -108,14 +111,21 @@ pub async fn bind(config: &AdminConfig, runtime: Arc<Runtime>) -> anyhow::Result
         )
         .route_layer(middleware::from_fn_with_state(state.clone(), known_host));
     // Probes and scrapers reach /ready and /metrics by whatever name (a service's DNS
-    // name): they answer no Host check, only the token.
-    let protected = Router::new()
-        .route("/ready", get(ready))
-        .route("/metrics", get(metrics))
+    // name): they answer no Host check. A load balancer's probes send no token; a scraper
+    // does unless `metrics_public` says it cannot.
+    let metrics_route = Router::new().route("/metrics", get(metrics));
+    let (open_metrics, protected_metrics) = if config.metrics_public {
+        (metrics_route, Router::new())
+    } else {
+        (Router::new(), metrics_route)
+    };
+    let protected = protected_metrics
         .merge(api)
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     let router = Router::new()
         .route("/health", get(|| async { "ok\n" }))
+        .route("/ready", get(ready))
+        .merge(open_metrics)
         .merge(console::routes())
         .merge(protected)
         // No answer is read as anything but its declared type (an error echoes its input).

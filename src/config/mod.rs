@@ -52,8 +52,8 @@ pub struct AdminConfig {
     /// Address to listen on; loopback by default, since the API can pause and replay sinks.
     #[serde(default = "default_listen")]
     pub listen: SocketAddr,
-    /// Bearer token required on every endpoint but `/health`. Prefer `token_file` or the
-    /// environment (`SIPHON__ADMIN__TOKEN`).
+    /// Bearer token required on every endpoint but `/health`, `/ready` and the console's
+    /// page. Prefer `token_file` or the environment (`SIPHON__ADMIN__TOKEN`).
     #[serde(default)]
     pub token: Option<Secret>,
     /// File holding the bearer token.
@@ -64,6 +64,13 @@ pub struct AdminConfig {
     /// refused, so that a web page cannot reach the API through DNS rebinding.
     #[serde(default)]
     pub allowed_hosts: Vec<String>,
+    /// Serve the API beyond loopback with no token. Whoever reaches the port could then
+    /// pause, replay and reset sinks, so siphon refuses to start that way unless told so here.
+    #[serde(default)]
+    pub allow_unauthenticated: bool,
+    /// Serve `/metrics` without the token, for a scraper that cannot send one.
+    #[serde(default)]
+    pub metrics_public: bool,
 }
 
 impl Default for AdminConfig {
@@ -74,6 +81,8 @@ impl Default for AdminConfig {
             token: None,
             token_file: None,
             allowed_hosts: Vec::new(),
+            allow_unauthenticated: false,
+            metrics_public: false,
         }
     }
 }
@@ -95,6 +104,30 @@ impl AdminConfig {
             }),
             (None, None) => Ok(None),
         }
+    }
+
+    /// Whether the API is served open to more than this machine: beyond loopback, no token.
+    pub fn open_beyond_loopback(&self, token: Option<&Secret>) -> bool {
+        self.enabled && token.is_none() && !self.listen.ip().is_loopback()
+    }
+
+    /// The token, after refusing an API open beyond loopback that the user did not ask for
+    /// in so many words (as Redis's protected mode refuses it).
+    fn checked_token(&self) -> Result<Option<Secret>, ConfigError> {
+        let token = self.resolved_token()?;
+        if self.open_beyond_loopback(token.as_ref()) && !self.allow_unauthenticated {
+            return Err(ConfigError::new(
+                "admin.listen",
+                format!(
+                    "{} is reachable beyond this machine and no token is set: whoever reaches \
+                     it could pause, replay and reset sinks. Set admin.token or \
+                     admin.token_file (or SIPHON__ADMIN__TOKEN), listen on 127.0.0.1, or set \
+                     admin.allow_unauthenticated = true to serve it open",
+                    self.listen
+                ),
+            ));
+        }
+        Ok(token)
     }
 }
 
@@ -360,7 +393,7 @@ impl Config {
                 "no pipeline is configured; add a [pipelines.NAME.source] table (or, for a daemon that runs a pipeline's sinks only, its [pipelines.NAME.log] and sinks)",
             ));
         }
-        raw.admin.resolved_token()?;
+        raw.admin.checked_token()?;
         let mut pipelines = BTreeMap::new();
         for (name, p) in raw.pipelines {
             check_name(&format!("pipelines.{name}"), &name)?;

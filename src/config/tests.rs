@@ -224,6 +224,31 @@ fn secrets_do_not_print() {
     assert!(!format!("{c:?}").contains("s3cret"));
 }
 
+/// An admin API reachable beyond this machine with no token is refused, naming the key and
+/// the ways out; a token, loopback or `allow_unauthenticated` in so many words lets it start.
+#[test]
+fn an_admin_api_beyond_loopback_without_a_token_is_refused() {
+    let open = format!("{MINIMAL}\n[admin]\nlisten = \"0.0.0.0:8083\"\n");
+    let e = error_of(&open);
+    assert_eq!(e.key, "admin.listen", "{e}");
+    for fix in [
+        "admin.token",
+        "admin.token_file",
+        "127.0.0.1",
+        "allow_unauthenticated",
+    ] {
+        assert!(e.message.contains(fix), "{fix} not named: {e}");
+    }
+    for allowed in [
+        format!("{open}token = \"s3cret-token\"\n"),
+        format!("{open}allow_unauthenticated = true\n"),
+        format!("{MINIMAL}\n[admin]\nlisten = \"[::1]:8083\"\n"),
+        format!("{open}enabled = false\n"),
+    ] {
+        Config::from_toml(&allowed).unwrap_or_else(|e| panic!("{allowed}: {e}"));
+    }
+}
+
 const SOURCE: &str = "[pipelines.shop.source]\nkind = \"generator\"\n";
 
 #[test]
