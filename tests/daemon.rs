@@ -649,6 +649,55 @@ async fn a_permanent_error_stops_only_that_sink() {
     assert_exactly_once(&setup, 300);
 }
 
+/// A sink stuck on a receiver that is down: its lag in seconds is the age of the oldest
+/// record it has not applied, growing while nothing goes in (in status and in `/metrics`),
+/// and its error says where (scheme, host and port, no password) and why (refused).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stuck_sink_s_lag_grows_and_its_error_says_where_and_why() {
+    let port = siphon_test_support::free_port();
+    let setup = Setup::new(
+        300,
+        "1ms",
+        &format!(
+            "\n[pipelines.demo.sinks.hook]\nkind = \"http\"\n\
+             url = \"http://siphon:pa55word@127.0.0.1:{port}/hook\"\nattempts = 1\n"
+        ),
+    );
+    let d = setup.start();
+    let hook = |s: &serde_json::Value| s[0]["sinks"]["hook"].clone();
+    let lag_ms = |s: &serde_json::Value| hook(s)["lag_ms"].as_u64().unwrap_or(0);
+    let stuck = wait_status(&d, Duration::from_secs(60), "the webhook to fail", |s| {
+        hook(s)["last_error"].is_string() && lag_ms(s) > 0
+    })
+    .await;
+    let first = lag_ms(&stuck);
+    let later = wait_status(&d, Duration::from_secs(60), "the lag to grow", |s| {
+        lag_ms(s) >= first + 2000
+    })
+    .await;
+    assert_eq!(hook(&later)["next_offset"], 0, "{later:#}");
+    let error = hook(&later)["last_error"].as_str().unwrap().to_owned();
+    assert!(
+        error.contains(&format!("http://127.0.0.1:{port}"))
+            && error.to_lowercase().contains("connection refused")
+            && !error.contains("url (")
+            && !error.contains("pa55word"),
+        "{error}"
+    );
+    let metrics = reqwest::get(format!("{}/metrics", d.admin))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let served: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("siphon_sink_lag_ms{pipeline=\"demo\",sink=\"hook\"} "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no lag for the hook in\n{metrics}"));
+    assert!(served >= first + 2000, "{served} ms in /metrics");
+}
+
 /// The log's hard size cap removes records a stuck sink has not read: status says it needs a
 /// replay (and how), the metric says so, and the other sink goes on.
 #[tokio::test(flavor = "multi_thread")]

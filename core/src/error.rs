@@ -149,5 +149,64 @@ impl Error {
     }
 }
 
+/// `e`'s message, then each of its causes after `: `, leaving out a cause whose text is in
+/// what comes before: an HTTP client's "error sending request" says why ("connection
+/// refused") only in its causes, a database client's message often repeats its cause.
+pub fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cause = c.source();
+    }
+    out
+}
+
 /// The result type of siphon-core.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("{text}")]
+    struct Layer {
+        text: &'static str,
+        #[source]
+        cause: Option<Box<Layer>>,
+    }
+
+    fn layers(texts: &[&'static str]) -> Layer {
+        texts
+            .iter()
+            .rev()
+            .fold(None, |cause, &text| {
+                Some(Layer {
+                    text,
+                    cause: cause.map(Box::new),
+                })
+            })
+            .unwrap()
+    }
+
+    #[test]
+    fn causes_follow_the_message_once_each() {
+        let e = layers(&[
+            "error sending request",
+            "client error (Connect)",
+            "connection refused",
+        ]);
+        assert_eq!(
+            with_causes(&e),
+            "error sending request: client error (Connect): connection refused"
+        );
+        // A message that holds its cause's text does not repeat it.
+        let e = layers(&["db error: connection refused", "connection refused"]);
+        assert_eq!(with_causes(&e), "db error: connection refused");
+    }
+}

@@ -20,6 +20,9 @@ use super::view::SinkView;
 pub(super) struct DecodedBatch {
     /// Offset of the batch's first log record.
     pub first_offset: u64,
+    /// When its first log record's change committed in the source (its append time if it
+    /// does not decode), ms since the epoch: the oldest change the batch brings.
+    pub first_commit_ms: i64,
     /// Append time of its last log record, ms since the epoch.
     pub last_append_ms: i64,
     /// Where its last log record's change committed in the source, and when (ms since the
@@ -121,6 +124,7 @@ fn decode(
     let (first, last) = (records.first()?, records.last()?);
     let mut decoded = DecodedBatch {
         first_offset: first.offset,
+        first_commit_ms: first.timestamp_ms,
         last_append_ms: last.timestamp_ms,
         last_commit: None,
         last_source: None,
@@ -135,6 +139,11 @@ fn decode(
     };
     for r in records {
         let decoded_event = Event::decode(&r.value, schemas, positions);
+        if r.offset == first.offset
+            && let Ok(event) = &decoded_event
+        {
+            decoded.first_commit_ms = event.source.ts_ms;
+        }
         if r.offset == last.offset
             && let Ok(event) = &decoded_event
         {

@@ -351,6 +351,10 @@ impl SinkTask {
                 State::Running
             };
             s.component.last_error = None;
+            // A replay's first batch says how old its records are.
+            if from.is_some() {
+                s.oldest_unapplied_ms = None;
+            }
         });
         tracing::info!(sink = %self.name, from = next, replay = from.is_some(), "sink reading the log");
         Ok(self.prefetch(reader, true))
@@ -572,10 +576,30 @@ impl SinkTask {
     ) -> Result<(), (Stop, String)> {
         tracing::warn!(sink = %self.name, %error, "{what}");
         self.update(|s| s.component.retrying(error));
+        self.note_oldest_unapplied().await;
         if sleep_unless_cancelled(&self.cancel, backoff.next_delay()).await {
             return Err((Stop::Shutdown, "shutting down".into()));
         }
         Ok(())
+    }
+
+    /// While its store cannot be opened, no batch says how old the first record the sink has
+    /// not applied is: the append time of the record at its cursor stands for it.
+    async fn note_oldest_unapplied(&mut self) {
+        let known = self.handle.status.lock().unwrap().sinks[&self.name]
+            .oldest_unapplied_ms
+            .is_some();
+        let next = self.progress.borrow().next_offset;
+        if known || next >= self.log.durable_end() {
+            return;
+        }
+        let log = self.log.clone();
+        let first = tokio::task::spawn_blocking(move || log.reader(next)?.read_available(1)).await;
+        if let Ok(Ok(records)) = first
+            && let Some(record) = records.first()
+        {
+            self.update(|s| s.oldest_unapplied_ms = Some(record.timestamp_ms));
+        }
     }
 
     /// Whether a store's cursor is a position in another log: it names another identity, or
@@ -750,6 +774,7 @@ impl SinkTask {
     async fn apply(&mut self, decoded: DecodedBatch) -> Result<(), Stop> {
         let DecodedBatch {
             first_offset,
+            first_commit_ms,
             last_append_ms,
             last_commit,
             mut batch,
@@ -768,6 +793,8 @@ impl SinkTask {
             tracing::warn!(sink = %self.name, offset, reason, "a transform failed on the record; written to the dead-letter file");
             self.set_aside(&record, &reason)?;
         }
+        // Kept through retries and reopenings: the lag grows while the batch does not go in.
+        self.update(|s| s.oldest_unapplied_ms = Some(first_commit_ms));
         let started = Instant::now();
         loop {
             match self.sink.apply(&batch).await {
@@ -851,6 +878,7 @@ impl SinkTask {
         let replaying = self.progress.borrow().replay_until.is_some();
         self.update(|s| {
             s.last_applied_append_ms = last_append_ms;
+            s.oldest_unapplied_ms = None;
             // The watermark moves with what the store has committed.
             if committed == next
                 && let Some((position, commit_ms)) = last_commit
@@ -889,6 +917,7 @@ impl SinkTask {
         });
         self.update(|s| {
             s.last_applied_append_ms = last_append_ms;
+            s.oldest_unapplied_ms = None;
             s.records_applied += batch.records.len() as u64;
             s.batches += 1;
             s.last_batch_records = batch.records.len();

@@ -108,10 +108,16 @@ pub struct SinkStatus {
     pub committed_offset: u64,
     /// Records in the log it has not applied.
     pub lag_records: u64,
-    /// How far behind the database its store is: how long ago the last record it applied
-    /// was appended while it lags the log (0 when caught up with it), plus how far the log
-    /// is behind the database (`source_behind_ms`).
+    /// How far behind the database its store is: while it lags the log, the age of the
+    /// oldest record it has not applied (now minus that record's commit), which grows while
+    /// the sink is stuck; caught up with the log, how far the log is behind the database
+    /// (`source_behind_ms`).
     pub lag_ms: u64,
+    /// When the oldest record it holds and has not applied committed in the source, ms since
+    /// the epoch: the first of the batch it is applying or retrying (while its store cannot
+    /// be opened, the append time of the record at its cursor). `None` between batches.
+    #[serde(default)]
+    pub oldest_unapplied_ms: Option<i64>,
     /// Append time of the last record applied, ms since the epoch.
     pub last_applied_append_ms: i64,
     /// Where the last change committed in its store committed in the source (an LSN, a GTID):
@@ -195,14 +201,20 @@ impl PipelineStatus {
     /// Fills in the lag figures from the log's end and the source's lag.
     pub fn compute_lag(&mut self, now_ms: i64) {
         let end = self.log.end_offset;
+        let age = |since_ms: i64| (now_ms - since_ms).max(0) as u64;
         for s in self.sinks.values_mut() {
             s.lag_records = end.saturating_sub(s.next_offset);
-            let behind_log = if s.lag_records == 0 || s.last_applied_append_ms == 0 {
-                0
-            } else {
-                (now_ms - s.last_applied_append_ms).max(0) as u64
+            s.lag_ms = match (s.lag_records, s.oldest_unapplied_ms) {
+                (0, _) => self.source_behind_ms,
+                (_, Some(oldest)) => age(oldest),
+                // Between two batches: the next one is at most as old as the records the
+                // last one applied.
+                _ if s.last_applied_append_ms != 0 => {
+                    age(s.last_applied_append_ms) + self.source_behind_ms
+                }
+                // Nothing taken yet; the task is about to say.
+                _ => self.source_behind_ms,
             };
-            s.lag_ms = behind_log + self.source_behind_ms;
         }
     }
 }

@@ -123,7 +123,12 @@ impl Registry {
                     Error::permanent(what)
                 });
             }
-            Err(e) => return Err(Error::transient(format!("schema registry {shown}: {e}"))),
+            Err(e) => {
+                let cause = siphon_core::error::with_causes(&e);
+                return Err(Error::transient(format!(
+                    "schema registry {shown}: {cause}"
+                )));
+            }
         };
         let text = response
             .into_string()

@@ -13,7 +13,8 @@ pub fn my_error(what: &str, e: &mysql_async::Error) -> Error {
             );
             if s.code == 4052 {
                 message.push_str(
-                    " (another replica, or a siphon pipeline of the same name, registered with                      this server id: give each pipeline its own server_id)",
+                    " (another replica, or a siphon pipeline of the same name, registered with \
+                     this server id: give each pipeline its own server_id)",
                 );
             }
             match s.code {
@@ -26,6 +27,9 @@ pub fn my_error(what: &str, e: &mysql_async::Error) -> Error {
             }
         }
         mysql_async::Error::Url(u) => Error::permanent(format!("{what}: url: {u}")),
-        other => Error::transient(format!("{what}: {other}")),
+        other => Error::transient(format!(
+            "{what}: {}",
+            siphon_core::error::with_causes(other)
+        )),
     }
 }

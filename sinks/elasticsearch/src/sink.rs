@@ -169,19 +169,16 @@ impl ElasticsearchSink {
     async fn send(&self, request: reqwest::RequestBuilder, what: &str) -> Result<(u16, Json)> {
         let url = &self.config.url;
         let response = request.send().await.map_err(|e| {
-            // With its causes: a TLS handshake says why it failed.
-            let mut message = format!("elasticsearch {url} {what}: {e}");
-            let mut cause = std::error::Error::source(&e);
-            while let Some(c) = cause {
-                message.push_str(&format!(": {c}"));
-                cause = c.source();
-            }
-            Error::transient(message)
+            // With its causes (a TLS handshake says why it failed), and the redacted URL
+            // rather than the one reqwest would name.
+            let cause = siphon_core::error::with_causes(&e.without_url());
+            Error::transient(format!("elasticsearch {url} {what}: {cause}"))
         })?;
         let status = response.status().as_u16();
         let body = response.text().await.map_err(|e| {
+            let cause = siphon_core::error::with_causes(&e.without_url());
             Error::transient(format!(
-                "elasticsearch {url} {what}: reading the answer: {e}"
+                "elasticsearch {url} {what}: reading the answer: {cause}"
             ))
         })?;
         if status == 429 || status >= 500 {

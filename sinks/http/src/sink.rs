@@ -115,9 +115,7 @@ impl HttpSink {
                     }
                     message
                 }
-                // reqwest's errors name the URL without its password (siphon-core redacts
-                // ConnectionUrl only): say where from ours.
-                Err(e) => format!("http {}: {}", self.shown, cause(&e)),
+                Err(e) => self.unsent(e),
             };
             // Past RETRY_TIME the runtime takes over: its backoff gives way to a shutdown.
             if attempt >= self.attempts || started.elapsed() >= RETRY_TIME {
@@ -128,6 +126,15 @@ impl HttpSink {
             pause = (pause * 2).min(MAX_PAUSE);
             attempt += 1;
         }
+    }
+}
+
+impl HttpSink {
+    /// Why a request went unanswered, with its causes (connection refused, a TLS handshake's
+    /// reason) and the endpoint, not the URL, which may hold a password.
+    fn unsent(&self, e: reqwest::Error) -> String {
+        let cause = siphon_core::error::with_causes(&e.without_url());
+        format!("http {}: {cause}", self.shown)
     }
 }
 
@@ -142,21 +149,6 @@ fn endpoint(url: &str) -> String {
         ),
         Err(_) => "(an unreadable URL)".into(),
     }
-}
-
-/// What went wrong with a request, without its URL: reqwest's message and its causes.
-fn cause(e: &reqwest::Error) -> String {
-    let mut out = e.to_string();
-    if let Some(url) = e.url() {
-        out = out.replace(url.as_str(), "");
-    }
-    let mut source = std::error::Error::source(e);
-    while let Some(inner) = source {
-        out.push_str(": ");
-        out.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    out
 }
 
 /// A hex digest of `body`, short: it tells two bodies under one batch's offsets apart.
@@ -230,7 +222,7 @@ impl Sink for HttpSink {
             .send()
             .await
             .map(drop)
-            .map_err(|e| Error::transient(format!("http {}: {}", self.shown, cause(&e))))
+            .map_err(|e| Error::transient(self.unsent(e)))
     }
 
     /// The receiver keeps no cursor: siphon's own says where to go on.

@@ -70,8 +70,9 @@ impl NatsSink {
         })
     }
 
-    fn error(&self, doing: &str, e: impl std::fmt::Display) -> Error {
-        Error::transient(format!("nats {}: {doing}: {e}", self.shown))
+    fn error(&self, doing: &str, e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Error {
+        let cause = siphon_core::error::with_causes(&*e.into());
+        Error::transient(format!("nats {}: {doing}: {cause}", self.shown))
     }
 
     /// The JetStream context, connecting first if need be. The client reconnects by itself

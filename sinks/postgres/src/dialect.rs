@@ -368,14 +368,6 @@ fn db_message(e: &tokio_postgres::Error) -> String {
             None => db.message().to_owned(),
         },
         // The client's error, with its causes (a TLS handshake says why it failed).
-        None => {
-            let mut message = e.to_string();
-            let mut cause = std::error::Error::source(e);
-            while let Some(c) = cause {
-                message.push_str(&format!(": {c}"));
-                cause = c.source();
-            }
-            message
-        }
+        None => siphon_core::error::with_causes(e),
     }
 }

@@ -78,8 +78,9 @@ impl RabbitmqSink {
         })
     }
 
-    fn error(&self, doing: &str, e: impl std::fmt::Display) -> Error {
-        Error::transient(format!("rabbitmq {}: {doing}: {e}", self.shown))
+    fn error(&self, doing: &str, e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Error {
+        let cause = siphon_core::error::with_causes(&*e.into());
+        Error::transient(format!("rabbitmq {}: {doing}: {cause}", self.shown))
     }
 
     /// A connection and a channel in confirm mode, made again when the last one broke.

@@ -59,7 +59,11 @@ impl RedisClient {
     /// Classifies a Redis error (a lost connection or a busy server is transient); a
     /// connection error drops the connection. The message shows the URL without its password.
     pub fn error(&mut self, e: &RedisError, what: &str) -> Error {
-        let message = format!("redis {} {what}: {e}", &self.url);
+        let message = format!(
+            "redis {} {what}: {}",
+            &self.url,
+            siphon_core::error::with_causes(e)
+        );
         let connection = e.is_io_error()
             || e.is_connection_refusal()
             || e.is_connection_dropped()
