@@ -1,6 +1,7 @@
 //! The operator's console in a real browser: headless Chromium, through chromedriver, driven
 //! by fantoccini (a WebDriver client), against a daemon with an admin token running a
-//! PostgreSQL pipeline into two sinks (a file, and a webhook the test stops on purpose). The
+//! PostgreSQL pipeline into three sinks (a file, a webhook the test stops on purpose, and one
+//! whose receiver is down, its lag growing on the page). The
 //! API refuses every action without the token, from another origin and under a rebound Host,
 //! and the page says why. The Grafana dashboard and the alerting rules in `packaging/` query
 //! only metrics `/metrics` serves, and the rules pass `promtool check rules`.
@@ -313,11 +314,17 @@ path = "{out}"
 kind = "http"
 url = "http://127.0.0.1:{hook_port}/hook"
 batch_size = 500
+
+[pipelines.demo.sinks.down]
+kind = "http"
+url = "http://127.0.0.1:{down_port}/hook"
+attempts = 1
 "#,
             data = dir.path().join("data").display(),
             out = dir.path().join("out").display(),
             url = db.url,
             slot = db.name,
+            down_port = free_port(),
         ),
     )
     .unwrap();
@@ -391,6 +398,35 @@ batch_size = 500
     .await;
     eprintln!("events/s points: {before} -> {changed}");
     screenshot(&browser, "2-streaming").await;
+
+    // A sink whose receiver is down: its lag in seconds grows on the page, and its error
+    // says where and why.
+    let stuck = |at_least: f64| {
+        format!(
+            "const row = document.querySelector('tr.sink[data-sink=\"down\"]');
+             const text = row.querySelector('.lag').textContent;
+             const m = text.match(/, ([\\d.]+) (s|min|h)$/);
+             const seconds = m ? +m[1] * {{s: 1, min: 60, h: 3600}}[m[2]] : 0;
+             const error = row.querySelector('td.error').textContent;
+             return seconds >= {at_least} && error.toLowerCase().includes('connection refused')
+               ? {{text, seconds, error}} : null;"
+        )
+    };
+    let first = wait_page(&browser, "the stuck sink's lag", stall, &stuck(1.0)).await;
+    let later = wait_page(
+        &browser,
+        "the stuck sink's lag to grow",
+        stall,
+        &stuck(first["seconds"].as_f64().unwrap() + 3.0),
+    )
+    .await;
+    eprintln!("a stuck sink on the page: {first} -> {later}");
+    let error = later["error"].as_str().unwrap();
+    assert!(
+        error.contains("http://127.0.0.1:") && !error.contains("url ("),
+        "{later}"
+    );
+    screenshot(&browser, "2b-stuck-sink").await;
 
     // A snapshot started from the page, paused and resumed there, its progress shown to its
     // end.

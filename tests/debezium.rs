@@ -45,7 +45,7 @@ create table everything (
     u uuid, j json, jb jsonb, m mood,
     ai int4[], at text[], an numeric[],
     ip inet, net cidr, mac macaddr, money money, bit1 bit(1), bits bit(12), vbits varbit, o oid,
-    big text
+    big text, pt point
 );
 alter table everything alter column big set storage external;
 insert into everything values
@@ -55,15 +55,15 @@ insert into everything values
   '1 year 2 mons 3 days 04:05:06.789', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '{"a": 1}',
   '{"b": [1, 2]}', 'ok', '{1,NULL,3}', '{"a \"q\"",b}', '{1.5,2.25}',
   '192.168.0.1', '10.0.0.0/8', '08:00:2b:01:02:03', 1234.56, B'1', B'101000000001', B'10101',
-  4000000000, repeat('x', 10000)),
+  4000000000, repeat('x', 10000), '(1.5,-2)'),
  (2, null, null, null, null, null, null, null, null, null, null, null, null, null, null, null,
   null, null, null, null, null, null, null, null, null, null, null, null, null, null, null,
-  null, null, null, null, null, null),
+  null, null, null, null, null, null, null),
  (3, false, -32768, -2147483648, -9223372036854775808, 'NaN', '-Infinity', 'NaN', -0.01, '',
   'x', 'x', '', '-infinity', '24:00:00', '00:00:00', '00:00:00-12', 'infinity',
   '1900-01-01 00:00:00', '-infinity', '-1 year -2 days -00:00:00.000001',
   '00000000-0000-0000-0000-000000000000', '[]', 'null', 'sad', '{}', '{}', '{1.5,NaN}',
-  '::1', '::/0', '00:00:00:00:00:00', -0.5, B'0', B'100000000000', B'', 0, 'small');
+  '::1', '::/0', '00:00:00:00:00:00', -0.5, B'0', B'100000000000', B'', 0, 'small', '(0,-0.25)');
 -- Fractions whose last digits are zeros, and none.
 insert into everything (id, tm, tm3, ttz, ts, ts3, tstz) values
  (4, '10:11:12.511560', '10:11:12.510', '10:11:12.511560+01', '2024-02-29 10:11:12.511560',
@@ -77,14 +77,15 @@ create table other (id int4 primary key, note text, must text not null, n int4 n
     amount numeric(10,2) not null, at timestamptz not null, d date not null, tm time not null,
     u uuid not null, b bytea not null, tags text[] not null, f float8 not null,
     ts timestamp not null, ttz timetz not null, iv interval not null, j jsonb not null,
-    e mood not null, cash money not null, flag bool not null, big numeric not null);
+    e mood not null, cash money not null, flag bool not null, big numeric not null,
+    pt point not null);
 insert into other values
  (1, 'one', 'm1', 1, 1.50, '2024-01-01 10:00:00+00', '2024-01-01', '10:00:00',
   'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '\x01', '{a}', 1.5, '2024-01-01 10:00:00',
-  '10:00:00+01', '1 day', '{}', 'ok', 1.25, true, 1.5),
+  '10:00:00+01', '1 day', '{}', 'ok', 1.25, true, 1.5, '(1,1)'),
  (2, 'two', 'm2', 2, 2.50, '2024-01-02 10:00:00+00', '2024-01-02', '11:00:00',
   'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a12', '\x02', '{b}', 2.5, '2024-01-02 10:00:00',
-  '11:00:00+01', '2 days', '[]', 'sad', 2.25, false, 2.5);
+  '11:00:00+01', '2 days', '[]', 'sad', 2.25, false, 2.5, '(2,2)');
 "#;
 
 const STREAM: &str = r#"
@@ -98,7 +99,7 @@ truncate everything;
 insert into everything (id, money, bits) values (20, 0.01, B'000000000001');
 insert into other values (3, 'three', 'm3', 3, 3.50, '2024-01-03 10:00:00+00', '2024-01-03',
     '12:00:00', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a13', '\x03', '{c}', 3.5, '2024-01-03 10:00:00',
-    '12:00:00+01', '3 days', '{"a": 3}', 'happy', 3.25, true, 3.5);
+    '12:00:00+01', '3 days', '{"a": 3}', 'happy', 3.25, true, 3.5, '(3,3)');
 delete from other where id = 2;
 "#;
 
@@ -147,7 +148,7 @@ const SCHEMAS: &str = "converter.schemas.enable=true";
 /// The NOT NULL columns of `other` but its key: a delete's old row lacks them.
 const NOT_NULL: &[&str] = &[
     "must", "n", "amount", "at", "d", "tm", "u", "b", "tags", "f", "ts", "ttz", "iv", "j", "e",
-    "cash", "flag", "big",
+    "cash", "flag", "big", "pt",
 ];
 
 /// The modes compared in Avro: Debezium's own defaults, so that decimals, dates, times and

@@ -108,6 +108,14 @@ pub enum Value {
     /// The column was not sent because it did not change (PostgreSQL TOAST): a sink keeps the
     /// value it has stored.
     Unchanged,
+    /// A spatial value (MySQL's geometry types): OGC well-known binary and the id of its
+    /// spatial reference system. Last of the variants: the log's codec numbers them.
+    Geometry {
+        /// The geometry as standard (OGC) well-known binary, which GIS libraries read.
+        wkb: Vec<u8>,
+        /// Its spatial reference system's id; 0 where none is set.
+        srid: u32,
+    },
 }
 
 /// A row: column name to value, in the table's column order.

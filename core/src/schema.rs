@@ -83,8 +83,15 @@ pub enum ColumnKind {
     },
     /// An array of the element kind.
     Array(Box<ColumnKind>),
-    /// A type siphon keeps as the source prints it (inet, money, bit, geometry, composites).
+    /// A type siphon keeps as the source prints it (inet, money, bit, composites).
     Other,
+    /// A spatial type (MySQL's geometry types): its values are
+    /// [`Value::Geometry`](crate::Value::Geometry). Last of the variants: schema records number
+    /// them.
+    Geometry {
+        /// Only points (MySQL's `POINT`), which Debezium writes with their coordinates.
+        point: bool,
+    },
 }
 
 /// One column of a table.

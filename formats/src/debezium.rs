@@ -19,6 +19,7 @@ use serde_json::{Map, Value as Json, json};
 use crate::json::{
     Fraction, UNAVAILABLE, float_json, format_date, format_interval, format_time, format_timestamp,
 };
+use crate::spatial;
 use siphon_core::event::{Event, Row, Value};
 use siphon_core::schema::{Column, ColumnKind, TableSchema};
 
@@ -134,6 +135,7 @@ const MONEY: u32 = 790;
 const OID: u32 = 26;
 const BIT: u32 = 1560;
 const VARBIT: u32 = 1562;
+const POINT: u32 = 600;
 
 /// A row as Debezium's JSON object, each value typed by its column where the schema has it.
 /// With a schema every column is there, in the table's order, as in Debezium: one the row
@@ -185,9 +187,13 @@ fn invented(column: &Column, modes: &Modes) -> Json {
             IntervalMode::Numeric => json!(0),
         },
         ColumnKind::Array(_) => json!([]),
+        // MySQL, whose deletes carry the whole row, never lacks one.
+        ColumnKind::Geometry { .. } => Json::Null,
         ColumnKind::Other => match column.type_id {
             MONEY => decimal_zero(Some(2)),
             OID => json!(0),
+            // Debezium's Point.createValue(schema, 0, 0).
+            POINT => spatial::pg_point_json("(0,0)").unwrap_or_default(),
             BIT if column.type_modifier == 1 => json!(false),
             _ => json!(""),
         },
@@ -321,8 +327,11 @@ pub fn value(value: &Value, column: Option<&Column>, modes: &Modes) -> Json {
         Value::Text(s) | Value::Json(s) | Value::Enum(s) => json!(s),
         Value::Bytes(b) => match mysql_type(column) {
             Some(MysqlType::Bits(n)) => json!(BASE64.encode(mysql_bits_le(b, n))),
-            Some(MysqlType::Geometry) => mysql_geometry(b),
             _ => bytes(b, modes.binary),
+        },
+        Value::Geometry { wkb, srid } => match kind {
+            Some(ColumnKind::Geometry { point: true }) => spatial::point_json(wkb, *srid),
+            _ => spatial::geometry_json(wkb, *srid),
         },
         // The hyphenated text, as in the store encoding.
         Value::Uuid(_) => crate::json::value_json(value),
@@ -506,17 +515,6 @@ fn kind_schema(kind: &ColumnKind, column: &Column, modes: &Modes) -> Json {
                 s["parameters"] = json!({"length": n.to_string()});
                 s
             }
-            Some(MysqlType::Geometry) => json!({
-                "type": "struct",
-                "fields": [
-                    {"type": "bytes", "optional": false, "field": "wkb"},
-                    {"type": "int32", "optional": true, "field": "srid"},
-                ],
-                "optional": true,
-                "name": "io.debezium.data.geometry.Geometry",
-                "version": 1,
-                "doc": "Geometry",
-            }),
             // Debezium turns bytes into text in its string modes; `bytes` stays bytes.
             _ => plain(if modes.binary == BinaryMode::Bytes {
                 "bytes"
@@ -524,6 +522,7 @@ fn kind_schema(kind: &ColumnKind, column: &Column, modes: &Modes) -> Json {
                 "string"
             }),
         },
+        ColumnKind::Geometry { point } => spatial::schema(*point),
         ColumnKind::Json { .. } => named("string", "io.debezium.data.Json"),
         ColumnKind::Uuid => named("string", "io.debezium.data.Uuid"),
         ColumnKind::Enum { labels } => {
@@ -561,6 +560,7 @@ fn kind_schema(kind: &ColumnKind, column: &Column, modes: &Modes) -> Json {
         }),
         ColumnKind::Other => match column.type_id {
             MONEY => decimal_schema(None, Some(2), modes.decimal),
+            POINT => spatial::schema(true),
             OID => plain("int64"),
             BIT if column.type_modifier == 1 => plain("boolean"),
             BIT | VARBIT => {
@@ -768,6 +768,11 @@ fn other(type_name: &str, text: &str, column: Option<&Column>, modes: &Modes) ->
         // JSON shows them in base64.
         return json!(BASE64.encode(bits_le(text)));
     }
+    if is(POINT, "point")
+        && let Some(point) = spatial::pg_point_json(text)
+    {
+        return point;
+    }
     json!(text)
 }
 
@@ -777,8 +782,6 @@ fn other(type_name: &str, text: &str, column: Option<&Column>, modes: &Modes) ->
 enum MysqlType {
     /// `bit(n)`, n > 1: Debezium's Bits, little-endian.
     Bits(i32),
-    /// Any geometry: Debezium's Geometry struct (WKB and SRID).
-    Geometry,
     /// `year`: Debezium's Year.
     Year,
 }
@@ -786,7 +789,6 @@ enum MysqlType {
 fn mysql_type(column: Option<&Column>) -> Option<MysqlType> {
     let column = column.filter(|c| c.type_id == 0)?;
     match column.type_name.as_str() {
-        "geometry" => Some(MysqlType::Geometry),
         "year" => Some(MysqlType::Year),
         name if name.starts_with("bit(") && column.type_modifier > 1 => {
             Some(MysqlType::Bits(column.type_modifier))
@@ -802,17 +804,6 @@ fn mysql_bits_le(big_endian: &[u8], bits: i32) -> Vec<u8> {
     let mut out: Vec<u8> = big_endian.iter().rev().copied().take(size).collect();
     out.resize(size, 0);
     out
-}
-
-/// MySQL's internal geometry (SRID, 4 bytes little-endian, then WKB) as Debezium's Geometry:
-/// the WKB and the SRID, null when 0.
-fn mysql_geometry(internal: &[u8]) -> Json {
-    let (srid, wkb) = internal.split_at(internal.len().min(4));
-    let srid = <[u8; 4]>::try_from(srid).map_or(0, u32::from_le_bytes);
-    json!({
-        "wkb": BASE64.encode(wkb),
-        "srid": (srid != 0).then_some(srid),
-    })
 }
 
 /// `$1,234.56` / `-$0.50` / `1.234,56 €` as a plain decimal: the digits, the sign and the
@@ -1164,7 +1155,8 @@ mod tests {
     /// MySQL's types as Debezium's MySQL connector documents them (its MariaDB connector
     /// shares the converters; neither runs against MariaDB 10.11 here): `bit(n)` as
     /// io.debezium.data.Bits, little-endian and ceil(n/8) bytes long; geometry as
-    /// io.debezium.data.geometry.Geometry {wkb, srid} (srid null for 0); `year` as
+    /// io.debezium.data.geometry.Geometry {wkb, srid} (srid null for 0), a point column's as
+    /// io.debezium.data.geometry.Point {x, y, wkb, srid}; `year` as
     /// io.debezium.time.Year; `time` as MicroTime and `datetime(p)` as Timestamp (p ≤ 3) or
     /// MicroTimestamp in adaptive_time_microseconds, the connector's default.
     #[test]
@@ -1192,31 +1184,40 @@ mod tests {
         assert_eq!(bits_schema["name"], "io.debezium.data.Bits");
         assert_eq!(bits_schema["parameters"]["length"], "12");
 
-        let geometry = mysql("geometry", -1, ColumnKind::Bytes);
-        // POINT(1 2) with SRID 4326: the SRID little-endian, then WKB.
+        // POINT(1 2) with SRID 4326, in a GEOMETRY column and in a POINT column.
         let wkb: Vec<u8> = [1u8, 1, 0, 0, 0]
             .into_iter()
             .chain(1f64.to_le_bytes())
             .chain(2f64.to_le_bytes())
             .collect();
-        let internal: Vec<u8> = 4326u32
-            .to_le_bytes()
-            .into_iter()
-            .chain(wkb.clone())
-            .collect();
+        let point = |srid| Value::Geometry {
+            wkb: wkb.clone(),
+            srid,
+        };
+        let geometry = mysql("geometry", -1, ColumnKind::Geometry { point: false });
         assert_eq!(
-            value(&Value::Bytes(internal), Some(&geometry), &modes),
+            value(&point(4326), Some(&geometry), &modes),
             json!({"wkb": BASE64.encode(&wkb), "srid": 4326})
         );
-        let no_srid: Vec<u8> = [0u8; 4].into_iter().chain(wkb.clone()).collect();
         assert_eq!(
-            value(&Value::Bytes(no_srid), Some(&geometry), &modes),
+            value(&point(0), Some(&geometry), &modes),
             json!({"wkb": BASE64.encode(&wkb), "srid": null})
         );
-        let geometry_schema = kind_schema(&geometry.kind, &geometry, &modes);
+        let schema = kind_schema(&geometry.kind, &geometry, &modes);
+        assert_eq!(schema["name"], "io.debezium.data.geometry.Geometry");
+        let points = mysql("point", -1, ColumnKind::Geometry { point: true });
         assert_eq!(
-            geometry_schema["name"],
-            "io.debezium.data.geometry.Geometry"
+            value(&point(4326), Some(&points), &modes).to_string(),
+            json!({"x": 1.0, "y": 2.0, "wkb": BASE64.encode(&wkb), "srid": 4326}).to_string(),
+            "Debezium's Point: the coordinates first"
+        );
+        let schema = kind_schema(&points.kind, &points, &modes);
+        assert_eq!(schema["name"], "io.debezium.data.geometry.Point");
+        // The WKB is a struct's bytes: base64 in every binary mode.
+        modes.set("binary.handling.mode=hex").unwrap();
+        assert_eq!(
+            value(&point(0), Some(&geometry), &modes)["wkb"],
+            json!(BASE64.encode(&wkb))
         );
 
         let year = mysql("year", -1, ColumnKind::Int32);

@@ -96,6 +96,7 @@ pub fn value_json(value: &Value) -> Json {
         } => json!(format_interval(*months, *days, *micros, Fraction::Micros)),
         Value::Array(items) => Json::Array(items.iter().map(value_json).collect()),
         Value::Unchanged => json!(UNAVAILABLE),
+        Value::Geometry { wkb, srid } => crate::spatial::geometry_json(wkb, *srid),
     }
 }
 
@@ -217,6 +218,7 @@ pub fn value_schema(value: &Value) -> Json {
             return json!({"type": "string", "optional": true, "name": "siphon.Other",
                           "parameters": {"type": type_name}});
         }
+        Value::Geometry { .. } => return crate::spatial::schema(false),
         Value::Array(items) => {
             // The first item that says what the items are: not null, and for arrays of
             // arrays one that holds a value somewhere (`[[], [1]]` is an array of int arrays).
@@ -266,6 +268,7 @@ pub fn decode_value(json: &Json, schema: &Json) -> Result<Value, String> {
         ("float", _) => Value::Float32(parse_float(json).ok_or_else(|| bad("float"))? as f32),
         ("double", _) => Value::Float64(parse_float(json).ok_or_else(|| bad("double"))?),
         ("bytes", _) => Value::Bytes(BASE64.decode(text()?).map_err(|e| e.to_string())?),
+        ("struct", crate::spatial::GEOMETRY) => crate::spatial::decode(json)?,
         ("array", _) => Value::Array(
             json.as_array()
                 .ok_or_else(|| bad("array"))?
@@ -603,6 +606,10 @@ mod tests {
                 text: "192.168.0.1/24".into(),
             },
             Value::Unchanged,
+            Value::Geometry {
+                wkb: vec![1, 7, 0, 0, 0, 0, 0, 0, 0],
+                srid: 4326,
+            },
         ]
     }
 

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use mysql_async::binlog::events::{OptionalMetadataField, TableMapEvent};
-use mysql_async::consts::ColumnType;
+use mysql_async::consts::{ColumnType, GeometryType};
 use mysql_common::proto::MySerialize;
 use siphon_core::name::Name;
 use siphon_core::schema::{Column, ColumnKind, SchemaId, TableSchema};
@@ -50,7 +50,7 @@ pub enum DataType {
     Set(Vec<String>),
     /// json (MySQL's binary JSON; MariaDB's JSON is text).
     Json,
-    /// geometry types: MySQL's internal form (SRID, then WKB).
+    /// geometry types: MySQL's internal form (the SRID, 4 bytes little-endian, then WKB).
     Geometry,
 }
 
@@ -191,7 +191,8 @@ pub fn from_catalog(
         ("integer", u) => ("int", u),
         ("real", u) => ("double", u),
         ("numeric", u) => ("decimal", u),
-        (_, u) if data == DataType::Geometry => ("geometry", u),
+        // MySQL 8 names a GEOMETRYCOLLECTION column's type `geomcollection`.
+        ("geomcollection", u) => ("geometrycollection", u),
         (d, u) => (d, u),
     };
     let precision = precision.filter(|_| data == DataType::Decimal);
@@ -229,6 +230,7 @@ pub fn from_table_map(
         key,
         text_sets,
         label_sets,
+        geometry_types,
     } = TableMapMeta::read(tme)?;
     if names.len() != n {
         return Err(Error::permanent(format!(
@@ -240,6 +242,7 @@ pub fn from_table_map(
     let mut signedness = signedness.into_iter();
     let mut enum_labels = enum_labels.into_iter();
     let mut set_labels = set_labels.into_iter();
+    let mut geometry_types = geometry_types.into_iter();
     let (mut character_columns, mut label_columns) = (0usize, 0usize);
     let mut columns = Vec::with_capacity(n);
     for (i, name) in names.iter().enumerate() {
@@ -386,6 +389,11 @@ pub fn from_table_map(
                 _ => ("blob", DataType::Binary, (None, None), 0),
             },
         };
+        // The metadata names each geometry column's type, as the catalog does.
+        let base = match real_type {
+            MYSQL_TYPE_GEOMETRY => geometry_types.next().map_or(base, geometry_name),
+            _ => base,
+        };
         columns.push(info(
             name,
             (base, unsigned),
@@ -436,6 +444,8 @@ struct TableMapMeta {
     /// such column in order, or as a default with the exceptions.
     text_sets: Sets,
     label_sets: Sets,
+    /// The declared type of each geometry column, in order.
+    geometry_types: Vec<GeometryType>,
 }
 
 impl TableMapMeta {
@@ -449,6 +459,7 @@ impl TableMapMeta {
         // such column in order, or as a default with the exceptions.
         let mut text_sets = Sets::default();
         let mut label_sets = Sets::default();
+        let mut geometry_types = Vec::new();
         for field in tme.iter_optional_meta() {
             let field = field.map_err(|e| Error::permanent(format!("table map metadata: {e}")))?;
             match field {
@@ -486,6 +497,12 @@ impl TableMapMeta {
                 OptionalMetadataField::ColumnCharset(c) => text_sets.each(&c),
                 OptionalMetadataField::EnumAndSetDefaultCharset(c) => label_sets.default_of(&c),
                 OptionalMetadataField::EnumAndSetColumnCharset(c) => label_sets.each(&c),
+                OptionalMetadataField::GeometryType(types) => geometry_types.extend(
+                    types
+                        .iter_geometry_types()
+                        // An unknown type is a geometry still.
+                        .map(|t| t.unwrap_or(GeometryType::GEOM_GEOMETRY)),
+                ),
                 _ => {}
             }
         }
@@ -497,7 +514,22 @@ impl TableMapMeta {
             key,
             text_sets,
             label_sets,
+            geometry_types,
         })
+    }
+}
+
+/// A geometry column's type as the catalog names it.
+fn geometry_name(geometry: GeometryType) -> &'static str {
+    match geometry {
+        GeometryType::GEOM_GEOMETRY => "geometry",
+        GeometryType::GEOM_POINT => "point",
+        GeometryType::GEOM_LINESTRING => "linestring",
+        GeometryType::GEOM_POLYGON => "polygon",
+        GeometryType::GEOM_MULTIPOINT => "multipoint",
+        GeometryType::GEOM_MULTILINESTRING => "multilinestring",
+        GeometryType::GEOM_MULTIPOLYGON => "multipolygon",
+        GeometryType::GEOM_GEOMETRYCOLLECTION => "geometrycollection",
     }
 }
 
@@ -722,11 +754,10 @@ fn info(
         (DataType::Float, _, _) => ColumnKind::Float64,
         (DataType::Decimal, _, _) => ColumnKind::Decimal { precision, scale },
         (DataType::Bit1, _, _) => ColumnKind::Bool,
-        (
-            DataType::Bits | DataType::Binary | DataType::FixedBinary(_) | DataType::Geometry,
-            _,
-            _,
-        ) => ColumnKind::Bytes,
+        (DataType::Bits | DataType::Binary | DataType::FixedBinary(_), _, _) => ColumnKind::Bytes,
+        (DataType::Geometry, base, _) => ColumnKind::Geometry {
+            point: base == "point",
+        },
         (DataType::Text(_), _, _) => ColumnKind::Text { length: None },
         (DataType::Date, _, _) => ColumnKind::Date,
         (DataType::Time, _, _) => ColumnKind::Duration,

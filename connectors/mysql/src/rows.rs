@@ -300,6 +300,7 @@ fn decode(layout: &Layout, data_type: &DataType, data: &[u8]) -> Option<(Value, 
                 DataType::Json => Value::Json(String::from_utf8(bytes.to_vec()).ok()?),
                 DataType::Enum(_) => Value::Enum(String::from_utf8(bytes.to_vec()).ok()?),
                 DataType::FixedBinary(n) => Value::Bytes(crate::values::padded(bytes, *n)),
+                DataType::Geometry => crate::values::geometry(bytes)?,
                 _ => Value::Bytes(bytes.to_vec()),
             };
             (value, prefix + len)

@@ -39,7 +39,8 @@ fn decode(data_type: &DataType, v: My) -> Result<Value, My> {
         (DataType::Decimal, My::Bytes(b)) if is_decimal(&b) => Value::Decimal(utf8(b)?),
         (DataType::Bit1, My::Bytes(b)) => Value::Bool(b.iter().any(|x| *x != 0)),
         (DataType::Bit1, My::Int(i)) => Value::Bool(i != 0),
-        (DataType::Bits | DataType::Binary | DataType::Geometry, My::Bytes(b)) => Value::Bytes(b),
+        (DataType::Bits | DataType::Binary, My::Bytes(b)) => Value::Bytes(b),
+        (DataType::Geometry, My::Bytes(b)) => geometry(&b).ok_or(My::Bytes(b))?,
         (DataType::FixedBinary(n), My::Bytes(b)) => Value::Bytes(padded(&b, *n)),
         (DataType::Bits, My::Int(i)) => Value::Bytes(trimmed_be(i as u64)),
         (DataType::Bits, My::UInt(u)) => Value::Bytes(trimmed_be(u)),
@@ -161,6 +162,19 @@ fn text(v: My) -> String {
         My::Bytes(b) => String::from_utf8_lossy(&b).into_owned(),
         other => other.as_sql(true),
     }
+}
+
+/// MySQL's internal geometry — the SRID, 4 bytes little-endian, then standard WKB — as a
+/// [`Value::Geometry`]; `None` for fewer bytes than an SRID and a WKB header.
+pub fn geometry(internal: &[u8]) -> Option<Value> {
+    if internal.len() < 4 + 5 {
+        return None;
+    }
+    let (srid, wkb) = internal.split_at(4);
+    Some(Value::Geometry {
+        wkb: wkb.to_vec(),
+        srid: u32::from_le_bytes(srid.try_into().ok()?),
+    })
 }
 
 #[cfg(test)]

@@ -43,7 +43,7 @@ fn json_text() -> impl Strategy<Value = String> {
 }
 
 /// Kinds of [`scalar_of`].
-const KINDS: usize = 18;
+const KINDS: usize = 19;
 
 /// A value that is not an array, of every kind but [`Value::Null`] and [`Value::Unchanged`].
 pub fn scalar() -> BoxedStrategy<Value> {
@@ -87,6 +87,9 @@ fn scalar_of(kind: usize) -> BoxedStrategy<Value> {
             })
             .boxed(),
         16 => text().prop_map(Value::Enum).boxed(),
+        17 => (prop::collection::vec(any::<u8>(), 0..32), any::<u32>())
+            .prop_map(|(wkb, srid)| Value::Geometry { wkb, srid })
+            .boxed(),
         // One type, as the items of an array column are.
         _ => text()
             .prop_map(|text| Value::Other {

@@ -22,7 +22,7 @@ pub(crate) fn column_type(value: &Value) -> Option<&'static str> {
         Value::UInt(_) => "UBIGINT",
         Value::Float32(_) => "FLOAT",
         Value::Float64(_) => "DOUBLE",
-        Value::Bytes(_) => "BLOB",
+        Value::Bytes(_) | Value::Geometry { .. } => "BLOB",
         Value::Uuid(_) => "UUID",
         Value::Date(_) => "DATE",
         Value::Time(_) => "TIME",
@@ -41,13 +41,14 @@ pub(crate) fn column_type(value: &Value) -> Option<&'static str> {
 
 /// The closest exact DuckDB type of a source column (the README's table): DECIMAL(p,s) where
 /// the source declares a precision DuckDB holds (unconstrained or wider decimals stay exact as
-/// text), LIST for one-dimensional arrays of a scalar DuckDB has, JSON, and VARCHAR for what
-/// has no match (enums, inet, money, bit strings, geometry).
+/// text), LIST for one-dimensional arrays of a scalar DuckDB has, JSON, a geometry's WKB as a
+/// BLOB (what the spatial extension's `ST_GeomFromWKB` reads), and VARCHAR for what has no
+/// match (enums, inet, money, bit strings).
 pub(crate) fn duck_type(column: &Column) -> String {
     match &column.kind {
         ColumnKind::Array(element) => format!("{}[]", element_type(element)),
         ColumnKind::Json { .. } => "JSON".into(),
-        ColumnKind::Bytes => "BLOB".into(),
+        ColumnKind::Bytes | ColumnKind::Geometry { .. } => "BLOB".into(),
         ColumnKind::TimeTz => "TIMETZ".into(),
         // MySQL's TIME goes past a day and below zero, which TIME cannot hold.
         ColumnKind::Interval | ColumnKind::Duration => "INTERVAL".into(),
@@ -118,7 +119,7 @@ pub(crate) fn staged(value: Option<&Value>, column_type: &str) -> Duck {
     }
     match value {
         None | Some(Value::Null | Value::Unchanged) => Duck::Null,
-        Some(Value::Bytes(b)) => Duck::Blob(b.clone()),
+        Some(Value::Bytes(b) | Value::Geometry { wkb: b, .. }) => Duck::Blob(b.clone()),
         Some(Value::Interval {
             months,
             days,

@@ -18,7 +18,7 @@ pub(crate) fn column_type(value: &Value) -> Option<&'static str> {
         Value::Float32(_) => "real",
         Value::Float64(_) => "double precision",
         Value::Decimal(_) => "numeric",
-        Value::Bytes(_) => "bytea",
+        Value::Bytes(_) | Value::Geometry { .. } => "bytea",
         Value::Json(_) | Value::Array(_) => "jsonb",
         Value::Uuid(_) => "uuid",
         Value::Date(_) => "date",
@@ -57,7 +57,8 @@ fn kind_type(kind: &ColumnKind) -> String {
         } => format!("numeric({p},{s})"),
         ColumnKind::Decimal { .. } => "numeric".into(),
         ColumnKind::Text { .. } | ColumnKind::Enum { .. } | ColumnKind::Other => "text".into(),
-        ColumnKind::Bytes => "bytea".into(),
+        // A geometry's WKB: PostGIS reads it with `ST_GeomFromWKB`.
+        ColumnKind::Bytes | ColumnKind::Geometry { .. } => "bytea".into(),
         ColumnKind::Json { binary: true } => "jsonb".into(),
         ColumnKind::Json { binary: false } => "json".into(),
         ColumnKind::Uuid => "uuid".into(),
@@ -107,7 +108,7 @@ pub(crate) fn pg_text(value: &Value) -> Option<Cow<'_, str>> {
         Value::Bool(b) => Cow::Borrowed(if *b { "t" } else { "f" }),
         Value::Float32(f) => Cow::Owned(float_text(f64::from(*f), f.to_string())),
         Value::Float64(f) => Cow::Owned(float_text(*f, f.to_string())),
-        Value::Bytes(b) => {
+        Value::Bytes(b) | Value::Geometry { wkb: b, .. } => {
             let mut hex = String::with_capacity(2 + 2 * b.len());
             hex.push_str("\\x");
             for byte in b {
