@@ -6,7 +6,7 @@
 //! and the page says why. The Grafana dashboard and the alerting rules in `packaging/` query
 //! only metrics `/metrics` serves, and the rules pass `promtool check rules`.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::os::unix::process::CommandExt;

@@ -1,7 +1,7 @@
 //! The daemon end to end: generator source → change log → file sink, stopped with SIGTERM,
 //! killed with -9, replayed; the output is compared with what the source produced.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! that build printed of each log. This build must print the same, and the generator
 //! pipeline (whose positions need no server) must go on where it stopped.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

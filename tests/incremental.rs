@@ -5,7 +5,7 @@
 //! each equal the table, row by row, and no `r` event went back in time: each one carries what
 //! the stream had last said of its row (never a row the stream had deleted).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 //! source tables, row by row. The topics are Debezium's, readable by any Kafka consumer.
 #![cfg(all(feature = "kafka", feature = "duckdb"))]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

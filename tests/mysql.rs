@@ -3,7 +3,7 @@
 //! folds into the table, row by row, and no binlog change is in it twice — and each restart
 //! resumes by GTID.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

@@ -5,7 +5,7 @@
 //! each table in Redis and in the PostgreSQL mirror ends up with exactly the rows the table
 //! holds (before, truncated rows stayed in every store for good).
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};

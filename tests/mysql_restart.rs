@@ -3,7 +3,7 @@
 //! (mariadb-install-db + mariadbd, on a free port): the machine's server is in use by every
 //! other test meanwhile.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

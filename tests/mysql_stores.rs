@@ -4,7 +4,7 @@
 //! the SQL sinks typed from the MySQL schema records.
 #![cfg(feature = "duckdb")]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

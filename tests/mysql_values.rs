@@ -8,7 +8,7 @@
 //! Redis, the PostgreSQL mirror and the DuckDB mirror must each hold exactly the table.
 #![cfg(feature = "duckdb")]
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

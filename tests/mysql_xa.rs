@@ -4,7 +4,7 @@
 //! prepared transaction larger than an append part, and `XA COMMIT … ONE PHASE`. Before,
 //! every XA transaction's rows were lost.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};

@@ -6,7 +6,7 @@
 //! database (or the patterns widened): such tables, one while running and one while down,
 //! are complete as well.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -4,7 +4,7 @@
 //! in the source database — every change the writer made must be in the output once, in
 //! order, with its values.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! table. On a server of the test's own (initdb + pg_ctl, on a free port): the machine's
 //! server is in use by every other test meanwhile.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -6,7 +6,7 @@
 //! The DuckDB sink is part of it, so the file needs the `duckdb` feature (on by default).
 #![cfg(feature = "duckdb")]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

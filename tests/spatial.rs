@@ -9,7 +9,7 @@
 //!   Debezium records is Debezium's Point struct, its coordinates the point's).
 #![cfg(feature = "duckdb")]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

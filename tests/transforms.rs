@@ -5,7 +5,7 @@
 //! writer; a broken expression is refused by `siphon check`
 //! with its position; an event a transform fails on is dead-lettered and the sink goes on.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

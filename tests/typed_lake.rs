@@ -5,7 +5,7 @@
 //! difference: DuckDB's DECIMAL has no NaN, so a NaN in a `numeric(p,s)` column is NULL there.
 #![cfg(feature = "duckdb")]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

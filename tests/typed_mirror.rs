@@ -4,7 +4,7 @@
 //! the README lists them), and every row is equal, column by column, through a snapshot, a
 //! stream and the table's own DDL (a column added, a type widened, a column dropped).
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

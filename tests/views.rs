@@ -7,7 +7,7 @@
 //! and so it does again after the cache is wiped and rebuilt with
 //! `siphon replay --from 0 --reset`.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

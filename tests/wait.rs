@@ -4,7 +4,7 @@
 //! stale. With no other writes a wait ends within a second, also for a sink whose tables
 //! exclude the write; a wait for a position the database has not reached times out with 408.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use mysql_async::prelude::Queryable;
 use siphon_test_support::{PrivateMariadb, PrivatePostgres};
 
+use super::streams::Changes;
+use super::workload::Dialect;
 use crate::common::stores::{Rows, Tables, pg_rows};
-use crate::streams::Changes;
-use crate::workload::Dialect;
 
 /// The tables the workload writes, and their columns compared (besides `id`).
 pub const TABLES: Tables<'static> = &[

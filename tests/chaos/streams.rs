@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde_json::Value as Json;
 use siphon_test_support::redis_conn;
 
-use crate::db::TABLES;
+use super::db::TABLES;
 
 /// One committed change as a change stream carries it: its op and the row's `v` (none for a
 /// delete, whose old row holds the key only).

@@ -31,9 +31,12 @@ pub const WRITER_TABLES: &str = "create table counters (id int primary key, n bi
      insert into counters select g, 0 from generate_series(1, 30) g;
      create table ledger (id bigserial primary key, note text not null);";
 
-/// A writer of small and large transactions (1,500 ledger rows every fourth one, `big_open`
+/// A writer of small and large transactions (1,500 ledger rows every 32nd one, `big_open`
 /// while it runs), each update of a counter adding 1, until stopped; counts the transactions
-/// it committed.
+/// it committed. It writes at a steady pace (some 3,000 rows a second) rather than as fast as
+/// the database takes them: the tests drain everything it wrote, and a writer faster than a
+/// debug build's sink on a busy machine made each test's drain, and its time, grow with how
+/// long the test ran.
 pub async fn spawn_writer(
     db: &PgDatabase,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -45,7 +48,7 @@ pub async fn spawn_writer(
         let mut n = 0u64;
         while !stop.load(Ordering::Relaxed) {
             let counter = n % 30 + 1;
-            let sql = if n % 4 == 3 {
+            let sql = if n % 32 == 31 {
                 big_open.store(true, Ordering::Relaxed);
                 format!(
                     "begin; update counters set n = n + 1 where id = {counter};
@@ -64,7 +67,7 @@ pub async fn spawn_writer(
             client.batch_execute(&sql).await.unwrap();
             big_open.store(false, Ordering::Relaxed);
             n += 1;
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
         n
     })

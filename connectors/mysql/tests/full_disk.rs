@@ -14,7 +14,7 @@ use siphon_core::log::ChangeLog;
 use siphon_source_mysql::MysqlPosition;
 use siphon_test_support::{SmallDisk, mysql};
 
-mod harness;
+use crate::harness;
 use harness::Harness;
 
 #[tokio::test(flavor = "multi_thread")]

@@ -16,7 +16,7 @@ use siphon_core::log::ChangeLog;
 use siphon_source_mysql::MysqlPosition;
 use siphon_test_support::mysql;
 
-mod harness;
+use crate::harness;
 use harness::{Harness, fold};
 
 /// Closes the current binlog file; returns the new one's name.

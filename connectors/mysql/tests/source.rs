@@ -17,7 +17,7 @@ use siphon_source_mysql::MysqlPosition;
 use siphon_source_mysql::MysqlSource;
 use siphon_test_support::mysql;
 
-mod harness;
+use crate::harness;
 use harness::{Harness, fold};
 
 const TABLE: &str = "create table items (

@@ -10,7 +10,7 @@ use siphon_core::source::Source;
 use siphon_source_mysql::{MysqlSource, TlsMode};
 use siphon_test_support::mysql;
 
-mod harness;
+use crate::harness;
 use harness::Harness;
 
 #[tokio::test(flavor = "multi_thread")]

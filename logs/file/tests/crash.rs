@@ -61,7 +61,7 @@ fn kill_9_while_appending() {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
-                "crash_child_appender",
+                "crash::crash_child_appender",
                 "--ignored",
                 "--nocapture",
                 "--test-threads=1",

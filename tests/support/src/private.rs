@@ -406,6 +406,16 @@ impl PrivateNats {
         self.server.restart()
     }
 
+    /// kill -9 of the server; [`PrivateNats::start_again`] brings it back.
+    pub fn kill(&mut self) -> anyhow::Result<()> {
+        self.server.kill()
+    }
+
+    /// Starts it again on the same port and store after [`PrivateNats::kill`].
+    pub fn start_again(&mut self) -> anyhow::Result<()> {
+        self.server.run()
+    }
+
     /// What the server printed.
     pub fn log(&self) -> String {
         self.server.log()

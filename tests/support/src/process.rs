@@ -93,7 +93,8 @@ impl ServerProcess {
         }
     }
 
-    fn run(&mut self) -> anyhow::Result<()> {
+    /// Starts it on its port and data directory (again, after [`ServerProcess::kill`]).
+    pub fn run(&mut self) -> anyhow::Result<()> {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)

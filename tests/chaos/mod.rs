@@ -24,8 +24,7 @@
 //! `SIPHON_TEST_LOSE_ONE_IN` set, and the harness reports it.
 #![cfg(feature = "duckdb")]
 
-#[path = "../common/mod.rs"]
-mod common;
+use crate::common;
 mod db;
 mod streams;
 mod workload;
