@@ -74,8 +74,8 @@ async fn drop_slot(db: SourceDb, slot: &str) {
 async fn mariadb_items(sql: &str, extra: &str) -> (SourceDb, String, String) {
     let db = siphon_test_support::mysql().await.unwrap();
     let source = format!(
-        "kind = \"mysql\"\nurl = \"{}\"\ntables = [\"{}.items\"]\nsnapshot = \"never\"\nheartbeat_interval = \"500ms\"\n{extra}",
-        db.url, db.name
+        "kind = \"mysql\"\nurl = \"{}\"\nserver_id = {}\ntables = [\"{}.items\"]\nsnapshot = \"never\"\nheartbeat_interval = \"500ms\"\n{extra}",
+        db.url, db.server_id, db.name
     );
     let table = format!("{}.items", db.name);
     let db = SourceDb::Mariadb(db);
@@ -352,11 +352,10 @@ async fn a_postgres_column_dropped_mid_snapshot_is_followed() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_mariadb_column_dropped_mid_snapshot_is_followed() {
-    // Its own server id: the other MariaDB test here runs a pipeline of the same name at once.
     let (db, source, table) = mariadb_items(
         "create table items (id bigint primary key, v bigint not null, extra text);
          insert into items select seq, seq, 'x' from seq_1_to_150000;",
-        "server_id = 5399001",
+        "",
     )
     .await;
     column_dropped_mid_snapshot(&db, &source, &table).await;

@@ -3,8 +3,8 @@
 //! the server finds the place by GTID; and where the server dropped changes the source had not
 //! read, it refuses with the GTID state named.
 //!
-//! Its own test binary: it purges the server's binlog files, which tests running beside it in
-//! one binary could be reading.
+//! On a MariaDB of its own: it purges the server's binlog files, which every other test on the
+//! shared server reads.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -14,10 +14,18 @@ use siphon_core::Value;
 use siphon_core::event::SnapshotMarker;
 use siphon_core::log::ChangeLog;
 use siphon_source_mysql::MysqlPosition;
-use siphon_test_support::mysql;
+use siphon_test_support::{MysqlDatabase, PrivateMariadb, mysql_at};
 
 use crate::harness;
 use harness::{Harness, fold};
+
+/// A database on a MariaDB of the test's own: the tests rotate and purge its binary logs,
+/// which on the shared server would pull the binlog from under every other test reading it.
+async fn private_database() -> (PrivateMariadb, MysqlDatabase) {
+    let server = PrivateMariadb::start().unwrap();
+    let db = mysql_at(&server.url()).await.unwrap();
+    (server, db)
+}
 
 /// Closes the current binlog file; returns the new one's name.
 async fn rotate(conn: &mut mysql_async::Conn) -> String {
@@ -58,7 +66,7 @@ async fn purge_to(conn: &mut mysql_async::Conn, current: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_restart_finds_its_place_by_gtid_after_the_binlog_file_is_purged() {
-    let db = mysql().await.unwrap();
+    let (_server, db) = private_database().await;
     let mut conn = db.conn().await.unwrap();
     conn.query_drop("create table g (id int primary key, note varchar(20))")
         .await

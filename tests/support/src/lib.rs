@@ -27,6 +27,6 @@ pub use process::ServerProcess;
 pub use registry::{RegistryStandIn, avro_connect_json};
 pub use services::{
     MysqlDatabase, NatsNamespace, PgDatabase, RabbitEvent, RabbitExchange, RedisKeyspace, mysql,
-    nats, nats_messages, postgres, rabbitmq, rabbitmq_at, rabbitmq_close_connections, redis,
-    redis_conn,
+    mysql_at, nats, nats_messages, postgres, rabbitmq, rabbitmq_at, rabbitmq_close_connections,
+    redis, redis_conn,
 };

@@ -191,7 +191,8 @@ pub async fn mysql() -> anyhow::Result<MysqlDatabase> {
     mysql_at(&endpoint("SIPHON_TEST_MYSQL_URL", MYSQL_DEFAULT)).await
 }
 
-async fn mysql_at(admin_url: &str) -> anyhow::Result<MysqlDatabase> {
+/// A fresh database on the MariaDB/MySQL server at `admin_url` (a private one, say).
+pub async fn mysql_at(admin_url: &str) -> anyhow::Result<MysqlDatabase> {
     use mysql_async::prelude::Queryable;
     let opts = mysql_async::Opts::from_url(admin_url).context("SIPHON_TEST_MYSQL_URL")?;
     let mut conn = mysql_async::Conn::new(opts)

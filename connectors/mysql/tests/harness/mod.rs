@@ -53,7 +53,9 @@ impl Harness {
             password: None,
             password_file: None,
             tables: vec![format!("{}.items", db.name).parse().unwrap()],
-            server_id: None,
+            // The database's own: tests run at once, and the server drops a replica when
+            // another registers with its id.
+            server_id: Some(db.server_id),
             snapshot: SnapshotMode::Initial,
             heartbeat_interval: HumanDuration(Duration::from_millis(500)),
             tls: siphon_source_mysql::TlsMode::Disable,
