@@ -232,11 +232,56 @@ impl SinkTask {
         if reset {
             self.reset_store(tables, &mut backoff).await?;
         }
-        // A store whose cursor is a position in another log (the data directory was lost or
-        // replaced while the store kept its cursor) is rebuilt from this one, or refused.
+        let (stored, other_log) = self.stored_position(tables, from, &mut backoff).await?;
+        let (next, rebuild) = self.start_at(from, stored, other_log)?;
+        let next = self
+            .view_start(next, from.is_some() && reset, &mut backoff)
+            .await?;
+        let reader = self.reader(next, &mut backoff).await?;
+        // A replay runs to the log's end at its start; reopened after an error, it goes on
+        // to the same end.
+        let replay_until = match from {
+            Some(_) => Some(self.log.durable_end()),
+            None if rebuild => Some(self.log.durable_end()),
+            None => self.progress.borrow().replay_until,
+        }
+        .filter(|until| next < *until);
+        self.save_start(next, &mut backoff).await?;
+        self.damaged_cursor = None;
+        self.progress.send_replace(SinkProgress {
+            next_offset: next,
+            committed: next,
+            lost: None,
+            replay_until,
+        });
+        self.update(|s| {
+            s.component.state = if replay_until.is_some() {
+                State::Replaying
+            } else {
+                State::Running
+            };
+            s.component.last_error = None;
+            // A replay's first batch says how old its records are.
+            if from.is_some() {
+                s.oldest_unapplied_ms = None;
+            }
+        });
+        tracing::info!(sink = %self.name, from = next, replay = from.is_some(), "sink reading the log");
+        Ok(self.prefetch(reader, true))
+    }
+
+    /// Opens the store and reads the cursor it keeps, if any; a store whose cursor is a
+    /// position in another log (the data directory was lost or replaced while the store kept
+    /// its cursor) is rebuilt from this one (`true`: it was), or refused.
+    async fn stored_position(
+        &mut self,
+        tables: &[TableInfo],
+        from: Option<u64>,
+        backoff: &mut Backoff,
+    ) -> Result<(Option<u64>, bool), (Stop, String)> {
         let mut other_log = false;
-        let stored = loop {
-            let stored = self.open_store(tables, from, &mut backoff).await?;
+        loop {
+            let stored = self.open_store(tables, from, backoff).await?;
             match stored {
                 Some(c) if from.is_none() && !other_log && self.belongs_elsewhere(&c).await => {
                     let message = format!(
@@ -267,22 +312,32 @@ impl SinkTask {
                         }
                         OnOtherLog::Rebuild => {
                             tracing::warn!(sink = %self.name, "{message}: clearing it and rebuilding it from this log");
-                            self.reset_store(tables, &mut backoff).await?;
+                            self.reset_store(tables, backoff).await?;
                             other_log = true;
                         }
                     }
                 }
-                stored => break stored.map(|c| c.next_offset),
+                stored => return Ok((stored.map(|c| c.next_offset), other_log)),
             }
-        };
+        }
+    }
+
+    /// Where the sink reads from, and whether that is a rebuild of its store from the log's
+    /// start: a replay goes back to `from`; otherwise the store's own cursor (`stored`), if
+    /// it keeps one, wins over the one this task saved. A store that keeps a cursor but has
+    /// none, although this sink had applied records, was wiped (a cache restarted without
+    /// persistence) or replaced: it is rebuilt.
+    fn start_at(
+        &self,
+        from: Option<u64>,
+        stored: Option<u64>,
+        other_log: bool,
+    ) -> Result<(u64, bool), (Stop, String)> {
         // The cursor this task saved, unless its file was damaged.
         let saved = match &self.damaged_cursor {
             None => Some(self.progress.borrow().committed),
             Some(_) => None,
         };
-        // A replay goes back to `from`; otherwise the store's own cursor, if it keeps one, wins.
-        // A store that keeps a cursor but has none, although this sink had applied records,
-        // was wiped (a cache restarted without persistence) or replaced: rebuild it.
         let start = self.log.start_offset();
         let rebuild = other_log
             || from.is_none()
@@ -291,73 +346,38 @@ impl SinkTask {
                 && saved.is_none_or(|c| c > start);
         if rebuild {
             tracing::warn!(sink = %self.name, cursor = ?saved, from = start, "the store has lost this sink's cursor (wiped or replaced): rebuilding it from the start of the log");
+            return Ok((start, true));
         }
-        let next = if rebuild {
-            start
-        } else {
-            match from.or(stored).or(saved) {
-                Some(next) => next,
-                None => {
-                    let why = self.damaged_cursor.clone().unwrap_or_default();
-                    let p = &self.handle.name;
-                    return Err((
-                        Stop::Idle,
-                        self.fail(&format!(
-                            "{why}: this sink does not know where it stopped; start it again where it should go on with `siphon replay {p} {} --from OFFSET`, or rebuild it with `siphon replay {p} {} --from 0 --reset`",
-                            self.name, self.name
-                        )),
-                    ));
-                }
+        match from.or(stored).or(saved) {
+            Some(next) => Ok((next, false)),
+            None => {
+                let why = self.damaged_cursor.clone().unwrap_or_default();
+                let p = &self.handle.name;
+                Err((
+                    Stop::Idle,
+                    self.fail(&format!(
+                        "{why}: this sink does not know where it stopped; start it again where it should go on with `siphon replay {p} {} --from OFFSET`, or rebuild it with `siphon replay {p} {} --from 0 --reset`",
+                        self.name, self.name
+                    )),
+                ))
             }
-        };
-        let next = self
-            .view_start(next, from.is_some() && reset, &mut backoff)
-            .await?;
-        let reader = self.reader(next, &mut backoff).await?;
-        // A replay runs to the log's end at its start; reopened after an error, it goes on
-        // to the same end.
-        let replay_until = match from {
-            Some(_) => Some(self.log.durable_end()),
-            None if rebuild => Some(self.log.durable_end()),
-            None => self.progress.borrow().replay_until,
         }
-        .filter(|until| next < *until);
+    }
+
+    /// Saves `next` as the sink's cursor, waiting out a full disk.
+    async fn save_start(&mut self, next: u64, backoff: &mut Backoff) -> Result<(), (Stop, String)> {
         loop {
             match self.save_cursor(next, None) {
                 Ok(()) => break,
                 // A full disk: once space returns, the same write succeeds.
                 Err(e) if e.is_transient() => {
-                    self.wait_to_retry(
-                        &e,
-                        "sink cannot save its cursor yet; retrying",
-                        &mut backoff,
-                    )
-                    .await?;
+                    self.wait_to_retry(&e, "sink cannot save its cursor yet; retrying", backoff)
+                        .await?;
                 }
                 Err(e) => return Err((Stop::Idle, self.fail(&e.to_string()))),
             }
         }
-        self.damaged_cursor = None;
-        self.progress.send_replace(SinkProgress {
-            next_offset: next,
-            committed: next,
-            lost: None,
-            replay_until,
-        });
-        self.update(|s| {
-            s.component.state = if replay_until.is_some() {
-                State::Replaying
-            } else {
-                State::Running
-            };
-            s.component.last_error = None;
-            // A replay's first batch says how old its records are.
-            if from.is_some() {
-                s.oldest_unapplied_ms = None;
-            }
-        });
-        tracing::info!(sink = %self.name, from = next, replay = from.is_some(), "sink reading the log");
-        Ok(self.prefetch(reader, true))
+        Ok(())
     }
 
     /// Where a sink that takes a view's documents reads from, `next` being where its store
@@ -781,52 +801,11 @@ impl SinkTask {
             failed,
             ..
         } = decoded;
-        for (record, reason) in failed {
-            let offset = record.offset;
-            if self.delivery.on_error != OnError::DeadLetter {
-                self.fail(&format!(
-                    "the record at offset {offset} ({}): {reason}",
-                    record.event.source.table_name()
-                ));
-                return Err(Stop::Idle);
-            }
-            tracing::warn!(sink = %self.name, offset, reason, "a transform failed on the record; written to the dead-letter file");
-            self.set_aside(&record, &reason)?;
-        }
+        self.set_aside_failed(failed)?;
         // Kept through retries and reopenings: the lag grows while the batch does not go in.
         self.update(|s| s.oldest_unapplied_ms = Some(first_commit_ms));
         let started = Instant::now();
-        loop {
-            match self.sink.apply(&batch).await {
-                Ok(()) => break,
-                Err(e) if e.is_transient() => {
-                    return Err(self.reopen_after(&e, first_offset).await);
-                }
-                Err(Error::Rejected {
-                    offset,
-                    table,
-                    reason,
-                }) if self.delivery.on_error == OnError::DeadLetter
-                    && batch.records.iter().any(|r| r.offset == offset) =>
-                {
-                    let at = batch
-                        .records
-                        .iter()
-                        .position(|r| r.offset == offset)
-                        .expect("found");
-                    let record = batch.records.remove(at);
-                    tracing::warn!(sink = %self.name, offset, %table, reason, "record rejected by the target; written to the dead-letter file");
-                    self.set_aside(&record, &reason)?;
-                }
-                Err(e) => {
-                    self.fail(&format!(
-                        "applying offsets {first_offset}..{}: {e}",
-                        batch.end
-                    ));
-                    return Err(Stop::Idle);
-                }
-            }
-        }
+        self.apply_or_set_aside(&mut batch, first_offset).await?;
         let elapsed = started.elapsed();
         self.retry_backoff.reset();
         if let Some(positions) = self.group_positions.clone() {
@@ -841,27 +820,7 @@ impl SinkTask {
             next
         };
         if committed != self.progress.borrow().committed {
-            let cursor = self.cursor(committed, None);
-            // A store that keeps its cursor made the batch durable itself.
-            let saved = if self.sink.keeps_cursor() {
-                self.offsets.save_sink_unsynced(&self.name, &cursor)
-            } else {
-                self.offsets.save_sink(&self.name, &cursor)
-            };
-            match saved {
-                Ok(()) => {}
-                // A full disk: the batch is applied, its cursor not saved. The sink opens
-                // again and goes on from the cursor it keeps (the store's own has the batch;
-                // siphon's file sends it again, as after a crash).
-                Err(e) if e.is_transient() => {
-                    let error = Error::transient(format!("saving the cursor: {e}"));
-                    return Err(self.reopen_after(&error, first_offset).await);
-                }
-                Err(e) => {
-                    self.fail(&format!("saving the cursor: {e}"));
-                    return Err(Stop::Idle);
-                }
-            }
+            self.save_committed(committed, first_offset).await?;
         }
         let mut replay_done = false;
         self.progress.send_modify(|p| {
@@ -894,6 +853,91 @@ impl SinkTask {
                 s.component.state = State::Running;
             }
         });
+        Ok(())
+    }
+
+    /// The records a stage could not pass: to the dead-letter file with `on_error =
+    /// "dead_letter"`, else the sink stops.
+    fn set_aside_failed(&self, failed: Vec<(SinkRecord, String)>) -> Result<(), Stop> {
+        for (record, reason) in failed {
+            let offset = record.offset;
+            if self.delivery.on_error != OnError::DeadLetter {
+                self.fail(&format!(
+                    "the record at offset {offset} ({}): {reason}",
+                    record.event.source.table_name()
+                ));
+                return Err(Stop::Idle);
+            }
+            tracing::warn!(sink = %self.name, offset, reason, "a transform failed on the record; written to the dead-letter file");
+            self.set_aside(&record, &reason)?;
+        }
+        Ok(())
+    }
+
+    /// Applies `batch` to the store; a record the store refuses goes to the dead-letter
+    /// file with `on_error = "dead_letter"` (and the rest is applied again), otherwise the
+    /// sink stops; a transient error reopens the sink.
+    async fn apply_or_set_aside(
+        &mut self,
+        batch: &mut SinkBatch,
+        first_offset: u64,
+    ) -> Result<(), Stop> {
+        loop {
+            match self.sink.apply(batch).await {
+                Ok(()) => return Ok(()),
+                Err(e) if e.is_transient() => {
+                    return Err(self.reopen_after(&e, first_offset).await);
+                }
+                Err(Error::Rejected {
+                    offset,
+                    table,
+                    reason,
+                }) if self.delivery.on_error == OnError::DeadLetter
+                    && batch.records.iter().any(|r| r.offset == offset) =>
+                {
+                    let at = batch
+                        .records
+                        .iter()
+                        .position(|r| r.offset == offset)
+                        .expect("found");
+                    let record = batch.records.remove(at);
+                    tracing::warn!(sink = %self.name, offset, %table, reason, "record rejected by the target; written to the dead-letter file");
+                    self.set_aside(&record, &reason)?;
+                }
+                Err(e) => {
+                    self.fail(&format!(
+                        "applying offsets {first_offset}..{}: {e}",
+                        batch.end
+                    ));
+                    return Err(Stop::Idle);
+                }
+            }
+        }
+    }
+
+    /// Saves the cursor at `committed` after a batch from `first_offset`.
+    async fn save_committed(&mut self, committed: u64, first_offset: u64) -> Result<(), Stop> {
+        let cursor = self.cursor(committed, None);
+        // A store that keeps its cursor made the batch durable itself.
+        let saved = if self.sink.keeps_cursor() {
+            self.offsets.save_sink_unsynced(&self.name, &cursor)
+        } else {
+            self.offsets.save_sink(&self.name, &cursor)
+        };
+        match saved {
+            Ok(()) => {}
+            // A full disk: the batch is applied, its cursor not saved. The sink opens
+            // again and goes on from the cursor it keeps (the store's own has the batch;
+            // siphon's file sends it again, as after a crash).
+            Err(e) if e.is_transient() => {
+                let error = Error::transient(format!("saving the cursor: {e}"));
+                return Err(self.reopen_after(&error, first_offset).await);
+            }
+            Err(e) => {
+                self.fail(&format!("saving the cursor: {e}"));
+                return Err(Stop::Idle);
+            }
+        }
         Ok(())
     }
 

@@ -222,188 +222,244 @@ pub fn from_table_map(
             tme.table_name()
         )));
     }
-    let TableMapMeta {
-        names,
-        signedness,
-        enum_labels,
-        set_labels,
-        key,
-        text_sets,
-        label_sets,
-        geometry_types,
-    } = TableMapMeta::read(tme)?;
-    if names.len() != n {
+    let meta = TableMapMeta::read(tme)?;
+    if meta.names.len() != n {
         return Err(Error::permanent(format!(
             "the binlog's table map of {}.{} carries no column names: set binlog_row_metadata = FULL on the server",
             tme.database_name(),
             tme.table_name()
         )));
     }
-    let mut signedness = signedness.into_iter();
-    let mut enum_labels = enum_labels.into_iter();
-    let mut set_labels = set_labels.into_iter();
-    let mut geometry_types = geometry_types.into_iter();
-    let (mut character_columns, mut label_columns) = (0usize, 0usize);
-    let mut columns = Vec::with_capacity(n);
-    for (i, name) in names.iter().enumerate() {
+    let mut columns = MapColumns {
+        tme,
+        collations,
+        signedness: meta.signedness.into_iter(),
+        enum_labels: meta.enum_labels.into_iter(),
+        set_labels: meta.set_labels.into_iter(),
+        geometry_types: meta.geometry_types.into_iter(),
+        text_sets: meta.text_sets,
+        label_sets: meta.label_sets,
+        character_columns: 0,
+        label_columns: 0,
+    };
+    let infos = meta
+        .names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| columns.column(i, name))
+        .collect::<Result<_>>()?;
+    Ok((infos, meta.key))
+}
+
+/// A table map's columns read in order: what the map's optional metadata gives each kind of
+/// column (signedness to numbers, labels to enums and sets, character sets to text, types
+/// to geometries) is taken in turn.
+struct MapColumns<'m, 't> {
+    tme: &'m TableMapEvent<'t>,
+    collations: &'m Collations,
+    signedness: std::vec::IntoIter<bool>,
+    enum_labels: std::vec::IntoIter<Vec<Vec<u8>>>,
+    set_labels: std::vec::IntoIter<Vec<Vec<u8>>>,
+    geometry_types: std::vec::IntoIter<GeometryType>,
+    text_sets: Sets,
+    label_sets: Sets,
+    /// Character (and geometry) columns, and enum and set columns, read so far.
+    character_columns: usize,
+    label_columns: usize,
+}
+
+impl MapColumns<'_, '_> {
+    /// Column `i`, named `name`.
+    fn column(&mut self, i: usize, name: &str) -> Result<ColumnInfo> {
+        let tme = self.tme;
         let ty = tme
             .get_column_type(i)
             .ok()
             .flatten()
             .ok_or_else(|| Error::permanent(format!("table map column {i}: unknown type")))?;
         let meta = tme.get_column_metadata(i).unwrap_or(&[]);
-        // mysql_common reads a typed array's (a multi-valued index's) values with its
-        // element's type taken from the element's metadata; siphon does not read them.
-        if ty == ColumnType::MYSQL_TYPE_TYPED_ARRAY {
-            return Err(Error::permanent(format!(
-                "the binlog's table map of {}.{} gives column {name} a typed array, which siphon \
-                 cannot read",
-                tme.database_name(),
-                tme.table_name()
-            )));
-        }
-        // Temporal types' metadata is their digits of fraction: six at most.
-        if matches!(
-            ty,
-            ColumnType::MYSQL_TYPE_TIME2
-                | ColumnType::MYSQL_TYPE_DATETIME2
-                | ColumnType::MYSQL_TYPE_TIMESTAMP2
-        ) && meta.first().is_some_and(|fsp| *fsp > 6)
-        {
-            return Err(Error::permanent(format!(
-                "the binlog's table map of {}.{} gives column {name} {} digits of fraction",
-                tme.database_name(),
-                tme.table_name(),
-                meta[0]
-            )));
-        }
-        // A BIT's metadata: the bits of its last byte (0 to 7), then its whole bytes.
-        if ty == ColumnType::MYSQL_TYPE_BIT && meta.first().is_some_and(|bits| *bits > 7) {
-            return Err(Error::permanent(format!(
-                "the binlog's table map of {}.{} gives bit column {name} {} bits in a byte",
-                tme.database_name(),
-                tme.table_name(),
-                meta[0]
-            )));
-        }
-        if meta.len() < metadata_needed(ty) {
-            return Err(Error::permanent(format!(
-                "the binlog's table map of {}.{} gives column {name} ({ty:?}) {} bytes of metadata",
-                tme.database_name(),
-                tme.table_name(),
-                meta.len()
-            )));
-        }
+        readable(tme, name, ty, meta)?;
         // YEAR is among the numbers the table map gives a sign to, and unsigned there
         // (MySQL's YEAR is); the catalog's type has no sign, and neither does siphon's.
         let unsigned = ty.is_numeric_type()
-            && signedness.next().unwrap_or(false)
+            && self.signedness.next().unwrap_or(false)
             && ty != ColumnType::MYSQL_TYPE_YEAR;
         let real_type = if ty == ColumnType::MYSQL_TYPE_STRING && !meta.is_empty() {
             ColumnType::try_from(meta[0]).unwrap_or(ty)
         } else {
             ty
         };
-        let qualified = || format!("{}.{}.{name}", tme.database_name(), tme.table_name());
         // A DECIMAL's scale never passes its precision (mysql_common's reader sizes its buffer
         // by the difference).
         if real_type == ColumnType::MYSQL_TYPE_NEWDECIMAL && meta.get(1) > meta.first() {
             return Err(Error::permanent(format!(
                 "the binlog's table map gives {} a decimal scale past its precision ({meta:?})",
-                qualified()
+                self.qualified(name)
             )));
         }
-        // The set a column's bytes are in (63 is `binary`); UTF-8 where the map gives none.
-        let set = |collation: Option<u16>| -> Result<Charset> {
-            let Some(id) = collation else {
-                return Ok(Charset::UTF8);
-            };
-            let name = collations.charset(id).unwrap_or("unknown");
-            Charset::by_name(name).ok_or_else(|| unsupported(&qualified(), name))
-        };
         // The server gives a geometry column (binary) a set too; `is_character_type` does not
         // count it.
         let collation =
             if real_type.is_character_type() || real_type == ColumnType::MYSQL_TYPE_GEOMETRY {
-                character_columns += 1;
-                text_sets.of(character_columns - 1)
+                self.character_columns += 1;
+                self.text_sets.of(self.character_columns - 1)
             } else {
                 None
             };
-        let mut labels = |list: Option<Vec<Vec<u8>>>| -> Result<Vec<String>> {
-            label_columns += 1;
-            let set = set(label_sets.of(label_columns - 1))?;
-            Ok(list
-                .unwrap_or_default()
-                .iter()
-                .map(|label| set.decode(label).0)
-                .collect())
-        };
-        let binary = collation == Some(63);
-        let nullable = tme.null_bitmask().get(i).is_some_and(|b| *b);
-        use ColumnType::*;
         let (base, data, precision_scale, size) = match plain_type(real_type, meta, unsigned) {
             Some(plain) => plain,
-            None => match real_type {
-                MYSQL_TYPE_ENUM => (
-                    "enum",
-                    DataType::Enum(labels(enum_labels.next())?),
-                    (None, None),
-                    0,
-                ),
-                MYSQL_TYPE_SET => (
-                    "set",
-                    DataType::Set(labels(set_labels.next())?),
-                    (None, None),
-                    0,
-                ),
-                MYSQL_TYPE_VARCHAR | MYSQL_TYPE_VAR_STRING if binary => {
-                    ("varbinary", DataType::Binary, (None, None), 0)
-                }
-                MYSQL_TYPE_VARCHAR | MYSQL_TYPE_VAR_STRING => {
-                    ("varchar", DataType::Text(set(collation)?), (None, None), 0)
-                }
-                MYSQL_TYPE_STRING if binary => {
-                    // Metadata: the real type, whose high bits carry the length's, then its low byte.
-                    let (b0, b1) = (meta.first().copied(), meta.get(1).copied());
-                    let length = b0.zip(b1).map_or(0, |(b0, b1)| {
-                        usize::from(b1) | usize::from((b0 & 0x30) ^ 0x30) << 4
-                    });
-                    ("binary", DataType::FixedBinary(length), (None, None), 0)
-                }
-                MYSQL_TYPE_STRING => ("char", DataType::Text(set(collation)?), (None, None), 0),
-                MYSQL_TYPE_BLOB
-                | MYSQL_TYPE_TINY_BLOB
-                | MYSQL_TYPE_MEDIUM_BLOB
-                | MYSQL_TYPE_LONG_BLOB
-                    if binary || collation.is_none() =>
-                {
-                    ("blob", DataType::Binary, (None, None), 0)
-                }
-                MYSQL_TYPE_BLOB
-                | MYSQL_TYPE_TINY_BLOB
-                | MYSQL_TYPE_MEDIUM_BLOB
-                | MYSQL_TYPE_LONG_BLOB => {
-                    ("text", DataType::Text(set(collation)?), (None, None), 0)
-                }
-                _ => ("blob", DataType::Binary, (None, None), 0),
-            },
+            None => self.character_type(name, real_type, meta, collation)?,
         };
         // The metadata names each geometry column's type, as the catalog does.
         let base = match real_type {
-            MYSQL_TYPE_GEOMETRY => geometry_types.next().map_or(base, geometry_name),
+            ColumnType::MYSQL_TYPE_GEOMETRY => {
+                self.geometry_types.next().map_or(base, geometry_name)
+            }
             _ => base,
         };
-        columns.push(info(
+        let nullable = tme.null_bitmask().get(i).is_some_and(|b| *b);
+        Ok(info(
             name,
             (base, unsigned),
             data,
             nullable,
             precision_scale,
             size,
-        ));
+        ))
     }
-    Ok((columns, key))
+
+    /// A column of a type whose bytes are characters in a set (or bytes, in `binary`):
+    /// text, binary strings, blobs, enums and sets.
+    fn character_type(
+        &mut self,
+        name: &str,
+        real_type: ColumnType,
+        meta: &[u8],
+        collation: Option<u16>,
+    ) -> Result<PlainType> {
+        use ColumnType::*;
+        let binary = collation == Some(63);
+        let text = |this: &Self| this.charset(name, collation).map(DataType::Text);
+        Ok(match real_type {
+            MYSQL_TYPE_ENUM => {
+                let list = self.enum_labels.next();
+                (
+                    "enum",
+                    DataType::Enum(self.labels(name, list)?),
+                    (None, None),
+                    0,
+                )
+            }
+            MYSQL_TYPE_SET => {
+                let list = self.set_labels.next();
+                (
+                    "set",
+                    DataType::Set(self.labels(name, list)?),
+                    (None, None),
+                    0,
+                )
+            }
+            MYSQL_TYPE_VARCHAR | MYSQL_TYPE_VAR_STRING if binary => {
+                ("varbinary", DataType::Binary, (None, None), 0)
+            }
+            MYSQL_TYPE_VARCHAR | MYSQL_TYPE_VAR_STRING => ("varchar", text(self)?, (None, None), 0),
+            MYSQL_TYPE_STRING if binary => {
+                // Metadata: the real type, whose high bits carry the length's, then its low byte.
+                let (b0, b1) = (meta.first().copied(), meta.get(1).copied());
+                let length = b0.zip(b1).map_or(0, |(b0, b1)| {
+                    usize::from(b1) | usize::from((b0 & 0x30) ^ 0x30) << 4
+                });
+                ("binary", DataType::FixedBinary(length), (None, None), 0)
+            }
+            MYSQL_TYPE_STRING => ("char", text(self)?, (None, None), 0),
+            MYSQL_TYPE_BLOB
+            | MYSQL_TYPE_TINY_BLOB
+            | MYSQL_TYPE_MEDIUM_BLOB
+            | MYSQL_TYPE_LONG_BLOB
+                if binary || collation.is_none() =>
+            {
+                ("blob", DataType::Binary, (None, None), 0)
+            }
+            MYSQL_TYPE_BLOB
+            | MYSQL_TYPE_TINY_BLOB
+            | MYSQL_TYPE_MEDIUM_BLOB
+            | MYSQL_TYPE_LONG_BLOB => ("text", text(self)?, (None, None), 0),
+            _ => ("blob", DataType::Binary, (None, None), 0),
+        })
+    }
+
+    /// An enum's or a set's labels, decoded in the set the map gives that column's labels.
+    fn labels(&mut self, name: &str, list: Option<Vec<Vec<u8>>>) -> Result<Vec<String>> {
+        self.label_columns += 1;
+        let set = self.charset(name, self.label_sets.of(self.label_columns - 1))?;
+        Ok(list
+            .unwrap_or_default()
+            .iter()
+            .map(|label| set.decode(label).0)
+            .collect())
+    }
+
+    /// The set a column's bytes are in (63 is `binary`); UTF-8 where the map gives none.
+    fn charset(&self, name: &str, collation: Option<u16>) -> Result<Charset> {
+        let Some(id) = collation else {
+            return Ok(Charset::UTF8);
+        };
+        let set = self.collations.charset(id).unwrap_or("unknown");
+        Charset::by_name(set).ok_or_else(|| unsupported(&self.qualified(name), set))
+    }
+
+    fn qualified(&self, name: &str) -> String {
+        format!(
+            "{}.{}.{name}",
+            self.tme.database_name(),
+            self.tme.table_name()
+        )
+    }
+}
+
+/// Refuses a column of type `ty` whose metadata (`meta`) siphon's and mysql_common's
+/// readers cannot read its values by.
+fn readable(tme: &TableMapEvent<'_>, name: &str, ty: ColumnType, meta: &[u8]) -> Result<()> {
+    let table = || format!("{}.{}", tme.database_name(), tme.table_name());
+    // mysql_common reads a typed array's (a multi-valued index's) values with its element's
+    // type taken from the element's metadata; siphon does not read them.
+    if ty == ColumnType::MYSQL_TYPE_TYPED_ARRAY {
+        return Err(Error::permanent(format!(
+            "the binlog's table map of {} gives column {name} a typed array, which siphon \
+             cannot read",
+            table()
+        )));
+    }
+    // Temporal types' metadata is their digits of fraction: six at most.
+    if matches!(
+        ty,
+        ColumnType::MYSQL_TYPE_TIME2
+            | ColumnType::MYSQL_TYPE_DATETIME2
+            | ColumnType::MYSQL_TYPE_TIMESTAMP2
+    ) && meta.first().is_some_and(|fsp| *fsp > 6)
+    {
+        return Err(Error::permanent(format!(
+            "the binlog's table map of {} gives column {name} {} digits of fraction",
+            table(),
+            meta[0]
+        )));
+    }
+    // A BIT's metadata: the bits of its last byte (0 to 7), then its whole bytes.
+    if ty == ColumnType::MYSQL_TYPE_BIT && meta.first().is_some_and(|bits| *bits > 7) {
+        return Err(Error::permanent(format!(
+            "the binlog's table map of {} gives bit column {name} {} bits in a byte",
+            table(),
+            meta[0]
+        )));
+    }
+    if meta.len() < metadata_needed(ty) {
+        return Err(Error::permanent(format!(
+            "the binlog's table map of {} gives column {name} ({ty:?}) {} bytes of metadata",
+            table(),
+            meta.len()
+        )));
+    }
+    Ok(())
 }
 
 /// Bytes of metadata mysql_common's row reader takes of a column of (real) type `ty`, which it
