@@ -214,83 +214,10 @@ fn decode(layout: &Layout, data_type: &DataType, data: &[u8]) -> Option<(Value, 
             let (text, size) = decimal(*precision, *scale, data)?;
             (Value::Decimal(text), size)
         }
-        Layout::Date => {
-            let v = le(data.get(..3)?);
-            let (day, month, year) = (v & 31, (v >> 5) & 15, v >> 9);
-            let value = if year == 0 && month == 0 && day == 0 {
-                Value::Null
-            } else {
-                let date = NaiveDate::from_ymd_opt(year as i32, month as u32, day as u32)?;
-                Value::Date(
-                    i32::try_from((date - NaiveDate::from_ymd_opt(1970, 1, 1)?).num_days()).ok()?,
-                )
-            };
-            (value, 3)
-        }
-        Layout::DateTime2 { fsp } => {
-            let int = be(data.get(..5)?) as i64 - 0x80_0000_0000;
-            let (frac, used) = fraction(*fsp, data.get(5..)?)?;
-            let ymd = int >> 17;
-            let (year_month, day) = (ymd >> 5, ymd & 31);
-            let (year, month) = (year_month / 13, year_month % 13);
-            let hms = int & 0x1_ffff;
-            let (hour, minute, second) = (hms >> 12, (hms >> 6) & 63, hms & 63);
-            let value = if year == 0 && month == 0 && day == 0 {
-                Value::Null
-            } else {
-                let at = NaiveDate::from_ymd_opt(year as i32, month as u32, day as u32)?
-                    .and_hms_micro_opt(hour as u32, minute as u32, second as u32, frac as u32)?;
-                Value::Timestamp(at.and_utc().timestamp_micros())
-            };
-            (value, 5 + used)
-        }
-        Layout::Timestamp2 { fsp } => {
-            let secs = be(data.get(..4)?) as i64;
-            let (frac, used) = fraction(*fsp, data.get(4..)?)?;
-            // 0 is the zero TIMESTAMP (the earliest a TIMESTAMP holds is 1970-01-01 00:00:01
-            // UTC): NULL, as a query reads it.
-            let value = match secs * 1_000_000 + frac {
-                0 => Value::Null,
-                micros => Value::TimestampTz(micros),
-            };
-            (value, 4 + used)
-        }
-        Layout::Time2 { fsp } => {
-            // MySQL's my_time_packed_from_binary: a packed value of (hour, minute, second)
-            // << 24 plus the fraction, offset to sort as unsigned.
-            let (packed, used) = match fsp.div_ceil(2) {
-                0 => ((be(data.get(..3)?) as i64 - 0x80_0000) << 24, 3),
-                1 => {
-                    let mut int = be(data.get(..3)?) as i64 - 0x80_0000;
-                    let mut frac = i64::from(*data.get(3)?);
-                    if int < 0 && frac != 0 {
-                        int += 1;
-                        frac -= 0x100;
-                    }
-                    ((int << 24) + frac * 10_000, 4)
-                }
-                2 => {
-                    let mut int = be(data.get(..3)?) as i64 - 0x80_0000;
-                    let mut frac = be(data.get(3..5)?) as i64;
-                    if int < 0 && frac != 0 {
-                        int += 1;
-                        frac -= 0x1_0000;
-                    }
-                    ((int << 24) + frac * 100, 5)
-                }
-                _ => (be(data.get(..6)?) as i64 - 0x8000_0000_0000, 6),
-            };
-            let negative = packed < 0;
-            let packed = packed.abs();
-            let (int, frac) = (packed >> 24, packed % (1 << 24));
-            let (hour, minute, second) = (
-                (int >> 12) % (1 << 10),
-                (int >> 6) % (1 << 6),
-                int % (1 << 6),
-            );
-            let micros = ((hour * 60 + minute) * 60 + second) * 1_000_000 + frac;
-            (Value::Time(if negative { -micros } else { micros }), used)
-        }
+        Layout::Date => date(data)?,
+        Layout::DateTime2 { fsp } => datetime2(*fsp, data)?,
+        Layout::Timestamp2 { fsp } => timestamp2(*fsp, data)?,
+        Layout::Time2 { fsp } => time2(*fsp, data)?,
         Layout::Prefixed { prefix } => {
             let len = usize::try_from(le(data.get(..*prefix)?)).ok()?;
             let bytes = data.get(*prefix..*prefix + len)?;
@@ -327,4 +254,87 @@ fn decode(layout: &Layout, data_type: &DataType, data: &[u8]) -> Option<(Value, 
             (value, *bytes)
         }
     })
+}
+
+/// A DATE: 3 bytes, day, month and year packed; the zero date is NULL.
+fn date(data: &[u8]) -> Option<(Value, usize)> {
+    let v = le(data.get(..3)?);
+    let (day, month, year) = (v & 31, (v >> 5) & 15, v >> 9);
+    let value = if year == 0 && month == 0 && day == 0 {
+        Value::Null
+    } else {
+        let date = NaiveDate::from_ymd_opt(year as i32, month as u32, day as u32)?;
+        Value::Date(i32::try_from((date - NaiveDate::from_ymd_opt(1970, 1, 1)?).num_days()).ok()?)
+    };
+    Some((value, 3))
+}
+
+/// A DATETIME2: 5 bytes of date and time, then the fraction; the zero date is NULL.
+fn datetime2(fsp: usize, data: &[u8]) -> Option<(Value, usize)> {
+    let int = be(data.get(..5)?) as i64 - 0x80_0000_0000;
+    let (frac, used) = fraction(fsp, data.get(5..)?)?;
+    let ymd = int >> 17;
+    let (year_month, day) = (ymd >> 5, ymd & 31);
+    let (year, month) = (year_month / 13, year_month % 13);
+    let hms = int & 0x1_ffff;
+    let (hour, minute, second) = (hms >> 12, (hms >> 6) & 63, hms & 63);
+    let value = if year == 0 && month == 0 && day == 0 {
+        Value::Null
+    } else {
+        let at = NaiveDate::from_ymd_opt(year as i32, month as u32, day as u32)?
+            .and_hms_micro_opt(hour as u32, minute as u32, second as u32, frac as u32)?;
+        Value::Timestamp(at.and_utc().timestamp_micros())
+    };
+    Some((value, 5 + used))
+}
+
+/// A TIMESTAMP2: seconds since the epoch (4 bytes), then the fraction.
+fn timestamp2(fsp: usize, data: &[u8]) -> Option<(Value, usize)> {
+    let secs = be(data.get(..4)?) as i64;
+    let (frac, used) = fraction(fsp, data.get(4..)?)?;
+    // 0 is the zero TIMESTAMP (the earliest a TIMESTAMP holds is 1970-01-01 00:00:01
+    // UTC): NULL, as a query reads it.
+    let value = match secs * 1_000_000 + frac {
+        0 => Value::Null,
+        micros => Value::TimestampTz(micros),
+    };
+    Some((value, 4 + used))
+}
+
+/// A TIME2: a signed span of hours, minutes, seconds and fraction.
+fn time2(fsp: usize, data: &[u8]) -> Option<(Value, usize)> {
+    // MySQL's my_time_packed_from_binary: a packed value of (hour, minute, second)
+    // << 24 plus the fraction, offset to sort as unsigned.
+    let (packed, used) = match fsp.div_ceil(2) {
+        0 => ((be(data.get(..3)?) as i64 - 0x80_0000) << 24, 3),
+        1 => {
+            let mut int = be(data.get(..3)?) as i64 - 0x80_0000;
+            let mut frac = i64::from(*data.get(3)?);
+            if int < 0 && frac != 0 {
+                int += 1;
+                frac -= 0x100;
+            }
+            ((int << 24) + frac * 10_000, 4)
+        }
+        2 => {
+            let mut int = be(data.get(..3)?) as i64 - 0x80_0000;
+            let mut frac = be(data.get(3..5)?) as i64;
+            if int < 0 && frac != 0 {
+                int += 1;
+                frac -= 0x1_0000;
+            }
+            ((int << 24) + frac * 100, 5)
+        }
+        _ => (be(data.get(..6)?) as i64 - 0x8000_0000_0000, 6),
+    };
+    let negative = packed < 0;
+    let packed = packed.abs();
+    let (int, frac) = (packed >> 24, packed % (1 << 24));
+    let (hour, minute, second) = (
+        (int >> 12) % (1 << 10),
+        (int >> 6) % (1 << 6),
+        int % (1 << 6),
+    );
+    let micros = ((hour * 60 + minute) * 60 + second) * 1_000_000 + frac;
+    Some((Value::Time(if negative { -micros } else { micros }), used))
 }
