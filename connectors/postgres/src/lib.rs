@@ -382,6 +382,73 @@ impl PostgresSource {
         Ok(need_snapshot)
     }
 
+    /// The tables the patterns name (warned about where they cannot be captured), in the
+    /// publication, with the checkpoint: tables created while siphon was down join the
+    /// publication, and the request to snapshot them is in the checkpoint before they do (a
+    /// failure after that must not lose it). A snapshot taken now reads them anyway.
+    async fn captured_tables(
+        &self,
+        ctx: &SourceContext,
+        client: &tokio_postgres::Client,
+    ) -> Result<(Vec<catalog::Table>, Checkpoint)> {
+        catalog::preflight(client).await?;
+        let tables = catalog::tables(client, &self.config.tables).await?;
+        for t in tables.iter().filter(|t| t.replica_identity == 'n') {
+            tracing::warn!(
+                table = %t.table_name(),
+                "REPLICA IDENTITY NOTHING: updates and deletes of this table cannot be captured; run \
+                 `ALTER TABLE {} REPLICA IDENTITY DEFAULT`", t.quoted()
+            );
+        }
+        let mut checkpoint = self.checkpoint(ctx)?;
+        catalog::ensure_publication(client, &self.publication, &tables, |added| {
+            tracing::info!(tables = ?added, "new tables join the publication: snapshotting them incrementally");
+            checkpoint.incremental.request(added.iter().cloned());
+            ctx.offsets.save_source_checkpoint(&Checkpoint {
+                slot: self.slot.clone(),
+                log_id: Some(ctx.log.id().clone()),
+                ..checkpoint.clone()
+            })
+        })
+        .await?;
+        Ok((tables, checkpoint))
+    }
+
+    /// Makes the slot with its exported snapshot and reads the tables in it; `false`: stopped
+    /// midway.
+    async fn snapshot(
+        &self,
+        ctx: &SourceContext,
+        (conn, client): (&Conn, &tokio_postgres::Client),
+        repl: &mut ReplicationClient,
+        mut shapes: Vec<(catalog::Table, Shape)>,
+        factory: EventFactory,
+    ) -> Result<bool> {
+        let (consistent_point, snapshot_name) = self.create_slot(repl, true).await?;
+        let snapshot_name =
+            snapshot_name.ok_or_else(|| Error::permanent("the slot exported no snapshot"))?;
+        // The partitions as of the slot's consistent point: one attached since the tables
+        // were listed is read too.
+        for (table, _) in &mut shapes {
+            table.leaves = catalog::leaves(client, table.oid, &table.key).await?;
+        }
+        let done = (snapshot::Snapshot {
+            conn: conn.clone(),
+            snapshot_name,
+            consistent_point,
+            tables: shapes,
+            parallelism: self.config.snapshot_parallelism,
+            factory,
+            replaces_earlier: ctx.log.durable_end() > ctx.log.start_offset(),
+        })
+        .run(ctx)
+        .await;
+        match done {
+            Err(Error::Cancelled) => Ok(false),
+            other => other.map(|_| true),
+        }
+    }
+
     /// The tables' shapes, their schemas registered in the log.
     async fn shapes(
         context: (&SourceContext, &EventFactory),
@@ -448,30 +515,7 @@ impl Source for PostgresSource {
         let conn = self.conn()?;
         let pg = conn.pg.clone();
         let client = conn.connect().await?;
-        catalog::preflight(&client).await?;
-        let tables = catalog::tables(&client, &self.config.tables).await?;
-        for t in tables.iter().filter(|t| t.replica_identity == 'n') {
-            tracing::warn!(
-                table = %t.table_name(),
-                "REPLICA IDENTITY NOTHING: updates and deletes of this table cannot be captured; run \
-                 `ALTER TABLE {} REPLICA IDENTITY DEFAULT`", t.quoted()
-            );
-        }
-        let mut checkpoint = self.checkpoint(ctx)?;
-        // Tables created while siphon was down join the publication: the request to snapshot
-        // them is in the checkpoint before they do (a failure after that must not lose it). A
-        // snapshot taken now reads them anyway.
-        catalog::ensure_publication(&client, &self.publication, &tables, |added| {
-            tracing::info!(tables = ?added, "new tables join the publication: snapshotting them incrementally");
-            checkpoint.incremental.request(added.iter().cloned());
-            ctx.offsets.save_source_checkpoint(&Checkpoint {
-                slot: self.slot.clone(),
-                log_id: Some(ctx.log.id().clone()),
-                ..checkpoint.clone()
-            })
-        })
-        .await?;
-        let checkpoint = checkpoint;
+        let (tables, checkpoint) = self.captured_tables(ctx, &client).await?;
         let slot = catalog::slot(&client, &self.slot).await?;
         let need_snapshot = self.needs_snapshot(&checkpoint, slot.as_ref())?;
         let save = |snapshot_done: bool| {
@@ -505,7 +549,7 @@ impl Source for PostgresSource {
             .map_err(|e| catalog::pg_error("reading the server version", &e))?
             .get(0);
         let factory = self.factory(&pg);
-        let mut shapes = Self::shapes((ctx, &factory), &client, &tables).await?;
+        let shapes = Self::shapes((ctx, &factory), &client, &tables).await?;
         let binary = self.binary_allowed
             && version >= 140_000
             && shapes.iter().all(|(_, s)| s.binary_decodable());
@@ -516,30 +560,11 @@ impl Source for PostgresSource {
             .map_err(|e| replication_error(&e))?;
         ctx.metrics.connected();
         if need_snapshot {
-            let (consistent_point, snapshot_name) = self.create_slot(&mut repl, true).await?;
-            let snapshot_name =
-                snapshot_name.ok_or_else(|| Error::permanent("the slot exported no snapshot"))?;
-            // The partitions as of the slot's consistent point: one attached since the tables
-            // were listed is read too.
-            for (table, _) in &mut shapes {
-                table.leaves = catalog::leaves(&client, table.oid, &table.key).await?;
-            }
-            match (snapshot::Snapshot {
-                conn: conn.clone(),
-                snapshot_name,
-                consistent_point,
-                tables: shapes,
-                parallelism: self.config.snapshot_parallelism,
-                factory: factory.clone(),
-                replaces_earlier: ctx.log.durable_end() > ctx.log.start_offset(),
-            })
-            .run(ctx)
-            .await
-            {
+            let snapshot = self.snapshot(ctx, (&conn, &client), &mut repl, shapes, factory.clone());
+            if !snapshot.await? {
                 // Stopped mid-snapshot: the next start takes it again from the beginning.
-                Err(Error::Cancelled) => return Ok(()),
-                other => other?,
-            };
+                return Ok(());
+            }
         } else if slot.is_none() {
             self.create_slot(&mut repl, false).await?;
         }

@@ -445,6 +445,30 @@ impl Reader {
         Ok(tx.send(Ok(Piece::Rows(Box::new(batch)))).await.is_ok())
     }
 
+    /// Begins a chunk's transaction in the exported snapshot; the snapshot rows' txId
+    /// (Debezium gives one): the first transaction the exported snapshot does not see, as a
+    /// 32-bit xid like the stream's.
+    async fn begin_chunk(&self, client: &tokio_postgres::Client) -> Result<Option<u32>> {
+        client
+            .batch_execute(&format!(
+                "begin isolation level repeatable read read only; set transaction snapshot {}",
+                quote_literal(&self.snapshot_name)
+            ))
+            .await
+            .map_err(|e| pg_error("starting the snapshot transaction", &e))?;
+        let xid: Option<u32> = client
+            .query_one(
+                "select (txid_snapshot_xmax(txid_current_snapshot()) % 4294967296)::bigint",
+                &[],
+            )
+            .await
+            .map_err(|e| pg_error("reading the snapshot's transaction id", &e))?
+            .get::<_, i64>(0)
+            .try_into()
+            .ok();
+        Ok(xid)
+    }
+
     async fn read_tables(&self, tx: &mpsc::Sender<Result<Piece>>) -> Result<()> {
         let client = self.conn.connect().await?;
         loop {
@@ -453,60 +477,8 @@ impl Reader {
             };
             let table_index = chunk.table;
             let (table, shape) = (&self.tables[table_index], &self.shapes[table_index]);
-            client
-                .batch_execute(&format!(
-                    "begin isolation level repeatable read read only; set transaction snapshot {}",
-                    quote_literal(&self.snapshot_name)
-                ))
-                .await
-                .map_err(|e| pg_error("starting the snapshot transaction", &e))?;
-            // The snapshot rows' txId (Debezium gives one): the first transaction the
-            // exported snapshot does not see, as a 32-bit xid like the stream's.
-            let xid: Option<u32> = client
-                .query_one(
-                    "select (txid_snapshot_xmax(txid_current_snapshot()) % 4294967296)::bigint",
-                    &[],
-                )
-                .await
-                .map_err(|e| pg_error("reading the snapshot's transaction id", &e))?
-                .get::<_, i64>(0)
-                .try_into()
-                .ok();
-            // Binary COPY: no text to parse. A column whose type siphon keeps as text is read
-            // as its type's output function prints it, which is what pgoutput sends: not
-            // `::text`, which for some types is a cast of its own (`'192.168.0.1'::inet::text`
-            // is `192.168.0.1/32`).
-            let binary: Vec<bool> = shape
-                .columns
-                .iter()
-                .map(|(_, ty)| binary::supported(ty))
-                .collect();
-            let columns: Vec<String> = shape
-                .columns
-                .iter()
-                .zip(&binary)
-                .map(|((c, _), &bin)| {
-                    let c = quote_ident(c);
-                    if bin {
-                        c
-                    } else {
-                        format!("case when {c} is null then null else format('%s', {c}) end")
-                    }
-                })
-                .collect();
-            let range = match chunk.pages {
-                None => String::new(),
-                Some((first, None)) => format!(" where ctid >= '({first},0)'::tid"),
-                Some((first, Some(end))) => {
-                    format!(" where ctid >= '({first},0)'::tid and ctid < '({end},0)'::tid")
-                }
-            };
-            let leaf = &table.leaves[chunk.leaf];
-            let sql = format!(
-                "copy (select {} from {}{range}) to stdout (format binary)",
-                columns.join(", "),
-                leaf.quoted
-            );
+            let xid = self.begin_chunk(&client).await?;
+            let (sql, binary) = copy_sql(table, shape, &chunk);
             let stream = client
                 .copy_out(sql.as_str())
                 .await
@@ -565,9 +537,50 @@ impl Reader {
                 .batch_execute("commit")
                 .await
                 .map_err(|e| pg_error("ending the snapshot transaction", &e))?;
-            tracing::info!(table = %table.table_name(), leaf = %leaf.quoted, pages = ?chunk.pages, rows, "table snapshot done");
+            let leaf = &table.leaves[chunk.leaf].quoted;
+            tracing::info!(table = %table.table_name(), %leaf, pages = ?chunk.pages, rows, "table snapshot done");
         }
     }
+}
+
+/// The COPY that reads `chunk` of `table`, and which of its columns come in binary.
+fn copy_sql(table: &Table, shape: &Shape, chunk: &Chunk) -> (String, Vec<bool>) {
+    // Binary COPY: no text to parse. A column whose type siphon keeps as text is read
+    // as its type's output function prints it, which is what pgoutput sends: not
+    // `::text`, which for some types is a cast of its own (`'192.168.0.1'::inet::text`
+    // is `192.168.0.1/32`).
+    let binary: Vec<bool> = shape
+        .columns
+        .iter()
+        .map(|(_, ty)| binary::supported(ty))
+        .collect();
+    let columns: Vec<String> = shape
+        .columns
+        .iter()
+        .zip(&binary)
+        .map(|((c, _), &bin)| {
+            let c = quote_ident(c);
+            if bin {
+                c
+            } else {
+                format!("case when {c} is null then null else format('%s', {c}) end")
+            }
+        })
+        .collect();
+    let range = match chunk.pages {
+        None => String::new(),
+        Some((first, None)) => format!(" where ctid >= '({first},0)'::tid"),
+        Some((first, Some(end))) => {
+            format!(" where ctid >= '({first},0)'::tid and ctid < '({end},0)'::tid")
+        }
+    };
+    let leaf = &table.leaves[chunk.leaf];
+    let sql = format!(
+        "copy (select {} from {}{range}) to stdout (format binary)",
+        columns.join(", "),
+        leaf.quoted
+    );
+    (sql, binary)
 }
 
 #[cfg(test)]
