@@ -371,45 +371,16 @@ pub(super) fn pass(
     if eligible_end <= clean {
         return Ok(());
     }
-    // Bytes below `eligible_end`, and of them those past `clean`.
-    let (mut total, mut dirty) = (0u64, 0u64);
-    for pair in segments.windows(2).filter(|p| p[1].base <= eligible_end) {
-        let (seg, end) = (&pair[0], pair[1].base);
-        total += seg.size;
-        if seg.base >= clean {
-            dirty += seg.size;
-        } else if end > clean {
-            dirty += seg.size * (end - clean) / (end - seg.base).max(1);
-        }
-    }
-    if total == 0 || (dirty as f64) < config.compaction_dirty_ratio * total as f64 {
+    if !worth_a_pass(
+        &segments,
+        clean,
+        eligible_end,
+        config.compaction_dirty_ratio,
+    ) {
         return Ok(());
     }
 
-    // The key map of the dirty records, as far as it holds them.
-    let mut map = KeyMap::new(config.compaction_memory.0 as usize);
-    let mut pass_end = eligible_end;
-    'read: for seg in segments
-        .iter()
-        .filter(|s| s.end > clean && s.base < eligible_end)
-    {
-        let from = if seg.base < clean {
-            seg.clean_at
-        } else {
-            seg.start()
-        };
-        let mut cursor = SegmentCursor::open(log_path(dir, seg.base), from)?;
-        while let Next::Record(rec) = cursor.next(eligible_end.min(limit))? {
-            if rec.offset < clean {
-                continue;
-            }
-            if !map.fits(&rec) {
-                pass_end = rec.offset;
-                break 'read;
-            }
-            map.see(&rec);
-        }
-    }
+    let (map, mut pass_end) = key_map(log, &segments, clean, (eligible_end, limit))?;
     // A key change is never split between passes: its delete waits for its create.
     if let Some((_, delete)) = &map.key_change {
         pass_end = pass_end.min(*delete);
@@ -439,44 +410,119 @@ pub(super) fn pass(
             log,
             seg,
             |rec| {
-                if rec.offset >= pass_end || rec.key.is_empty() || rec.offset + 1 == limit {
-                    // Past the pass, keyless (never compacted), or the log's last record, which a
-                    // source resumes from: as it is.
-                    return Some((rec.key.clone(), rec.flags));
-                }
-                let Fate::Kept {
-                    key,
-                    moved,
-                    chain_start,
-                } = map.fate(rec)
-                else {
-                    return None;
+                let keeper = Keeper {
+                    pass_end,
+                    limit,
+                    min_all,
+                    delete_horizon,
                 };
-                let tombstone = rec.flags.contains(RecordFlags::TOMBSTONE);
-                let expired = tombstone
-                    && chain_start
-                    && !moved
-                    && rec.offset < min_all
-                    && rec.timestamp_ms < delete_horizon;
-                if expired {
-                    return None;
-                }
-                // A compacted stretch no longer holds whole transactions: every record stands
-                // alone, but for the first half of a key change, which goes with the next.
-                let mut flags = if rec.flags.contains(RecordFlags::WITH_NEXT) {
-                    rec.flags
-                } else {
-                    rec.flags.with(RecordFlags::TXN_END)
-                };
-                if moved {
-                    flags = flags.with(RecordFlags::MOVED);
-                }
-                Some((key.to_vec(), flags))
+                keeper.fate(rec, &map)
             },
             report,
         )?;
     }
     save_cleaned_to(dir, pass_end)
+}
+
+/// Whether the part of the log below `eligible_end` past `clean` is dirty enough for a pass:
+/// its bytes at least `ratio` of those below `eligible_end`.
+fn worth_a_pass(segments: &[Extent], clean: u64, eligible_end: u64, ratio: f64) -> bool {
+    let (mut total, mut dirty) = (0u64, 0u64);
+    for pair in segments.windows(2).filter(|p| p[1].base <= eligible_end) {
+        let (seg, end) = (&pair[0], pair[1].base);
+        total += seg.size;
+        if seg.base >= clean {
+            dirty += seg.size;
+        } else if end > clean {
+            dirty += seg.size * (end - clean) / (end - seg.base).max(1);
+        }
+    }
+    total > 0 && (dirty as f64) >= ratio * total as f64
+}
+
+/// The key map of the dirty records (from `clean`, below `eligible_end`; those durable, below
+/// `limit`), as far as it holds them, and where it stopped holding them (`eligible_end` if it
+/// holds them all).
+fn key_map(
+    log: &FileLog,
+    segments: &[Extent],
+    clean: u64,
+    (eligible_end, limit): (u64, u64),
+) -> Result<(KeyMap, u64)> {
+    let config = &log.inner.config;
+    let mut map = KeyMap::new(config.compaction_memory.0 as usize);
+    for seg in segments
+        .iter()
+        .filter(|s| s.end > clean && s.base < eligible_end)
+    {
+        let from = if seg.base < clean {
+            seg.clean_at
+        } else {
+            seg.start()
+        };
+        let mut cursor = SegmentCursor::open(log_path(&log.inner.dir, seg.base), from)?;
+        while let Next::Record(rec) = cursor.next(eligible_end.min(limit))? {
+            if rec.offset < clean {
+                continue;
+            }
+            if !map.fits(&rec) {
+                return Ok((map, rec.offset));
+            }
+            map.see(&rec);
+        }
+    }
+    Ok((map, eligible_end))
+}
+
+/// What a pass keeps of the records it rewrites.
+struct Keeper {
+    /// Records from here on are past the pass.
+    pass_end: u64,
+    /// The log's end: its last record stays as it is.
+    limit: u64,
+    /// The lowest offset a sink has not read.
+    min_all: u64,
+    /// A delete older than this (ms since the epoch) read by every sink may expire.
+    delete_horizon: i64,
+}
+
+impl Keeper {
+    /// A record's key and flags after the pass, or `None` where the pass drops it.
+    fn fate(&self, rec: &LogRecord, map: &KeyMap) -> Kept {
+        if rec.offset >= self.pass_end || rec.key.is_empty() || rec.offset + 1 == self.limit {
+            // Past the pass, keyless (never compacted), or the log's last record, which a
+            // source resumes from: as it is.
+            return Some((rec.key.clone(), rec.flags));
+        }
+        let Fate::Kept {
+            key,
+            moved,
+            chain_start,
+        } = map.fate(rec)
+        else {
+            return None;
+        };
+        let tombstone = rec.flags.contains(RecordFlags::TOMBSTONE);
+        let expired = tombstone
+            && chain_start
+            && !moved
+            && rec.offset < self.min_all
+            && rec.timestamp_ms < self.delete_horizon;
+        if expired {
+            return None;
+        }
+        // A compacted stretch no longer holds whole transactions: every record stands
+        // alone, but for the first half of a key change, which goes with the next.
+        let mut flags = if rec.flags.contains(RecordFlags::WITH_NEXT) {
+            rec.flags
+        } else {
+            rec.flags.with(RecordFlags::TXN_END)
+        };
+        if moved {
+            flags = flags.with(RecordFlags::MOVED);
+        }
+        Some((key.to_vec(), flags))
+    }
 }
 
 /// Where a segment is, as a pass needs to know: not its sparse index.
