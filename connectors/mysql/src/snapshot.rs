@@ -147,14 +147,13 @@ pub async fn read(
     (point, server_id): (&SnapshotPoint, u32),
     replaces_earlier: bool,
 ) -> Result<Read> {
-    let started_ms = siphon_core::source::now_ms();
     let place = Place {
         file: point.file.clone(),
         pos: point.pos,
         row: 0,
         gtid: point.gtid.clone(),
         server_id,
-        ts_ms: started_ms,
+        ts_ms: siphon_core::source::now_ms(),
         snapshot: SnapshotMarker::True,
     };
     if replaces_earlier {
@@ -166,111 +165,164 @@ pub async fn read(
     }
     ctx.metrics.set("snapshot_running", 1.0);
     ctx.metrics.set("snapshot_rows", 0.0);
-    // Rows go to the log as records straight from their values (no event a row).
-    let encoders: Vec<ReadEncoder> = shapes
-        .iter()
-        .map(|s| ReadEncoder::new(s.schema.clone()))
-        .collect::<Result<_>>()?;
-    let mut position = Vec::with_capacity(64);
-    let mut record = |row: &PendingRow| {
-        place.position_ref(row.index).encode_into(&mut position);
-        encoders[row.table].record(
-            &row.values,
-            &ReadMeta {
-                position: &position,
-                tx_id: None,
-                source_ts_ms: place.ts_ms,
-                snapshot: row.snapshot,
-                ts_ms: siphon_core::source::now_ms(),
-            },
-        )
+    let mut writer = Writer {
+        ctx,
+        place,
+        encoders: shapes
+            .iter()
+            .map(|s| ReadEncoder::new(s.schema.clone()))
+            .collect::<Result<_>>()?,
+        position: Vec::with_capacity(64),
+        batch: Vec::with_capacity(BATCH),
+        pending: None,
+        rows: 0,
     };
-    let mut rows = 0u64;
     let mut rebuilt = Vec::new();
-    let mut batch: Vec<NewRecord> = Vec::with_capacity(BATCH);
-    // The row read last waits for the next, so that the snapshot's last row is marked.
-    let mut pending: Option<PendingRow> = None;
     for (table, shape) in shapes.iter().enumerate() {
-        let list: Vec<String> = shape.columns.iter().map(|c| quote(&c.name)).collect();
-        let sql = format!(
-            "SELECT {} FROM {}.{}",
-            list.join(", "),
-            quote(&shape.database),
-            quote(&shape.table)
-        );
-        let name = shape.name();
-        tracing::info!(table = %name, "snapshot: reading");
-        let table_start = rows;
-        let rebuilt_since = |e: &mysql_async::Error| {
-            let rebuilt = matches!(e, mysql_async::Error::Server(s) if s.code == TABLE_DEF_CHANGED);
-            if rebuilt {
-                tracing::warn!(table = %name, "snapshot: the table was rebuilt since the snapshot began (ALTER … ALGORITHM=COPY): it is snapshotted again, incrementally, once this snapshot is done");
-            }
-            rebuilt
-        };
-        let mut result = match conn.exec_iter(sql.as_str(), ()).await {
-            Err(e) if rebuilt_since(&e) => {
-                rebuilt.push(name);
-                continue;
-            }
-            other => other.map_err(|e| my_error("reading a table in the snapshot", &e))?,
-        };
-        // (The server may say so at the first row instead.)
-        loop {
-            let mut found = match result.next().await {
-                Ok(Some(found)) => found,
-                Ok(None) => break,
-                Err(e) if rebuilt_since(&e) => {
-                    rebuilt.push(name.clone());
-                    break;
-                }
-                Err(e) => return Err(my_error("reading a table in the snapshot", &e)),
-            };
-            if ctx.cancel.is_cancelled() {
-                return Err(Error::Cancelled);
-            }
-            // Debezium's markers: the snapshot's first row, each other table's first and last
-            // rows, the snapshot's last row (set when the next row or the end comes).
-            let snapshot = if rows == 0 {
-                SnapshotMarker::First
-            } else if rows == table_start {
-                SnapshotMarker::FirstInTable
-            } else {
-                SnapshotMarker::True
-            };
-            let row = PendingRow {
-                table,
-                values: values_of(shape, &mut found),
-                index: rows,
-                snapshot,
-            };
-            if let Some(previous) = pending.replace(row) {
-                batch.push(record(&previous)?);
-            }
-            rows += 1;
-            if batch.len() >= BATCH {
-                ctx.append_records_unsynced(std::mem::take(&mut batch))
-                    .await?;
-                ctx.metrics.set("snapshot_rows", rows as f64);
-            }
+        let table_start = writer.rows;
+        if !read_table(conn, shape, table, &mut writer).await? {
+            rebuilt.push(shape.name());
         }
-        if let Some(last) = pending.as_mut().filter(|_| rows > table_start) {
-            last.snapshot = SnapshotMarker::LastInTable;
-        }
+        writer.end_table(table_start);
     }
-    if let Some(mut last) = pending {
-        last.snapshot = SnapshotMarker::Last;
-        batch.push(record(&last)?);
-    }
-    // One durable append ends the snapshot: its rows are one unit in the log.
-    if let Some(last) = batch.last_mut() {
-        last.flags = last.flags.with(RecordFlags::TXN_END);
-    }
-    ctx.append_records(batch).await?;
-    ctx.metrics.set("snapshot_rows", rows as f64);
+    let rows = writer.finish().await?;
     ctx.metrics.set("snapshot_running", 0.0);
     conn.query_drop("COMMIT")
         .await
         .map_err(|e| my_error("ending the snapshot", &e))?;
     Ok(Read { rows, rebuilt })
+}
+
+/// Reads table `table` (of `shape`) into `writer`; `false` where it was rebuilt since the
+/// snapshot began (`ALTER … ALGORITHM=COPY`), which the snapshot's transaction cannot read.
+async fn read_table(
+    conn: &mut mysql_async::Conn,
+    shape: &Shape,
+    table: usize,
+    writer: &mut Writer<'_>,
+) -> Result<bool> {
+    let list: Vec<String> = shape.columns.iter().map(|c| quote(&c.name)).collect();
+    let sql = format!(
+        "SELECT {} FROM {}.{}",
+        list.join(", "),
+        quote(&shape.database),
+        quote(&shape.table)
+    );
+    let name = shape.name();
+    tracing::info!(table = %name, "snapshot: reading");
+    let rebuilt_since = |e: &mysql_async::Error| {
+        let rebuilt = matches!(e, mysql_async::Error::Server(s) if s.code == TABLE_DEF_CHANGED);
+        if rebuilt {
+            tracing::warn!(table = %name, "snapshot: the table was rebuilt since the snapshot began (ALTER … ALGORITHM=COPY): it is snapshotted again, incrementally, once this snapshot is done");
+        }
+        rebuilt
+    };
+    let table_start = writer.rows;
+    let mut result = match conn.exec_iter(sql.as_str(), ()).await {
+        Err(e) if rebuilt_since(&e) => return Ok(false),
+        other => other.map_err(|e| my_error("reading a table in the snapshot", &e))?,
+    };
+    // (The server may say so at the first row instead.)
+    loop {
+        let mut found = match result.next().await {
+            Ok(Some(found)) => found,
+            Ok(None) => return Ok(true),
+            Err(e) if rebuilt_since(&e) => return Ok(false),
+            Err(e) => return Err(my_error("reading a table in the snapshot", &e)),
+        };
+        if writer.ctx.cancel.is_cancelled() {
+            return Err(Error::Cancelled);
+        }
+        writer
+            .push(table, values_of(shape, &mut found), table_start)
+            .await?;
+    }
+}
+
+/// The snapshot's rows on their way to the log: each encoded straight into its record from
+/// its values (no event a row), appended a batch at a time, the row read last held back so
+/// that the snapshot's last row is marked.
+struct Writer<'a> {
+    ctx: &'a SourceContext,
+    place: Place,
+    /// Each table's.
+    encoders: Vec<ReadEncoder>,
+    /// A row's position, encoded (one buffer for all).
+    position: Vec<u8>,
+    batch: Vec<NewRecord>,
+    pending: Option<PendingRow>,
+    /// Rows read so far.
+    rows: u64,
+}
+
+impl Writer<'_> {
+    /// A row of table `table`, whose rows began at `table_start`.
+    async fn push(&mut self, table: usize, values: Vec<Value>, table_start: u64) -> Result<()> {
+        // Debezium's markers: the snapshot's first row, each other table's first and last
+        // rows, the snapshot's last row (set when the next row or the end comes).
+        let snapshot = if self.rows == 0 {
+            SnapshotMarker::First
+        } else if self.rows == table_start {
+            SnapshotMarker::FirstInTable
+        } else {
+            SnapshotMarker::True
+        };
+        let row = PendingRow {
+            table,
+            values,
+            index: self.rows,
+            snapshot,
+        };
+        if let Some(previous) = self.pending.replace(row) {
+            let record = self.record(&previous)?;
+            self.batch.push(record);
+        }
+        self.rows += 1;
+        if self.batch.len() >= BATCH {
+            self.ctx
+                .append_records_unsynced(std::mem::take(&mut self.batch))
+                .await?;
+            self.ctx.metrics.set("snapshot_rows", self.rows as f64);
+        }
+        Ok(())
+    }
+
+    /// The table whose rows began at `table_start` is read: its last row is marked so.
+    fn end_table(&mut self, table_start: u64) {
+        if let Some(last) = self.pending.as_mut().filter(|_| self.rows > table_start) {
+            last.snapshot = SnapshotMarker::LastInTable;
+        }
+    }
+
+    /// Appends what is left in one durable append that ends the snapshot (its rows are one
+    /// unit in the log); the number of rows.
+    async fn finish(mut self) -> Result<u64> {
+        if let Some(mut last) = self.pending.take() {
+            last.snapshot = SnapshotMarker::Last;
+            let record = self.record(&last)?;
+            self.batch.push(record);
+        }
+        if let Some(last) = self.batch.last_mut() {
+            last.flags = last.flags.with(RecordFlags::TXN_END);
+        }
+        self.ctx.append_records(self.batch).await?;
+        self.ctx.metrics.set("snapshot_rows", self.rows as f64);
+        Ok(self.rows)
+    }
+
+    fn record(&mut self, row: &PendingRow) -> Result<NewRecord> {
+        self.place
+            .position_ref(row.index)
+            .encode_into(&mut self.position);
+        self.encoders[row.table].record(
+            &row.values,
+            &ReadMeta {
+                position: &self.position,
+                tx_id: None,
+                source_ts_ms: self.place.ts_ms,
+                snapshot: row.snapshot,
+                ts_ms: siphon_core::source::now_ms(),
+            },
+        )
+    }
 }
