@@ -138,6 +138,72 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
         .map_err(|e| Error::permanent(format!("a Kafka log task failed: {e}")))?
 }
 
+/// Makes the log's own topics (its offsets' and schemas', compacted) where missing; the
+/// topics client and the settings of the records' topics.
+fn log_topics(
+    config: &KafkaLogConfig,
+    connection: &Connection,
+    pipeline: &str,
+    names: &Names,
+) -> Result<(Arc<Topics>, TopicSpec)> {
+    let timeout = config.timeout.0;
+    let topics = Arc::new(Topics::connect(
+        connection,
+        &format!("siphon-{pipeline}-admin"),
+        timeout,
+    )?);
+    let compacted = TopicSpec {
+        partitions: 1,
+        replication_factor: config.topics.replication_factor,
+        config: [("cleanup.policy".to_owned(), "compact".to_owned())].into(),
+    };
+    topics.ensure(&[names.offsets.clone(), names.schemas.clone()], &compacted)?;
+    let topic_spec = TopicSpec {
+        partitions: config.topics.partitions,
+        replication_factor: config.topics.replication_factor,
+        config: config.topics.topic_config(),
+    };
+    Ok((topics, topic_spec))
+}
+
+/// Where the log stands for its writer: its identity (new where no checkpoint is), the next
+/// offset, and its last record. Without transactions, records written after the checkpoint
+/// (acknowledged or not) keep their offsets: numbering goes on past the highest.
+fn where_it_stands(
+    config: &KafkaLogConfig,
+    connection: &Connection,
+    pipeline: &str,
+    schemas: &Arc<KafkaSchemas>,
+    checkpoint: Option<&Checkpoint>,
+) -> Result<(LogId, u64, Option<LogRecord>)> {
+    let names = config.names(pipeline);
+    let timeout = config.timeout.0;
+    let from_beginning = config.seek == Seek::Beginning;
+    let helper = consumer(connection, &format!("siphon-{pipeline}-open"), true)?;
+    let (id, mut next_offset, last) = match checkpoint {
+        Some(c) => (
+            c.log_id.clone(),
+            c.next_offset,
+            c.last
+                .as_ref()
+                .map(|l| l.record(&helper, &names.records, timeout, from_beginning))
+                .transpose()?,
+        ),
+        None => (LogId::random(), 0, None),
+    };
+    if !config.transactions {
+        // Records written after the checkpoint (acknowledged or not) keep their offsets:
+        // number on past the highest.
+        let all = reader::log_partitions(&helper, &topology(schemas, &names, config))?;
+        for tp in &all {
+            if let Some(highest) = consume::last_offset(&helper, tp, timeout)? {
+                next_offset = next_offset.max(highest + 1);
+            }
+        }
+    }
+    Ok((id, next_offset, last))
+}
+
 impl KafkaLog {
     /// Opens pipeline `ctx.pipeline`'s log for its one writer: fences every earlier writer,
     /// then reads where the log stands (its identity, next offset, schemas), creating the
@@ -176,50 +242,15 @@ impl KafkaLog {
             timeout,
             from_beginning,
         )?);
-        let topics = Arc::new(Topics::connect(
-            &connection,
-            &format!("siphon-{pipeline}-admin"),
-            timeout,
-        )?);
-        let compacted = TopicSpec {
-            partitions: 1,
-            replication_factor: config.topics.replication_factor,
-            config: [("cleanup.policy".to_owned(), "compact".to_owned())].into(),
-        };
-        topics.ensure(&[names.offsets.clone(), names.schemas.clone()], &compacted)?;
-        let topic_spec = TopicSpec {
-            partitions: config.topics.partitions,
-            replication_factor: config.topics.replication_factor,
-            config: config.topics.topic_config(),
-        };
+        let (topics, topic_spec) = log_topics(config, &connection, pipeline, &names)?;
         let encoder = RecordEncoder::new(
             names.prefix.clone(),
             config.kafka().encoding(),
             config.topics.cleanup_policy.compacts(),
             timeout,
         )?;
-        let helper = consumer(&connection, &format!("siphon-{pipeline}-open"), true)?;
-        let (id, mut next_offset, last) = match &checkpoint {
-            Some(c) => (
-                c.log_id.clone(),
-                c.next_offset,
-                c.last
-                    .as_ref()
-                    .map(|l| l.record(&helper, &names.records, timeout, from_beginning))
-                    .transpose()?,
-            ),
-            None => (LogId::random(), 0, None),
-        };
-        if !config.transactions {
-            // Records written after the checkpoint (acknowledged or not) keep their offsets:
-            // number on past the highest.
-            let all = reader::log_partitions(&helper, &topology(&schemas, &names, config))?;
-            for tp in &all {
-                if let Some(highest) = consume::last_offset(&helper, tp, timeout)? {
-                    next_offset = next_offset.max(highest + 1);
-                }
-            }
-        }
+        let (id, next_offset, last) =
+            where_it_stands(config, &connection, pipeline, &schemas, checkpoint.as_ref())?;
         let mut writer = Writer {
             publisher,
             encoder,
