@@ -244,148 +244,165 @@ pub fn measure(url: &str, rows: u64, txns: u64) -> anyhow::Result<PgResult> {
         let mut figures = Vec::new();
         let mut notes = Vec::new();
         psql(db_url, TABLE)?;
-        // 1. One big transaction.
-        create_slots(db_url, "bulk")?;
-        psql(db_url, &BULK.replace("$ROWS", &rows.to_string()))?;
-        let end = psql(db_url, "select pg_current_wal_lsn()")?;
-        let (reference, ours) = abba(
-            || recvlogical(db_url, "ref_bulk", &end),
-            || recvlogical(db_url, "ref_bulk_2", &end),
-            || rt.block_on(siphon(db_url, "siphon_bulk", SnapshotMode::Never, rows)),
-            || rt.block_on(siphon(db_url, "siphon_bulk_2", SnapshotMode::Never, rows)),
-        )?;
-        drop_slots(db_url, "bulk")?;
+        figures.push(bulk(&rt, db_url, rows)?);
         let rss = peak_rss_mib();
-        figures.push(Figure {
-            what: "PostgreSQL streaming".into(),
-            workload: format!("1 transaction of {} rows", thousands(rows)),
-            measure: Measure::Rates(Rates::timed(
-                "rows",
-                "pg_recvlogical",
-                rows,
-                &ours,
-                &reference,
-            )),
-            target: Target::new(0.95, 3),
-        });
-
-        // 2. Many one-row transactions.
-        create_slots(db_url, "small")?;
-        let script = tempfile::NamedTempFile::new()?;
-        std::fs::write(
-            script.path(),
-            "insert into orders (customer_id, city, amount, status, note) values (1, 'Oslo', 9.99, 'new', 'x');\n",
-        )?;
-        let pgbench = std::fs::read_dir("/usr/lib/postgresql")?
-            .filter_map(|e| e.ok())
-            .map(|e| e.path().join("bin/pgbench"))
-            .find(|p| p.exists());
-        let pgbench = pgbench
-            .ok_or_else(|| anyhow::anyhow!("pgbench not found under /usr/lib/postgresql"))?;
-        let status = Command::new(pgbench)
-            .args([
-                "-n",
-                "-c",
-                "4",
-                "-j",
-                "2",
-                "-t",
-                &(txns / 4).to_string(),
-                "-f",
-            ])
-            .arg(script.path())
-            .arg(db_url)
-            .env("PGOPTIONS", "-c synchronous_commit=off")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()?;
-        anyhow::ensure!(status.success(), "pgbench failed");
-        let end = psql(db_url, "select pg_current_wal_lsn()")?;
-        let n = txns / 4 * 4;
-        let (reference, ours) = abba(
-            || recvlogical(db_url, "ref_small", &end),
-            || recvlogical(db_url, "ref_small_2", &end),
-            || rt.block_on(siphon(db_url, "siphon_small", SnapshotMode::Never, n)),
-            || rt.block_on(siphon(db_url, "siphon_small_2", SnapshotMode::Never, n)),
-        )?;
-        drop_slots(db_url, "small")?;
-        figures.push(Figure {
-            what: "PostgreSQL streaming".into(),
-            workload: format!("{} one-row transactions", thousands(n)),
-            measure: Measure::Rates(Rates::timed("txns", "pg_recvlogical", n, &ours, &reference)),
-            target: Target::new(0.95, 3),
-        });
-
-        // 3. Snapshot vs COPY, in the same symmetric order.
-        psql(db_url, &format!("delete from orders where id > {rows}"))?;
-        psql(db_url, "vacuum orders")?;
-        let count: u64 = psql(db_url, "select count(*) from orders")?.parse()?;
-        let copy = || -> anyhow::Result<Duration> {
-            let started = Instant::now();
-            let status = Command::new("psql")
-                .args(["-X", "-q", "-d", db_url, "-c", "copy orders to stdout"])
-                .stdout(Stdio::null())
-                .status()?;
-            anyhow::ensure!(status.success(), "COPY failed");
-            Ok(started.elapsed())
-        };
-        let dir = tempfile::tempdir()?;
-        let (reference, ours) = abba(
-            copy,
-            copy,
-            || {
-                rt.block_on(siphon_in(
-                    &dir,
-                    db_url,
-                    "siphon_snapshot",
-                    SnapshotMode::Initial,
-                    count,
-                ))
-            },
-            || {
-                rt.block_on(siphon(
-                    db_url,
-                    "siphon_snapshot_2",
-                    SnapshotMode::Initial,
-                    count,
-                ))
-            },
-        )?;
-        for slot in ["siphon_snapshot", "siphon_snapshot_2"] {
-            psql(
-                db_url,
-                &format!("select pg_drop_replication_slot('{slot}')"),
-            )?;
-        }
-        figures.push(Figure {
-            what: "PostgreSQL snapshot".into(),
-            workload: format!("{} rows", thousands(count)),
-            measure: Measure::Rates(Rates::timed(
-                "rows",
-                "COPY TO STDOUT (psql)",
-                count,
-                &ours,
-                &reference,
-            )),
-            target: Target::new(0.8, 22),
-        });
-        let (compact, named) = log_bytes(&dir)?;
-        let copy_bytes: f64 = psql(
-            db_url,
-            "select sum(octet_length(o::text) - 1) from orders o",
-        )?
-        .parse()?;
-        notes.push(format!(
-            "log bytes per row of the snapshot: {:.0} (values and schema id), {:.0} with column names as before the schema records; COPY's text: {:.0}",
-            compact / count as f64,
-            named / count as f64,
-            copy_bytes / count as f64
-        ));
+        figures.push(small(&rt, db_url, txns)?);
+        figures.push(snapshot(&rt, db_url, rows, &mut notes)?);
         notes.push(format!(
             "peak RSS of this process after streaming the {rows}-row transaction: {rss:.0} MiB"
         ));
         Ok(PgResult { figures, notes })
     })
+}
+
+/// Streaming one transaction of `rows` rows, beside `pg_recvlogical`.
+fn bulk(rt: &tokio::runtime::Runtime, db_url: &str, rows: u64) -> anyhow::Result<Figure> {
+    create_slots(db_url, "bulk")?;
+    psql(db_url, &BULK.replace("$ROWS", &rows.to_string()))?;
+    let end = psql(db_url, "select pg_current_wal_lsn()")?;
+    let (reference, ours) = abba(
+        || recvlogical(db_url, "ref_bulk", &end),
+        || recvlogical(db_url, "ref_bulk_2", &end),
+        || rt.block_on(siphon(db_url, "siphon_bulk", SnapshotMode::Never, rows)),
+        || rt.block_on(siphon(db_url, "siphon_bulk_2", SnapshotMode::Never, rows)),
+    )?;
+    drop_slots(db_url, "bulk")?;
+    Ok(Figure {
+        what: "PostgreSQL streaming".into(),
+        workload: format!("1 transaction of {} rows", thousands(rows)),
+        measure: Measure::Rates(Rates::timed(
+            "rows",
+            "pg_recvlogical",
+            rows,
+            &ours,
+            &reference,
+        )),
+        target: Target::new(0.95, 3),
+    })
+}
+
+/// Streaming `txns` one-row transactions (pgbench's), beside `pg_recvlogical`.
+fn small(rt: &tokio::runtime::Runtime, db_url: &str, txns: u64) -> anyhow::Result<Figure> {
+    create_slots(db_url, "small")?;
+    let script = tempfile::NamedTempFile::new()?;
+    std::fs::write(
+        script.path(),
+        "insert into orders (customer_id, city, amount, status, note) values (1, 'Oslo', 9.99, 'new', 'x');\n",
+    )?;
+    let pgbench = std::fs::read_dir("/usr/lib/postgresql")?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path().join("bin/pgbench"))
+        .find(|p| p.exists());
+    let pgbench =
+        pgbench.ok_or_else(|| anyhow::anyhow!("pgbench not found under /usr/lib/postgresql"))?;
+    let status = Command::new(pgbench)
+        .args([
+            "-n",
+            "-c",
+            "4",
+            "-j",
+            "2",
+            "-t",
+            &(txns / 4).to_string(),
+            "-f",
+        ])
+        .arg(script.path())
+        .arg(db_url)
+        .env("PGOPTIONS", "-c synchronous_commit=off")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()?;
+    anyhow::ensure!(status.success(), "pgbench failed");
+    let end = psql(db_url, "select pg_current_wal_lsn()")?;
+    let n = txns / 4 * 4;
+    let (reference, ours) = abba(
+        || recvlogical(db_url, "ref_small", &end),
+        || recvlogical(db_url, "ref_small_2", &end),
+        || rt.block_on(siphon(db_url, "siphon_small", SnapshotMode::Never, n)),
+        || rt.block_on(siphon(db_url, "siphon_small_2", SnapshotMode::Never, n)),
+    )?;
+    drop_slots(db_url, "small")?;
+    Ok(Figure {
+        what: "PostgreSQL streaming".into(),
+        workload: format!("{} one-row transactions", thousands(n)),
+        measure: Measure::Rates(Rates::timed("txns", "pg_recvlogical", n, &ours, &reference)),
+        target: Target::new(0.95, 3),
+    })
+}
+
+/// The snapshot of the table cut to `rows` rows, beside `COPY TO STDOUT`, in the same
+/// symmetric order; what the log holds a row in `notes`.
+fn snapshot(
+    rt: &tokio::runtime::Runtime,
+    db_url: &str,
+    rows: u64,
+    notes: &mut Vec<String>,
+) -> anyhow::Result<Figure> {
+    psql(db_url, &format!("delete from orders where id > {rows}"))?;
+    psql(db_url, "vacuum orders")?;
+    let count: u64 = psql(db_url, "select count(*) from orders")?.parse()?;
+    let copy = || -> anyhow::Result<Duration> {
+        let started = Instant::now();
+        let status = Command::new("psql")
+            .args(["-X", "-q", "-d", db_url, "-c", "copy orders to stdout"])
+            .stdout(Stdio::null())
+            .status()?;
+        anyhow::ensure!(status.success(), "COPY failed");
+        Ok(started.elapsed())
+    };
+    let dir = tempfile::tempdir()?;
+    let (reference, ours) = abba(
+        copy,
+        copy,
+        || {
+            rt.block_on(siphon_in(
+                &dir,
+                db_url,
+                "siphon_snapshot",
+                SnapshotMode::Initial,
+                count,
+            ))
+        },
+        || {
+            rt.block_on(siphon(
+                db_url,
+                "siphon_snapshot_2",
+                SnapshotMode::Initial,
+                count,
+            ))
+        },
+    )?;
+    for slot in ["siphon_snapshot", "siphon_snapshot_2"] {
+        psql(
+            db_url,
+            &format!("select pg_drop_replication_slot('{slot}')"),
+        )?;
+    }
+    let figure = Figure {
+        what: "PostgreSQL snapshot".into(),
+        workload: format!("{} rows", thousands(count)),
+        measure: Measure::Rates(Rates::timed(
+            "rows",
+            "COPY TO STDOUT (psql)",
+            count,
+            &ours,
+            &reference,
+        )),
+        target: Target::new(0.8, 22),
+    };
+    let (compact, named) = log_bytes(&dir)?;
+    let copy_bytes: f64 = psql(
+        db_url,
+        "select sum(octet_length(o::text) - 1) from orders o",
+    )?
+    .parse()?;
+    notes.push(format!(
+        "log bytes per row of the snapshot: {:.0} (values and schema id), {:.0} with column names as before the schema records; COPY's text: {:.0}",
+        compact / count as f64,
+        named / count as f64,
+        copy_bytes / count as f64
+    ));
+    Ok(figure)
 }
 
 /// Bytes of the log in `dir` on disk, and what the same records would take with their events

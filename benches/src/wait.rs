@@ -160,7 +160,31 @@ prefix = "siphon-bench-wait:"
 
 async fn probe(daemon: &Daemon, db_url: &str, rate: u32, seconds: u64) -> anyhow::Result<Figure> {
     let http = reqwest::Client::new();
-    // The snapshot applied.
+    snapshot_applied(&http, daemon).await?;
+    let load = load(db_url, rate, seconds)?;
+    let (client, connection) = tokio_postgres::connect(db_url, tokio_postgres::NoTls).await?;
+    tokio::spawn(connection);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let until = Instant::now() + Duration::from_secs(seconds.saturating_sub(3));
+    let mut parts: Vec<Parts> = Vec::new();
+    let mut n = 0i64;
+    while Instant::now() < until {
+        n += 1;
+        parts.push(one_probe(&client, &http, daemon, n).await?);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let out = load.wait_with_output().await?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let sustained = text
+        .lines()
+        .find_map(|l| l.strip_prefix("tps = "))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|t| t.parse::<f64>().ok());
+    figure(parts, rate, sustained)
+}
+
+/// Waits until the daemon's cache sink has applied the snapshot.
+async fn snapshot_applied(http: &reqwest::Client, daemon: &Daemon) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let status: serde_json::Value = match http
@@ -172,7 +196,7 @@ async fn probe(daemon: &Daemon, db_url: &str, rate: u32, seconds: u64) -> anyhow
             Err(_) => serde_json::Value::Null,
         };
         if status[0]["sinks"]["cache"]["committed_offset"].as_u64() > Some(u64::from(ROWS)) {
-            break;
+            return Ok(());
         }
         anyhow::ensure!(
             Instant::now() < deadline,
@@ -180,13 +204,16 @@ async fn probe(daemon: &Daemon, db_url: &str, rate: u32, seconds: u64) -> anyhow
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
 
+/// pgbench updating random rows at `rate` transactions a second for `seconds`.
+fn load(db_url: &str, rate: u32, seconds: u64) -> anyhow::Result<tokio::process::Child> {
     let mut script = tempfile::NamedTempFile::new()?;
     writeln!(
         script,
         "\\set id random(1, {ROWS})\nupdate accounts set v = v + 1 where id = :id;"
     )?;
-    let load = tokio::process::Command::new("pgbench")
+    Ok(tokio::process::Command::new("pgbench")
         .args([
             "-n",
             "-c",
@@ -203,59 +230,54 @@ async fn probe(daemon: &Daemon, db_url: &str, rate: u32, seconds: u64) -> anyhow
         .arg(db_url)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
-        .spawn()?;
-    let (client, connection) = tokio_postgres::connect(db_url, tokio_postgres::NoTls).await?;
-    tokio::spawn(connection);
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let until = Instant::now() + Duration::from_secs(seconds.saturating_sub(3));
-    let mut times = Vec::new();
-    let mut parts: Vec<Parts> = Vec::new();
-    let mut n = 0i64;
-    while Instant::now() < until {
-        n += 1;
-        client
-            .execute("update accounts set v = $1 where id = 0", &[&n])
-            .await?;
-        let committed = Instant::now();
-        let lsn: String = client
-            .query_one("select pg_current_wal_lsn()::text", &[])
-            .await?
-            .get(0);
-        let lsn_read = committed.elapsed();
-        let resp = http
-            .get(format!(
-                "http://{}/api/pipelines/bench/sinks/cache/wait?lsn={lsn}&timeout=10s",
-                daemon.admin
-            ))
-            .send()
-            .await?;
-        anyhow::ensure!(
-            resp.status().as_u16() == 200,
-            "a wait answered {}",
-            resp.status()
-        );
-        let total = committed.elapsed();
-        let body: serde_json::Value = resp.json().await?;
-        let us = |key: &str| Duration::from_micros(body[key].as_u64().unwrap_or_default());
-        let (source, sink) = (us("source_us"), us("sink_us"));
-        parts.push(Parts {
-            total,
-            lsn: lsn_read,
-            source,
-            sink,
-            http: total.saturating_sub(lsn_read + source + sink),
-        });
-        times.push(total);
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let out = load.wait_with_output().await?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let sustained = text
-        .lines()
-        .find_map(|l| l.strip_prefix("tps = "))
-        .and_then(|l| l.split_whitespace().next())
-        .and_then(|t| t.parse::<f64>().ok());
-    anyhow::ensure!(!times.is_empty(), "no probe ran");
+        .spawn()?)
+}
+
+/// Probe `n`: a commit, its LSN, and the wait for the cache sink to hold it.
+async fn one_probe(
+    client: &tokio_postgres::Client,
+    http: &reqwest::Client,
+    daemon: &Daemon,
+    n: i64,
+) -> anyhow::Result<Parts> {
+    client
+        .execute("update accounts set v = $1 where id = 0", &[&n])
+        .await?;
+    let committed = Instant::now();
+    let lsn: String = client
+        .query_one("select pg_current_wal_lsn()::text", &[])
+        .await?
+        .get(0);
+    let lsn_read = committed.elapsed();
+    let resp = http
+        .get(format!(
+            "http://{}/api/pipelines/bench/sinks/cache/wait?lsn={lsn}&timeout=10s",
+            daemon.admin
+        ))
+        .send()
+        .await?;
+    anyhow::ensure!(
+        resp.status().as_u16() == 200,
+        "a wait answered {}",
+        resp.status()
+    );
+    let total = committed.elapsed();
+    let body: serde_json::Value = resp.json().await?;
+    let us = |key: &str| Duration::from_micros(body[key].as_u64().unwrap_or_default());
+    let (source, sink) = (us("source_us"), us("sink_us"));
+    Ok(Parts {
+        total,
+        lsn: lsn_read,
+        source,
+        sink,
+        http: total.saturating_sub(lsn_read + source + sink),
+    })
+}
+
+/// The probes' latency figure at `rate`, with where the median and the slowest 1% spent it.
+fn figure(mut parts: Vec<Parts>, rate: u32, sustained: Option<f64>) -> anyhow::Result<Figure> {
+    anyhow::ensure!(!parts.is_empty(), "no probe ran");
+    let mut times: Vec<Duration> = parts.iter().map(|p| p.total).collect();
     times.sort();
     let ms = |q: f64| {
         let i = ((times.len() as f64 - 1.0) * q).round() as usize;
