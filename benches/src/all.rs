@@ -329,17 +329,7 @@ pub fn run(args: &AllArgs) -> anyhow::Result<()> {
             .map_err(|e| e.context(format!("group {}", group.name())))?;
     }
     let machine = Machine::read(args);
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if load_average()
-        .parse::<f64>()
-        .is_ok_and(|l| l > cores as f64)
-    {
-        eprintln!(
-            "note: the load average is {} on {cores} cores: other work moves the figures \
-             (ratios less than rates); the summary records it",
-            load_average()
-        );
-    }
+    warn_if_loaded();
     let tmp = tempfile::tempdir_in(args.dir.clone().unwrap_or_else(std::env::temp_dir))?;
     eprintln!(
         "siphon-bench all: {} run(s) of {} at scale {scale}",
@@ -369,32 +359,7 @@ pub fn run(args: &AllArgs) -> anyhow::Result<()> {
         failures: Vec::new(),
     };
     for run in 0..args.runs {
-        let mut figures = Vec::new();
-        for (i, &group) in groups.iter().enumerate() {
-            eprintln!(
-                "[{}] run {}/{}: {} …",
-                minutes(started.elapsed()),
-                run + 1,
-                args.runs,
-                group.name()
-            );
-            let t = Instant::now();
-            match context.measure(group, run, tmp.path()) {
-                Ok(measured) => {
-                    for f in &measured {
-                        eprintln!("  {}", f.line());
-                    }
-                    figures.extend(measured);
-                }
-                Err(e) => {
-                    eprintln!("  FAILED: {e:#}");
-                    report
-                        .failures
-                        .push(format!("run {}, {}: {e:#}", run + 1, group.name()));
-                }
-            }
-            report.took[i].1 += t.elapsed();
-        }
+        let figures = context.one_run(run, &mut report, tmp.path());
         report.runs.push(figures);
         // Written after every run, so that an interrupted invocation leaves what it measured.
         if let Some(path) = &args.write {
@@ -414,6 +379,54 @@ pub fn run(args: &AllArgs) -> anyhow::Result<()> {
         failures.len()
     );
     Ok(())
+}
+
+impl Context<'_> {
+    /// Run `run` of every group; a group that fails is listed in `report`, the others go on.
+    fn one_run(&self, run: usize, report: &mut Report<'_>, dir: &std::path::Path) -> Vec<Figure> {
+        let mut figures = Vec::new();
+        for (i, &group) in report.groups.iter().enumerate() {
+            eprintln!(
+                "[{}] run {}/{}: {} …",
+                minutes(report.started.elapsed()),
+                run + 1,
+                self.args.runs,
+                group.name()
+            );
+            let t = Instant::now();
+            match self.measure(group, run, dir) {
+                Ok(measured) => {
+                    for f in &measured {
+                        eprintln!("  {}", f.line());
+                    }
+                    figures.extend(measured);
+                }
+                Err(e) => {
+                    eprintln!("  FAILED: {e:#}");
+                    report
+                        .failures
+                        .push(format!("run {}, {}: {e:#}", run + 1, group.name()));
+                }
+            }
+            report.took[i].1 += t.elapsed();
+        }
+        figures
+    }
+}
+
+/// Says so when the load average passes the cores: other work moves the figures.
+fn warn_if_loaded() {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if load_average()
+        .parse::<f64>()
+        .is_ok_and(|l| l > cores as f64)
+    {
+        eprintln!(
+            "note: the load average is {} on {cores} cores: other work moves the figures \
+             (ratios less than rates); the summary records it",
+            load_average()
+        );
+    }
 }
 
 fn minutes(d: Duration) -> String {

@@ -148,11 +148,7 @@ pub fn measure(url: &str, rows: u64, small: u64) -> anyhow::Result<(Vec<Figure>,
         };
         sql(&opts, &format!("use {db}; {TABLE}"))?;
         sql(&opts, "flush binary logs")?;
-        let file = sql(&opts, "show master status")?
-            .split_whitespace()
-            .next()
-            .unwrap_or_default()
-            .to_owned();
+        let file = current_file(&opts)?;
         sql(
             &opts,
             &format!(
@@ -193,30 +189,7 @@ pub fn measure(url: &str, rows: u64, small: u64) -> anyhow::Result<(Vec<Figure>,
             times,
             Target::new(1.0, 22),
         ));
-        let small_file = sql(&opts, "show master status")?
-            .split_whitespace()
-            .next()
-            .unwrap_or_default()
-            .to_owned();
-        // A compound statement, which the `mariadb` client would split at its semicolons.
-        rt.block_on(async {
-            use mysql_async::prelude::Queryable;
-            let mut conn = mysql_async::Conn::new(opts.clone()).await?;
-            conn.query_drop(format!(
-                "begin not atomic for i in 1..{small} do \
-                 insert into {db}.orders (customer_id, city, amount, status, note) \
-                 values (i, 'Oslo', i / 100, 'paid', md5(i)); end for; end"
-            ))
-            .await?;
-            conn.disconnect().await
-        })?;
-        sql(&opts, "flush binary logs")?;
-        let times = abba(
-            || binlog(&opts, &small_file, true),
-            || binlog(&opts, &small_file, true),
-            || rt.block_on(siphon(url, &db, Some(&small_file), small)),
-            || rt.block_on(siphon(url, &db, Some(&small_file), small)),
-        )?;
+        let times = small_transactions(&rt, &opts, (url, &db), small)?;
         figures.push(streaming(
             format!("{} single-row transactions", thousands(small)),
             "txns",
@@ -225,38 +198,86 @@ pub fn measure(url: &str, rows: u64, small: u64) -> anyhow::Result<(Vec<Figure>,
             times,
             None,
         ));
-        let scan = || -> anyhow::Result<Duration> {
-            let started = Instant::now();
-            let status = client(&opts)
-                .args(["-N", "--quick", &db, "-e", "select * from orders"])
-                .stdout(Stdio::null())
-                .status()?;
-            anyhow::ensure!(status.success(), "the full scan failed");
-            Ok(started.elapsed())
-        };
-        let table_rows = rows + small;
-        let (reference, ours) = abba(
-            scan,
-            scan,
-            || rt.block_on(siphon(url, &db, None, table_rows)),
-            || rt.block_on(siphon(url, &db, None, table_rows)),
-        )?;
-        figures.push(Figure {
-            what: "MariaDB snapshot".into(),
-            workload: format!("{} rows", thousands(table_rows)),
-            measure: Measure::Rates(Rates::timed(
-                "rows",
-                "full scan (mariadb --quick, SELECT *)",
-                table_rows,
-                &ours,
-                &reference,
-            )),
-            target: Target::new(0.8, 22),
-        });
+        figures.push(snapshot(&rt, &opts, (url, &db), rows + small)?);
         Ok((figures, rss))
     })();
     let _ = sql(&opts, &format!("drop database if exists {db}"));
     result
+}
+
+/// The binlog file the server writes now.
+fn current_file(opts: &mysql_async::Opts) -> anyhow::Result<String> {
+    Ok(sql(opts, "show master status")?
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_owned())
+}
+
+/// `small` single-row transactions in a binlog file of their own, read by the reference
+/// and by siphon.
+fn small_transactions(
+    rt: &tokio::runtime::Runtime,
+    opts: &mysql_async::Opts,
+    (url, db): (&str, &str),
+    small: u64,
+) -> anyhow::Result<Times> {
+    let small_file = current_file(opts)?;
+    // A compound statement, which the `mariadb` client would split at its semicolons.
+    rt.block_on(async {
+        use mysql_async::prelude::Queryable;
+        let mut conn = mysql_async::Conn::new(opts.clone()).await?;
+        conn.query_drop(format!(
+            "begin not atomic for i in 1..{small} do \
+             insert into {db}.orders (customer_id, city, amount, status, note) \
+             values (i, 'Oslo', i / 100, 'paid', md5(i)); end for; end"
+        ))
+        .await?;
+        conn.disconnect().await
+    })?;
+    sql(opts, "flush binary logs")?;
+    abba(
+        || binlog(opts, &small_file, true),
+        || binlog(opts, &small_file, true),
+        || rt.block_on(siphon(url, db, Some(&small_file), small)),
+        || rt.block_on(siphon(url, db, Some(&small_file), small)),
+    )
+}
+
+/// The snapshot of the table's `table_rows` rows, beside a full scan.
+fn snapshot(
+    rt: &tokio::runtime::Runtime,
+    opts: &mysql_async::Opts,
+    (url, db): (&str, &str),
+    table_rows: u64,
+) -> anyhow::Result<Figure> {
+    let scan = || -> anyhow::Result<Duration> {
+        let started = Instant::now();
+        let status = client(opts)
+            .args(["-N", "--quick", db, "-e", "select * from orders"])
+            .stdout(Stdio::null())
+            .status()?;
+        anyhow::ensure!(status.success(), "the full scan failed");
+        Ok(started.elapsed())
+    };
+    let (reference, ours) = abba(
+        scan,
+        scan,
+        || rt.block_on(siphon(url, db, None, table_rows)),
+        || rt.block_on(siphon(url, db, None, table_rows)),
+    )?;
+    Ok(Figure {
+        what: "MariaDB snapshot".into(),
+        workload: format!("{} rows", thousands(table_rows)),
+        measure: Measure::Rates(Rates::timed(
+            "rows",
+            "full scan (mariadb --quick, SELECT *)",
+            table_rows,
+            &ours,
+            &reference,
+        )),
+        target: Target::new(0.8, 22),
+    })
 }
 
 /// The reference's two times and siphon's, as [`abba`] returns them.

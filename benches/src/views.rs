@@ -282,80 +282,8 @@ pub fn measure(url: &str, orders: u64, fanout: u64, updates: u64) -> anyhow::Res
         runtime.block_on(async {
             let (client, conn) = tokio_postgres::connect(db_url, tokio_postgres::NoTls).await?;
             tokio::spawn(conn);
-            // The fan-out: reference, siphon, siphon, reference.
-            let fanned = |state: &mut State, n: u64| -> anyhow::Result<Duration> {
-                let started = Instant::now();
-                let documents = state.apply(&[customer(1, &format!("renamed {n}"))])?;
-                anyhow::ensure!(documents as u64 == fanout, "{documents} documents");
-                Ok(started.elapsed())
-            };
-            let (first, rows) = join(&client, "o.customer_id = 1", &[]).await?;
-            anyhow::ensure!(rows as u64 == fanout, "{rows} rows");
-            let siphon = [fanned(&mut state, 1)?, fanned(&mut state, 2)?];
-            let (last, _) = join(&client, "o.customer_id = 1", &[]).await?;
-            let fan = Rates::timed(
-                "documents",
-                "PostgreSQL's json_build_object join for those orders",
-                fanout,
-                &siphon,
-                &[first, last],
-            );
-
-            // The steady load: batches of updates, reference, siphon, siphon, reference.
-            let batches = (updates as usize).div_ceil(LOAD_BATCH);
-            let ids = |round: u64, batch: usize| -> Vec<u64> {
-                (0..LOAD_BATCH as u64)
-                    .map(|i| {
-                        let n = round * updates + (batch * LOAD_BATCH) as u64 + i;
-                        n.wrapping_mul(2_654_435_761) % orders + 1
-                    })
-                    .collect()
-            };
-            let reference = |round: u64| {
-                let client = &client;
-                async move {
-                    let (mut time, mut documents) = (Duration::ZERO, 0);
-                    for b in 0..batches {
-                        let ids: Vec<i32> = ids(round, b).iter().map(|&i| i as i32).collect();
-                        let (t, n) = join(client, "o.id = any($1)", &ids).await?;
-                        time += t;
-                        documents += n;
-                    }
-                    anyhow::Ok((time, documents))
-                }
-            };
-            let load = |state: &mut State, round: u64| -> anyhow::Result<(Duration, usize)> {
-                let (mut time, mut documents) = (Duration::ZERO, 0);
-                for b in 0..batches {
-                    let events: Vec<Event> = ids(round, b)
-                        .into_iter()
-                        .enumerate()
-                        .map(|(i, id)| {
-                            if i % 2 == 0 {
-                                order(id, fanout, &format!("status {round}"))
-                            } else {
-                                line(id * LINES_PER_ORDER, round + 10)
-                            }
-                        })
-                        .collect();
-                    let started = Instant::now();
-                    documents += state.apply(&events)?;
-                    time += started.elapsed();
-                }
-                Ok((time, documents))
-            };
-            let r1 = reference(0).await?;
-            let s1 = load(&mut state, 0)?;
-            let s2 = load(&mut state, 1)?;
-            let r2 = reference(1).await?;
-            // Each side's rate over the documents it built (a batch's repeated orders once).
-            let rate = |(t, n): (Duration, usize)| n as f64 / t.as_secs_f64();
-            let steady = Rates {
-                unit: "documents",
-                reference: "PostgreSQL's join for each batch's orders".into(),
-                siphon: vec![rate(s1), rate(s2)],
-                reference_rates: vec![rate(r1), rate(r2)],
-            };
+            let fan = fan_out(&client, &mut state, fanout).await?;
+            let steady = steady(&client, &mut state, (orders, fanout), updates).await?;
             anyhow::Ok((fan, steady))
         })
     })?;
@@ -379,4 +307,91 @@ pub fn measure(url: &str, orders: u64, fanout: u64, updates: u64) -> anyhow::Res
         target: None,
     });
     Ok(figures)
+}
+
+/// The fan-out: one customer renamed, its orders' documents built again; reference,
+/// siphon, siphon, reference.
+async fn fan_out(
+    client: &tokio_postgres::Client,
+    state: &mut State,
+    fanout: u64,
+) -> anyhow::Result<Rates> {
+    let mut fanned = |n: u64| -> anyhow::Result<Duration> {
+        let started = Instant::now();
+        let documents = state.apply(&[customer(1, &format!("renamed {n}"))])?;
+        anyhow::ensure!(documents as u64 == fanout, "{documents} documents");
+        Ok(started.elapsed())
+    };
+    let (first, rows) = join(client, "o.customer_id = 1", &[]).await?;
+    anyhow::ensure!(rows as u64 == fanout, "{rows} rows");
+    let siphon = [fanned(1)?, fanned(2)?];
+    let (last, _) = join(client, "o.customer_id = 1", &[]).await?;
+    Ok(Rates::timed(
+        "documents",
+        "PostgreSQL's json_build_object join for those orders",
+        fanout,
+        &siphon,
+        &[first, last],
+    ))
+}
+
+/// The steady load: batches of updates to orders and lines; reference, siphon, siphon,
+/// reference.
+async fn steady(
+    client: &tokio_postgres::Client,
+    state: &mut State,
+    (orders, fanout): (u64, u64),
+    updates: u64,
+) -> anyhow::Result<Rates> {
+    let batches = (updates as usize).div_ceil(LOAD_BATCH);
+    let ids = |round: u64, batch: usize| -> Vec<u64> {
+        (0..LOAD_BATCH as u64)
+            .map(|i| {
+                let n = round * updates + (batch * LOAD_BATCH) as u64 + i;
+                n.wrapping_mul(2_654_435_761) % orders + 1
+            })
+            .collect()
+    };
+    let reference = |round: u64| async move {
+        let (mut time, mut documents) = (Duration::ZERO, 0);
+        for b in 0..batches {
+            let ids: Vec<i32> = ids(round, b).iter().map(|&i| i as i32).collect();
+            let (t, n) = join(client, "o.id = any($1)", &ids).await?;
+            time += t;
+            documents += n;
+        }
+        anyhow::Ok((time, documents))
+    };
+    let mut load = |round: u64| -> anyhow::Result<(Duration, usize)> {
+        let (mut time, mut documents) = (Duration::ZERO, 0);
+        for b in 0..batches {
+            let events: Vec<Event> = ids(round, b)
+                .into_iter()
+                .enumerate()
+                .map(|(i, id)| {
+                    if i % 2 == 0 {
+                        order(id, fanout, &format!("status {round}"))
+                    } else {
+                        line(id * LINES_PER_ORDER, round + 10)
+                    }
+                })
+                .collect();
+            let started = Instant::now();
+            documents += state.apply(&events)?;
+            time += started.elapsed();
+        }
+        Ok((time, documents))
+    };
+    let r1 = reference(0).await?;
+    let s1 = load(0)?;
+    let s2 = load(1)?;
+    let r2 = reference(1).await?;
+    // Each side's rate over the documents it built (a batch's repeated orders once).
+    let rate = |(t, n): (Duration, usize)| n as f64 / t.as_secs_f64();
+    Ok(Rates {
+        unit: "documents",
+        reference: "PostgreSQL's join for each batch's orders".into(),
+        siphon: vec![rate(s1), rate(s2)],
+        reference_rates: vec![rate(r1), rate(r2)],
+    })
 }
