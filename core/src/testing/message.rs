@@ -1,11 +1,12 @@
 //! The message-sink compliance suite: what every message sink (Redis Streams, NATS
 //! JetStream, RabbitMQ, webhooks, Kafka) promises a consumer, checked against its real
-//! broker through a [`MessageHarness`].
+//! broker through a [`MessageHarness`]. A message sink's test implements [`Broker`] for its
+//! broker and runs this suite and the sink compliance suite on it through [`OnBroker`].
 
 use crate::event::{Op, Value};
 use crate::sink::{Sink, SinkBatch, SinkRecord};
 
-use super::{TABLE, event, log_id, record, row, tables};
+use super::{SinkHarness, StoreState, TABLE, event, log_id, record, row, tables};
 
 /// One message a consumer got: the event's id and its value.
 pub type Delivered = (String, serde_json::Value);
@@ -30,12 +31,88 @@ pub trait MessageHarness: Send {
     async fn break_connection(&mut self) -> bool;
 }
 
-fn creates(offsets: std::ops::Range<u64>) -> Vec<SinkRecord> {
-    offsets
-        .map(|offset| {
-            let id = offset as i64;
+/// A message sink's broker as both compliance suites use it: all a new message sink's test
+/// gives besides its broker's setup.
+#[async_trait::async_trait]
+pub trait Broker: Send + std::fmt::Debug {
+    /// The sink's type.
+    type Sink: Sink + std::fmt::Debug + 'static;
+
+    /// A new sink on this broker, as a (re)started daemon makes it: every call gives one of
+    /// the same settings.
+    fn sink(&self) -> Self::Sink;
+
+    /// Every message of table `public.<table>` a consumer got so far, in arrival order: each
+    /// event's id and its value.
+    async fn messages(&mut self, table: &str) -> Vec<Delivered>;
+
+    /// Whether the broker keeps each event once (by its id), rather than at least once.
+    fn exactly_once(&self) -> bool;
+
+    /// Breaks the sink's connection as a broker restart would; `false` if this broker
+    /// cannot.
+    async fn break_connection(&mut self) -> bool;
+}
+
+/// A sink on a [`Broker`], as both suites' harness: `run_compliance_suite(async ||
+/// OnBroker::new(…))` and `run_message_compliance_suite(async || OnBroker::new(…))`.
+#[derive(Debug)]
+pub struct OnBroker<B: Broker> {
+    broker: B,
+    sink: B::Sink,
+}
+
+impl<B: Broker> OnBroker<B> {
+    /// A new sink on `broker`.
+    pub fn new(broker: B) -> Self {
+        OnBroker {
+            sink: broker.sink(),
+            broker,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl<B: Broker> SinkHarness for OnBroker<B> {
+    fn sink(&mut self) -> &mut dyn Sink {
+        &mut self.sink
+    }
+
+    async fn state_of(&mut self, table: &str) -> StoreState {
+        let messages = self.broker.messages(table).await;
+        StoreState::Lines(messages.into_iter().map(|(_, value)| value).collect())
+    }
+}
+
+#[async_trait::async_trait]
+impl<B: Broker> MessageHarness for OnBroker<B> {
+    fn sink(&mut self) -> &mut dyn Sink {
+        &mut self.sink
+    }
+
+    fn restart(&mut self) {
+        self.sink = self.broker.sink();
+    }
+
+    async fn delivered(&mut self) -> Vec<Delivered> {
+        self.broker.messages(TABLE).await
+    }
+
+    fn exactly_once(&self) -> bool {
+        self.broker.exactly_once()
+    }
+
+    async fn break_connection(&mut self) -> bool {
+        self.broker.break_connection().await
+    }
+}
+
+/// Creates of ids `ids` in the compliance table, at offsets `first`, `first + 1`, ….
+pub fn creates(first: u64, ids: std::ops::Range<i64>) -> Vec<SinkRecord> {
+    ids.enumerate()
+        .map(|(i, id)| {
             record(
-                offset,
+                first + i as u64,
                 event(TABLE, Op::Create, id, None, Some(row(id, "x", Value::Null))),
             )
         })
@@ -43,7 +120,7 @@ fn creates(offsets: std::ops::Range<u64>) -> Vec<SinkRecord> {
 }
 
 async fn apply(h: &mut impl MessageHarness, offsets: std::ops::Range<u64>) -> crate::Result<()> {
-    let records = creates(offsets.clone());
+    let records = creates(offsets.start, offsets.start as i64..offsets.end as i64);
     let mut batch = SinkBatch::whole(records);
     batch.end = offsets.end;
     h.sink().apply(&batch).await

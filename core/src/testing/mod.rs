@@ -8,7 +8,9 @@ mod message;
 pub mod values;
 
 pub use memory_log::MemoryLog;
-pub use message::{Delivered, MessageHarness, run_message_compliance_suite};
+pub use message::{
+    Broker, Delivered, MessageHarness, OnBroker, creates, run_message_compliance_suite,
+};
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

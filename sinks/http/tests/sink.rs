@@ -10,14 +10,16 @@ use axum::http::{HeaderMap, StatusCode};
 use hmac::{Hmac, Mac};
 use siphon_core::event::{Op, Value};
 use siphon_core::sink::{Sink, SinkBatch, SinkRecord};
-use siphon_core::testing::{event, log_id, record, row, tables};
+use siphon_core::testing::{
+    Delivered, OnBroker, event, log_id, record, row, run_message_compliance_suite, tables,
+};
 use siphon_sink_http::{HttpSink, HttpSinkConfig, SIGNATURE_HEADER};
 
 /// A request as the receiver got it: its Idempotency-Key, signature and body.
 type Got = (String, Option<String>, Vec<u8>);
 
 /// What the receiver answers next (200 once they run out), and what it got.
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct Receiver {
     answers: Mutex<VecDeque<(u16, &'static str)>>,
     got: Mutex<Vec<Got>>,
@@ -196,34 +198,32 @@ async fn a_redirect_stops_the_sink_and_a_token_in_the_url_stays_out_of_errors() 
     assert!(!error.to_string().contains("T0KEN"), "{error}");
 }
 
-/// The message-sink promises, against the test's receiver (which answers every request).
-struct MessageSide {
+/// The test's receiver for a compliance check (it answers every request).
+#[derive(Debug)]
+struct Broker {
     receiver: Arc<Receiver>,
     url: String,
-    sink: HttpSink,
 }
 
 #[async_trait::async_trait]
-impl siphon_core::testing::MessageHarness for MessageSide {
-    fn sink(&mut self) -> &mut dyn Sink {
-        &mut self.sink
-    }
+impl siphon_core::testing::Broker for Broker {
+    type Sink = HttpSink;
 
-    fn restart(&mut self) {
+    fn sink(&self) -> HttpSink {
         let config: HttpSinkConfig =
             serde_json::from_value(serde_json::json!({ "url": self.url, "schemas": false }))
                 .unwrap();
-        self.sink = HttpSink::new(&config, "demo").unwrap();
+        HttpSink::new(&config, "demo").unwrap()
     }
 
-    async fn delivered(&mut self) -> Vec<siphon_core::testing::Delivered> {
+    async fn messages(&mut self, table: &str) -> Vec<Delivered> {
         let got = self.receiver.got.lock().unwrap().clone();
         got.iter()
             .flat_map(|(_, _, body)| {
                 let body: serde_json::Value = serde_json::from_slice(body).unwrap();
                 body["events"].as_array().unwrap().clone()
             })
-            .filter(|e| e["destination"] == "demo.public.compliance")
+            .filter(|e| e["destination"] == format!("demo.public.{table}"))
             .map(|e| (e["id"].as_str().unwrap().to_owned(), e["value"].clone()))
             .collect()
     }
@@ -240,13 +240,9 @@ impl siphon_core::testing::MessageHarness for MessageSide {
 
 #[tokio::test]
 async fn the_http_sink_keeps_the_message_sinks_promises() {
-    siphon_core::testing::run_message_compliance_suite(async || {
+    run_message_compliance_suite(async || {
         let (receiver, url) = receiver(&[]).await;
-        MessageSide {
-            sink: sink(&url, None).await,
-            receiver,
-            url,
-        }
+        OnBroker::new(Broker { receiver, url })
     })
     .await;
 }

@@ -1,6 +1,7 @@
 //! The Kafka sink passes the sink compliance suite against a real broker (noida-db, started by
 //! the test): what it published is read back `read_committed`, in each topic's order.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -8,15 +9,11 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use siphon_core::sink::Sink;
-use siphon_core::testing::{SinkHarness, StoreState, run_compliance_suite};
+use siphon_core::testing::{
+    Delivered, OnBroker, run_compliance_suite, run_message_compliance_suite,
+};
 use siphon_sink_kafka::{KafkaSink, KafkaSinkConfig};
 use siphon_test_support::KafkaBroker;
-
-struct Harness {
-    brokers: String,
-    prefix: String,
-    sink: KafkaSink,
-}
 
 /// A record as a `read_committed` consumer reads it.
 #[derive(Debug)]
@@ -28,15 +25,6 @@ struct Read {
     key: Option<Vec<u8>>,
     /// `None`: a tombstone.
     value: Option<Vec<u8>>,
-}
-
-/// The values a `read_committed` consumer reads from `topic` (one partition), tombstones
-/// left out.
-fn published(brokers: &str, topic: &str) -> Vec<serde_json::Value> {
-    read_all(brokers, topic)
-        .into_iter()
-        .filter_map(|r| r.value.map(|v| serde_json::from_slice(&v).unwrap()))
-        .collect()
 }
 
 /// Every record a `read_committed` consumer reads from `topic` (one partition), in order.
@@ -90,70 +78,36 @@ fn read_all(brokers: &str, topic: &str) -> Vec<Read> {
     }
 }
 
-#[async_trait::async_trait]
-impl SinkHarness for Harness {
-    fn sink(&mut self) -> &mut dyn Sink {
-        &mut self.sink
-    }
-
-    async fn state_of(&mut self, table: &str) -> StoreState {
-        let (brokers, topic) = (
-            self.brokers.clone(),
-            format!("{}.public.{table}", self.prefix),
-        );
-        StoreState::Lines(
-            tokio::task::spawn_blocking(move || published(&brokers, &topic))
-                .await
-                .unwrap(),
-        )
-    }
+/// The broker of a compliance check, and the pipeline whose topics are the sink's there: a
+/// broker of the check's own where the check restarts it.
+#[derive(Debug)]
+struct Broker {
+    broker: Arc<KafkaBroker>,
+    pipeline: String,
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_kafka_sink_keeps_every_promise() {
-    let broker = KafkaBroker::start().unwrap();
-    let n = AtomicUsize::new(0);
-    run_compliance_suite(async || {
-        let pipeline = format!("compliance{}", n.fetch_add(1, Ordering::Relaxed));
+#[async_trait::async_trait]
+impl siphon_core::testing::Broker for Broker {
+    type Sink = KafkaSink;
+
+    fn sink(&self) -> KafkaSink {
         let config: KafkaSinkConfig = serde_json::from_value(serde_json::json!({
-            "brokers": broker.brokers(),
+            "brokers": self.broker.brokers(),
             "schemas": false,
             "seek": "beginning",
         }))
         .unwrap();
-        Harness {
-            brokers: broker.brokers(),
-            prefix: pipeline.clone(),
-            sink: KafkaSink::new(&config, &pipeline, "out").unwrap(),
-        }
-    })
-    .await;
-}
-
-/// The message-sink promises, against a broker of the suite's own (restarted to break the
-/// sink's connection).
-struct MessageSide {
-    broker: KafkaBroker,
-    config: KafkaSinkConfig,
-    sink: KafkaSink,
-}
-
-#[async_trait::async_trait]
-impl siphon_core::testing::MessageHarness for MessageSide {
-    fn sink(&mut self) -> &mut dyn Sink {
-        &mut self.sink
+        KafkaSink::new(&config, &self.pipeline, "out").unwrap()
     }
 
-    fn restart(&mut self) {
-        self.sink = KafkaSink::new(&self.config, "demo", "out").unwrap();
-    }
-
-    async fn delivered(&mut self) -> Vec<siphon_core::testing::Delivered> {
-        let brokers = self.broker.brokers();
-        let read =
-            tokio::task::spawn_blocking(move || read_all(&brokers, "demo.public.compliance"))
-                .await
-                .unwrap();
+    async fn messages(&mut self, table: &str) -> Vec<Delivered> {
+        let (brokers, topic) = (
+            self.broker.brokers(),
+            format!("{}.public.{table}", self.pipeline),
+        );
+        let read = tokio::task::spawn_blocking(move || read_all(&brokers, &topic))
+            .await
+            .unwrap();
         read.into_iter()
             .filter_map(|r| {
                 let value = serde_json::from_slice(&r.value?).unwrap();
@@ -166,27 +120,38 @@ impl siphon_core::testing::MessageHarness for MessageSide {
         true
     }
 
+    /// Restarts a broker of the check's own; a shared one cannot be.
     async fn break_connection(&mut self) -> bool {
-        self.broker.restart_gracefully().unwrap();
-        true
+        match Arc::get_mut(&mut self.broker) {
+            Some(broker) => {
+                broker.restart_gracefully().unwrap();
+                true
+            }
+            None => false,
+        }
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kafka_sink_keeps_every_promise() {
+    let broker = Arc::new(KafkaBroker::start().unwrap());
+    let n = AtomicUsize::new(0);
+    run_compliance_suite(async || {
+        OnBroker::new(Broker {
+            broker: broker.clone(),
+            pipeline: format!("compliance{}", n.fetch_add(1, Ordering::Relaxed)),
+        })
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_kafka_sink_keeps_the_message_sinks_promises() {
-    siphon_core::testing::run_message_compliance_suite(async || {
-        let broker = KafkaBroker::start().unwrap();
-        let config: KafkaSinkConfig = serde_json::from_value(serde_json::json!({
-            "brokers": broker.brokers(),
-            "schemas": false,
-            "seek": "beginning",
-        }))
-        .unwrap();
-        MessageSide {
-            sink: KafkaSink::new(&config, "demo", "out").unwrap(),
-            config,
-            broker,
-        }
+    run_message_compliance_suite(async || {
+        OnBroker::new(Broker {
+            broker: Arc::new(KafkaBroker::start().unwrap()),
+            pipeline: "demo".into(),
+        })
     })
     .await;
 }

@@ -1,44 +1,14 @@
-//! The NATS JetStream sink passes the sink compliance suite against the test NATS server:
-//! what it published is read back from the stream, each subject in its order.
+//! The NATS JetStream sink passes the sink and message-sink compliance suites against NATS
+//! servers of the test's own (what it published read back from the stream, each subject in
+//! its order), and the errors a user meets against the test server.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-use siphon_core::sink::{Sink, SinkBatch, SinkRecord};
-use siphon_core::testing::{SinkHarness, StoreState, log_id, run_compliance_suite, tables};
+use siphon_core::sink::{Sink, SinkBatch};
+use siphon_core::testing::{
+    Delivered, OnBroker, creates, log_id, run_compliance_suite, run_message_compliance_suite,
+    tables,
+};
 use siphon_sink_nats::{NatsSink, NatsSinkConfig};
 use siphon_test_support::{NatsNamespace, nats, nats_messages};
-
-struct Harness {
-    ns: NatsNamespace,
-    client: async_nats::Client,
-    sink: NatsSink,
-}
-
-/// The payload of each message of `subject` in stream `stream`, in order.
-async fn values(
-    client: &async_nats::Client,
-    stream: &str,
-    subject: &str,
-) -> Vec<serde_json::Value> {
-    nats_messages(client, stream, Some(subject))
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|m| serde_json::from_slice(&m.payload).unwrap())
-        .collect()
-}
-
-#[async_trait::async_trait]
-impl SinkHarness for Harness {
-    fn sink(&mut self) -> &mut dyn Sink {
-        &mut self.sink
-    }
-
-    async fn state_of(&mut self, table: &str) -> StoreState {
-        let subject = format!("{}.public.{table}", self.ns.prefix);
-        StoreState::Lines(values(&self.client, &self.ns.prefix, &subject).await)
-    }
-}
 
 /// A sink of pipeline `demo` on the test server, its stream and subjects named by the
 /// namespace's prefix.
@@ -54,41 +24,6 @@ fn sink_on(ns: &NatsNamespace, extra: serde_json::Value) -> NatsSink {
     }
     let config: NatsSinkConfig = serde_json::from_value(config).unwrap();
     NatsSink::new(&config, "demo", "out").unwrap()
-}
-
-#[tokio::test]
-async fn the_nats_sink_keeps_every_promise() {
-    let n = AtomicUsize::new(0);
-    run_compliance_suite(async || {
-        let _ = n.fetch_add(1, Ordering::Relaxed);
-        let ns = nats().await.unwrap();
-        Harness {
-            client: ns.client().await.unwrap(),
-            sink: sink_on(&ns, serde_json::json!({})),
-            ns,
-        }
-    })
-    .await;
-}
-
-/// Creates of ids `ids` in the compliance table, at offsets `first`, `first + 1`, ….
-fn creates(first: u64, ids: std::ops::Range<i64>) -> Vec<SinkRecord> {
-    use siphon_core::testing::{event, record, row};
-    ids.enumerate()
-        .map(|(i, id)| {
-            let after = row(id, "x", siphon_core::event::Value::Null);
-            record(
-                first + i as u64,
-                event(
-                    "compliance",
-                    siphon_core::event::Op::Create,
-                    id,
-                    None,
-                    Some(after),
-                ),
-            )
-        })
-        .collect()
 }
 
 /// A message published carries the event's id as Nats-Msg-Id and siphon's headers; a sink
@@ -158,36 +93,28 @@ async fn subjects_no_stream_takes_are_refused_at_open() {
     );
 }
 
-/// The message-sink promises, against a NATS server of the test's own (restarted to break
-/// the sink's connection; its stream on disk).
-struct MessageSide {
+#[derive(Debug)]
+/// The NATS server of a compliance check: one of the test's own (restarted to break the
+/// sink's connection; its stream on disk).
+struct Broker {
     server: siphon_test_support::PrivateNats,
-    sink: NatsSink,
 }
 
-impl MessageSide {
-    fn sink(server: &siphon_test_support::PrivateNats) -> NatsSink {
+#[async_trait::async_trait]
+impl siphon_core::testing::Broker for Broker {
+    type Sink = NatsSink;
+
+    fn sink(&self) -> NatsSink {
         let config: NatsSinkConfig = serde_json::from_value(serde_json::json!({
-            "url": server.url(), "prefix": "demo", "schemas": false, "timeout": "2s",
+            "url": self.server.url(), "prefix": "demo", "schemas": false, "timeout": "2s",
         }))
         .unwrap();
         NatsSink::new(&config, "demo", "out").unwrap()
     }
-}
 
-#[async_trait::async_trait]
-impl siphon_core::testing::MessageHarness for MessageSide {
-    fn sink(&mut self) -> &mut dyn Sink {
-        &mut self.sink
-    }
-
-    fn restart(&mut self) {
-        self.sink = MessageSide::sink(&self.server);
-    }
-
-    async fn delivered(&mut self) -> Vec<siphon_core::testing::Delivered> {
+    async fn messages(&mut self, table: &str) -> Vec<Delivered> {
         let client = async_nats::connect(self.server.url()).await.unwrap();
-        nats_messages(&client, "demo", Some("demo.public.compliance"))
+        nats_messages(&client, "demo", Some(&format!("demo.public.{table}")))
             .await
             .unwrap()
             .into_iter()
@@ -208,14 +135,20 @@ impl siphon_core::testing::MessageHarness for MessageSide {
     }
 }
 
+impl Broker {
+    fn start() -> Broker {
+        Broker {
+            server: siphon_test_support::PrivateNats::start().unwrap(),
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_nats_sink_keeps_every_promise() {
+    run_compliance_suite(async || OnBroker::new(Broker::start())).await;
+}
+
 #[tokio::test]
 async fn the_nats_sink_keeps_the_message_sinks_promises() {
-    siphon_core::testing::run_message_compliance_suite(async || {
-        let server = siphon_test_support::PrivateNats::start().unwrap();
-        MessageSide {
-            sink: MessageSide::sink(&server),
-            server,
-        }
-    })
-    .await;
+    run_message_compliance_suite(async || OnBroker::new(Broker::start())).await;
 }

@@ -3,8 +3,7 @@
 
 use siphon_core::sink::{Sink, SinkBatch};
 use siphon_core::testing::{
-    Delivered, MessageHarness, TABLE, event, log_id, record, row, run_message_compliance_suite,
-    tables,
+    Delivered, OnBroker, TABLE, event, log_id, record, row, run_message_compliance_suite, tables,
 };
 use siphon_sink_rabbitmq::{RabbitmqSink, RabbitmqSinkConfig};
 use siphon_test_support::{RabbitExchange, rabbitmq, rabbitmq_close_connections};
@@ -23,25 +22,25 @@ fn sink_on(ex: &RabbitExchange, sink: &str, extra: serde_json::Value) -> Rabbitm
     RabbitmqSink::new(&config, "demo", sink).unwrap()
 }
 
-struct Harness {
+/// The test broker's exchange for a compliance check, and the sink's name there (its
+/// connection's, which the check closes by it).
+#[derive(Debug)]
+struct Broker {
     ex: RabbitExchange,
-    /// The sink's name: its connection's, which a test closes by it.
     name: String,
-    sink: RabbitmqSink,
     got: Vec<Delivered>,
 }
 
 #[async_trait::async_trait]
-impl MessageHarness for Harness {
-    fn sink(&mut self) -> &mut dyn Sink {
-        &mut self.sink
+impl siphon_core::testing::Broker for Broker {
+    type Sink = RabbitmqSink;
+
+    fn sink(&self) -> RabbitmqSink {
+        sink_on(&self.ex, &self.name, serde_json::json!({}))
     }
 
-    fn restart(&mut self) {
-        self.sink = sink_on(&self.ex, &self.name, serde_json::json!({}));
-    }
-
-    async fn delivered(&mut self) -> Vec<Delivered> {
+    /// What the queue bound to the exchange got (the compliance table's only).
+    async fn messages(&mut self, _table: &str) -> Vec<Delivered> {
         for event in self.ex.drain_events().await.unwrap() {
             self.got.push((event.id, event.value));
         }
@@ -63,18 +62,15 @@ impl MessageHarness for Harness {
 async fn the_rabbitmq_sink_keeps_the_message_sinks_promises() {
     let n = std::sync::atomic::AtomicUsize::new(0);
     run_message_compliance_suite(async || {
-        let ex = rabbitmq().await.unwrap();
-        let name = format!(
-            "compliance{}_{}",
-            std::process::id(),
-            n.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        );
-        Harness {
-            sink: sink_on(&ex, &name, serde_json::json!({})),
-            ex,
-            name,
+        OnBroker::new(Broker {
+            ex: rabbitmq().await.unwrap(),
+            name: format!(
+                "compliance{}_{}",
+                std::process::id(),
+                n.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            ),
             got: Vec::new(),
-        }
+        })
     })
     .await;
 }

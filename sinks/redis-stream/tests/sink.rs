@@ -1,18 +1,13 @@
-//! The Redis Streams sink passes the sink compliance suite against the test Redis server:
-//! what it added is read back with XRANGE, each stream in its order.
-
-use std::sync::atomic::{AtomicUsize, Ordering};
+//! The Redis Streams sink passes the sink and message-sink compliance suites against Redis
+//! servers of the test's own (what it added read back with XRANGE, each stream in its order),
+//! and the errors a user meets against the test Redis.
 
 use siphon_core::sink::Sink;
-use siphon_core::testing::{SinkHarness, StoreState, run_compliance_suite};
+use siphon_core::testing::{
+    Delivered, OnBroker, creates, run_compliance_suite, run_message_compliance_suite,
+};
 use siphon_sink_redis_stream::{RedisStreamConfig, RedisStreamSink};
 use siphon_test_support::{RedisKeyspace, redis};
-
-struct Harness {
-    cache: RedisKeyspace,
-    prefix: String,
-    sink: RedisStreamSink,
-}
 
 /// A stream entry as XRANGE gives it: its id and its fields.
 type Entry = (String, Vec<(String, Vec<u8>)>);
@@ -48,44 +43,6 @@ async fn values(cache: &RedisKeyspace, stream: &str) -> Vec<serde_json::Value> {
     found.into_iter().map(|(_, value)| value).collect()
 }
 
-#[async_trait::async_trait]
-impl SinkHarness for Harness {
-    fn sink(&mut self) -> &mut dyn Sink {
-        &mut self.sink
-    }
-
-    async fn state_of(&mut self, table: &str) -> StoreState {
-        let stream = format!("{}.public.{table}", self.prefix);
-        StoreState::Lines(values(&self.cache, &stream).await)
-    }
-}
-
-#[tokio::test]
-async fn the_redis_stream_sink_keeps_every_promise() {
-    let n = AtomicUsize::new(0);
-    run_compliance_suite(async || {
-        let cache = redis().await.unwrap();
-        let prefix = format!(
-            "{}compliance{}",
-            cache.prefix,
-            n.fetch_add(1, Ordering::Relaxed)
-        );
-        let config: RedisStreamConfig = serde_json::from_value(serde_json::json!({
-            "url": cache.url,
-            "schemas": false,
-            "prefix": prefix,
-            "cursor_key": format!("{prefix}:cursor"),
-        }))
-        .unwrap();
-        Harness {
-            sink: RedisStreamSink::new(&config, "compliance", "out").unwrap(),
-            cache,
-            prefix,
-        }
-    })
-    .await;
-}
-
 /// A sink on the test server, its streams and cursor under the keyspace's prefix.
 fn sink_on(cache: &RedisKeyspace, destination: &str, max_len: Option<u64>) -> RedisStreamSink {
     let config: RedisStreamConfig = serde_json::from_value(serde_json::json!({
@@ -97,26 +54,6 @@ fn sink_on(cache: &RedisKeyspace, destination: &str, max_len: Option<u64>) -> Re
     }))
     .unwrap();
     RedisStreamSink::new(&config, "demo", "out").unwrap()
-}
-
-/// Creates of ids `ids` in the compliance table, at offsets `first`, `first + 1`, ….
-fn creates(first: u64, ids: std::ops::Range<i64>) -> Vec<siphon_core::sink::SinkRecord> {
-    use siphon_core::testing::{event, record, row};
-    ids.enumerate()
-        .map(|(i, id)| {
-            let after = row(id, "x", siphon_core::event::Value::Null);
-            record(
-                first + i as u64,
-                event(
-                    "compliance",
-                    siphon_core::event::Op::Create,
-                    id,
-                    None,
-                    Some(after),
-                ),
-            )
-        })
-        .collect()
 }
 
 #[tokio::test]
@@ -211,38 +148,30 @@ async fn a_stream_another_writer_got_to_first_stops_the_sink() {
     assert_eq!(cursor, None, "the cursor moved past entries never added");
 }
 
-/// The message-sink promises, against a Redis server of the test's own (killed -9 and
-/// started again to break the sink's connection; its data in an append-only file).
-struct MessageSide {
+#[derive(Debug)]
+/// The Redis of a compliance check: a server of the test's own (killed -9 and started again
+/// to break the sink's connection; its data in an append-only file).
+struct Broker {
     server: siphon_test_support::PrivateRedis,
-    sink: RedisStreamSink,
 }
 
-impl MessageSide {
-    fn sink(server: &siphon_test_support::PrivateRedis) -> RedisStreamSink {
+#[async_trait::async_trait]
+impl siphon_core::testing::Broker for Broker {
+    type Sink = RedisStreamSink;
+
+    fn sink(&self) -> RedisStreamSink {
         let config: RedisStreamConfig = serde_json::from_value(serde_json::json!({
-            "url": server.url(), "prefix": "demo", "schemas": false,
+            "url": self.server.url(), "prefix": "demo", "schemas": false,
         }))
         .unwrap();
         RedisStreamSink::new(&config, "demo", "out").unwrap()
     }
-}
 
-#[async_trait::async_trait]
-impl siphon_core::testing::MessageHarness for MessageSide {
-    fn sink(&mut self) -> &mut dyn Sink {
-        &mut self.sink
-    }
-
-    fn restart(&mut self) {
-        self.sink = MessageSide::sink(&self.server);
-    }
-
-    async fn delivered(&mut self) -> Vec<siphon_core::testing::Delivered> {
+    async fn messages(&mut self, table: &str) -> Vec<Delivered> {
         let mut conn = siphon_test_support::redis_conn(&self.server.url())
             .await
             .unwrap();
-        entries(&mut conn, "demo.public.compliance").await
+        entries(&mut conn, &format!("demo.public.{table}")).await
     }
 
     fn exactly_once(&self) -> bool {
@@ -255,20 +184,24 @@ impl siphon_core::testing::MessageHarness for MessageSide {
     }
 }
 
-#[tokio::test]
-async fn the_redis_stream_sink_keeps_the_message_sinks_promises() {
-    siphon_core::testing::run_message_compliance_suite(async || {
-        let server = siphon_test_support::PrivateRedis::start().unwrap();
-        MessageSide {
-            sink: MessageSide::sink(&server),
-            server,
+impl Broker {
+    fn start() -> Broker {
+        Broker {
+            server: siphon_test_support::PrivateRedis::start().unwrap(),
         }
-    })
-    .await;
+    }
 }
 
-/// With `value = "row"` an entry's value is the row state; a delete dropped by `deletes =
-/// "drop"` adds no entry, and the cursor moves past it.
+#[tokio::test]
+async fn the_redis_stream_sink_keeps_every_promise() {
+    run_compliance_suite(async || OnBroker::new(Broker::start())).await;
+}
+
+#[tokio::test]
+async fn the_redis_stream_sink_keeps_the_message_sinks_promises() {
+    run_message_compliance_suite(async || OnBroker::new(Broker::start())).await;
+}
+
 #[tokio::test]
 async fn row_state_values_and_dropped_deletes() {
     use siphon_core::event::{Op, Value as V};
