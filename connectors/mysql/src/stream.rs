@@ -57,7 +57,7 @@ mod tests;
 mod transactions;
 
 use chunks::{IncrementalState, query_conn};
-use images::{Mapped, images, row, set_row};
+use images::{Mapped, op_of, own_images, row, set_row};
 use mariadb::{mariadb_gtid, rotated_to};
 
 /// Events of an open transaction appended (without waiting) once this many are held.

@@ -19,8 +19,8 @@ use siphon_core::schema::SchemaStore;
 use siphon_core::{Error, Event, KeyChange, Result};
 
 use super::{
-    LOG_EVENT_ARTIFICIAL_F, MARIADB_ANNOTATE_ROWS, MARIADB_COMPRESSED_ROWS, MARIADB_GTID, images,
-    mariadb_gtid, rotated_to, row,
+    LOG_EVENT_ARTIFICIAL_F, MARIADB_ANNOTATE_ROWS, MARIADB_COMPRESSED_ROWS, MARIADB_GTID,
+    mariadb_gtid, op_of, own_images, rotated_to, row,
 };
 use crate::charset::Collations;
 use crate::columns::{Shape, from_table_map};
@@ -243,20 +243,8 @@ impl Binlog {
                 (shape, decoder)
             }
         };
-        let op = match rows {
-            RowsEventData::WriteRowsEvent(_) | RowsEventData::WriteRowsEventV1(_) => Op::Create,
-            RowsEventData::UpdateRowsEvent(_)
-            | RowsEventData::UpdateRowsEventV1(_)
-            | RowsEventData::PartialUpdateRowsEvent(_) => Op::Update,
-            RowsEventData::DeleteRowsEvent(_) | RowsEventData::DeleteRowsEventV1(_) => Op::Delete,
-        };
-        let decoded = decoder
-            .filter(|_| {
-                !matches!(rows, RowsEventData::PartialUpdateRowsEvent(_))
-                    && rows.columns_before_image().is_none_or(|b| b.all())
-                    && rows.columns_after_image().is_none_or(|b| b.all())
-            })
-            .and_then(|d| images(&d, &shape, rows.rows_data(), op));
+        let op = op_of(rows);
+        let decoded = own_images(decoder.as_deref(), &shape, rows, op);
         let generic = || {
             rows.rows(tme)
                 .map(|pair| {

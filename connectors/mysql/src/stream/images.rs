@@ -163,3 +163,31 @@ pub(super) fn set_row(event: &mut Event, index: u64) {
         t.total_order = index + 1;
     }
 }
+
+/// What a rows event does to its rows.
+pub(super) fn op_of(rows: &RowsEventData<'_>) -> Op {
+    match rows {
+        RowsEventData::WriteRowsEvent(_) | RowsEventData::WriteRowsEventV1(_) => Op::Create,
+        RowsEventData::UpdateRowsEvent(_)
+        | RowsEventData::UpdateRowsEventV1(_)
+        | RowsEventData::PartialUpdateRowsEvent(_) => Op::Update,
+        RowsEventData::DeleteRowsEvent(_) | RowsEventData::DeleteRowsEventV1(_) => Op::Delete,
+    }
+}
+
+/// The rows event's images by siphon's decoder (`decoder`, where the table has one), which
+/// reads full images only; `None` where `mysql_common`'s decoder must read them.
+pub(super) fn own_images(
+    decoder: Option<&RowDecoder>,
+    shape: &Shape,
+    rows: &RowsEventData<'_>,
+    op: Op,
+) -> Option<Vec<(Option<Row>, Option<Row>)>> {
+    decoder
+        .filter(|_| {
+            !matches!(rows, RowsEventData::PartialUpdateRowsEvent(_))
+                && rows.columns_before_image().is_none_or(|b| b.all())
+                && rows.columns_after_image().is_none_or(|b| b.all())
+        })
+        .and_then(|d| images(d, shape, rows.rows_data(), op))
+}

@@ -58,20 +58,8 @@ impl Stream<'_> {
             let start = state.next_pos;
             self.begin(state, start, None, self.server_id, true);
         }
-        let op = match rows {
-            RowsEventData::WriteRowsEvent(_) | RowsEventData::WriteRowsEventV1(_) => Op::Create,
-            RowsEventData::UpdateRowsEvent(_)
-            | RowsEventData::UpdateRowsEventV1(_)
-            | RowsEventData::PartialUpdateRowsEvent(_) => Op::Update,
-            RowsEventData::DeleteRowsEvent(_) | RowsEventData::DeleteRowsEventV1(_) => Op::Delete,
-        };
-        let decoded = decoder
-            .filter(|_| {
-                !matches!(rows, RowsEventData::PartialUpdateRowsEvent(_))
-                    && rows.columns_before_image().is_none_or(|b| b.all())
-                    && rows.columns_after_image().is_none_or(|b| b.all())
-            })
-            .and_then(|d| images(&d, &shape, rows.rows_data(), op));
+        let op = op_of(rows);
+        let decoded = own_images(decoder.as_deref(), &shape, rows, op);
         let pairs = match decoded {
             Some(pairs) => pairs,
             None => {
