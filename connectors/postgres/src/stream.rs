@@ -118,12 +118,59 @@ impl Streaming {
 }
 
 /// The transaction being received.
+#[derive(Debug)]
 struct Transaction {
     final_lsn: u64,
     xid: u32,
     commit_time_micros: i64,
     next_index: u64,
+    /// Each table's count of events.
     per_table: HashMap<u32, u64>,
+}
+
+impl Transaction {
+    /// The transaction begun by a Begin message.
+    fn begun(final_lsn: u64, xid: u32, commit_time_micros: i64) -> Self {
+        Transaction {
+            final_lsn,
+            xid,
+            commit_time_micros,
+            next_index: 0,
+            per_table: HashMap::new(),
+        }
+    }
+
+    /// The event of `change` of table `shape`, at `wal_start`, counted among the
+    /// transaction's and its table's; with its index in the transaction.
+    fn event(
+        &mut self,
+        factory: &EventFactory,
+        shape: &Shape,
+        wal_start: u64,
+        (relation, op, before, after, key_change): Change,
+    ) -> (u64, Event) {
+        let index = self.next_index;
+        self.next_index += 1;
+        let table_order = self.per_table.entry(relation).or_default();
+        *table_order += 1;
+        let key = match op {
+            Op::Truncate => None,
+            Op::Delete => before.as_ref().and_then(|r| shape.key_of(r)),
+            _ => after.as_ref().and_then(|r| shape.key_of(r)),
+        };
+        let at = Place {
+            commit_lsn: self.final_lsn,
+            lsn: wal_start,
+            index,
+            xid: Some(self.xid),
+            commit_time_micros: self.commit_time_micros,
+            snapshot: SnapshotMarker::False,
+            table_order: *table_order,
+        };
+        let mut event = factory.event(shape, op, before, after, key, at);
+        event.key_change = key_change;
+        (index, event)
+    }
 }
 
 /// Streams until cancelled or the connection fails.
@@ -249,13 +296,11 @@ impl Stream<'_> {
                 commit_time_micros,
             } => {
                 self.ctx.metrics.working();
-                s.tx = Some(Transaction {
-                    final_lsn: final_lsn.as_u64(),
+                s.tx = Some(Transaction::begun(
+                    final_lsn.as_u64(),
                     xid,
                     commit_time_micros,
-                    next_index: 0,
-                    per_table: HashMap::new(),
-                });
+                ));
             }
             ReplicationEvent::XLogData {
                 wal_start, data, ..
@@ -350,34 +395,15 @@ impl Stream<'_> {
         let t =
             s.tx.as_mut()
                 .ok_or_else(|| Error::permanent("a change arrived outside a transaction"))?;
-        for (relation, op, before, after, key_change) in split(&s.shapes, change)? {
-            let shape = &s.shapes[&relation];
-            let index = t.next_index;
-            t.next_index += 1;
-            let table_order = t.per_table.entry(relation).or_default();
-            *table_order += 1;
+        for change in split(&s.shapes, change)? {
+            let shape = &s.shapes[&change.0];
+            let (index, event) = t.event(&self.factory, shape, wal_start, change);
             if self
                 .resume_after
                 .is_some_and(|done| (t.final_lsn, index) <= done)
             {
                 continue; // the log has it from before a restart
             }
-            let key = match op {
-                Op::Truncate => None,
-                Op::Delete => before.as_ref().and_then(|r| shape.key_of(r)),
-                _ => after.as_ref().and_then(|r| shape.key_of(r)),
-            };
-            let at = Place {
-                commit_lsn: t.final_lsn,
-                lsn: wal_start,
-                index,
-                xid: Some(t.xid),
-                commit_time_micros: t.commit_time_micros,
-                snapshot: SnapshotMarker::False,
-                table_order: *table_order,
-            };
-            let mut event = self.factory.event(shape, op, before, after, key, at);
-            event.key_change = key_change;
             if let Some(chunk) = &mut s.chunk {
                 chunk.saw(&event);
             }

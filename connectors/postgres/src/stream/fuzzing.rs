@@ -8,14 +8,15 @@
 use std::collections::HashMap;
 
 use bytes::Bytes;
-use siphon_core::event::{Op, SnapshotMarker};
 use siphon_core::name::Name;
 use siphon_core::schema::{Column, ColumnKind, SchemaId, SchemaStore, TableSchema};
 use siphon_core::{Error, Event, Result};
 
 use crate::catalog::builtin_kind;
-use crate::events::{EventFactory, Place, Shape};
+use crate::events::{EventFactory, Shape};
 use crate::pgoutput::{self, Message, Relation};
+
+use super::Transaction;
 use crate::values::PgType;
 
 /// One replication stream's state: the tables' shapes and the open transaction.
@@ -24,17 +25,6 @@ pub struct Stream {
     factory: EventFactory,
     shapes: HashMap<u32, Shape>,
     tx: Option<Transaction>,
-}
-
-/// The open transaction, as the stream's.
-#[derive(Debug)]
-struct Transaction {
-    final_lsn: u64,
-    xid: u32,
-    commit_time_micros: i64,
-    next_index: u64,
-    /// Each table's count of events.
-    per_table: HashMap<u32, u64>,
 }
 
 impl Default for Stream {
@@ -65,13 +55,7 @@ impl Stream {
                 commit_time_micros,
                 xid,
             } => {
-                self.tx = Some(Transaction {
-                    final_lsn,
-                    xid,
-                    commit_time_micros,
-                    next_index: 0,
-                    per_table: HashMap::new(),
-                });
+                self.tx = Some(Transaction::begun(final_lsn, xid, commit_time_micros));
             }
             Message::Commit { .. } => self.tx = None,
             Message::Relation(r) => {
@@ -94,28 +78,9 @@ impl Stream {
             .as_mut()
             .ok_or_else(|| Error::permanent("a change arrived outside a transaction"))?;
         let mut events = Vec::new();
-        for (relation, op, before, after, key_change) in super::split(&self.shapes, change)? {
-            let shape = &self.shapes[&relation];
-            let index = t.next_index;
-            t.next_index += 1;
-            let table_order = t.per_table.entry(relation).or_default();
-            *table_order += 1;
-            let key = match op {
-                Op::Truncate => None,
-                Op::Delete => before.as_ref().and_then(|r| shape.key_of(r)),
-                _ => after.as_ref().and_then(|r| shape.key_of(r)),
-            };
-            let at = Place {
-                commit_lsn: t.final_lsn,
-                lsn: wal_start,
-                index,
-                xid: Some(t.xid),
-                commit_time_micros: t.commit_time_micros,
-                snapshot: SnapshotMarker::False,
-                table_order: *table_order,
-            };
-            let mut event = self.factory.event(shape, op, before, after, key, at);
-            event.key_change = key_change;
+        for change in super::split(&self.shapes, change)? {
+            let shape = &self.shapes[&change.0];
+            let (_, event) = t.event(&self.factory, shape, wal_start, change);
             events.push(event);
         }
         Ok(events)
