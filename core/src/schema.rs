@@ -197,6 +197,63 @@ pub trait SchemaStore: SchemaLookup + Send + Sync + std::fmt::Debug {
     fn all(&self) -> Vec<Arc<TableSchema>>;
 }
 
+/// A log's schema versions in memory, by id and by table: what a [`SchemaStore`] keeps of
+/// the versions it holds, and how it finds the one a registration asks for.
+#[derive(Debug, Default)]
+pub struct SchemaVersions {
+    /// Every version, by id: `versions[i]` has id `i + 1`.
+    versions: Vec<Arc<TableSchema>>,
+    /// Versions by table, to find an equal one on registration.
+    by_table: std::collections::HashMap<TableName, Vec<usize>>,
+}
+
+impl SchemaVersions {
+    /// The registered version of `schema`'s table with its shape, if any.
+    pub fn find(&self, schema: &TableSchema) -> Option<Arc<TableSchema>> {
+        self.by_table.get(&schema.name()).and_then(|ids| {
+            ids.iter()
+                .map(|&i| &self.versions[i])
+                .find(|v| v.same_shape(schema))
+                .cloned()
+        })
+    }
+
+    /// `schema` as the next version (with the next id), not yet added.
+    pub fn next_version(&self, schema: &TableSchema) -> Result<Arc<TableSchema>> {
+        let id = SchemaId(
+            u32::try_from(self.versions.len() + 1)
+                .map_err(|_| crate::Error::Config("the schema registry is full".into()))?,
+        );
+        Ok(Arc::new(TableSchema {
+            id,
+            ..schema.clone()
+        }))
+    }
+
+    /// Adds a version; its id is the next one.
+    pub fn add(&mut self, schema: Arc<TableSchema>) {
+        let index = self.versions.len();
+        self.by_table.entry(schema.name()).or_default().push(index);
+        self.versions.push(schema);
+    }
+
+    /// The version with id `id`.
+    pub fn get(&self, id: SchemaId) -> Option<Arc<TableSchema>> {
+        let index = (id.0 as usize).checked_sub(1)?;
+        self.versions.get(index).cloned()
+    }
+
+    /// The id the next version gets.
+    pub fn next_id(&self) -> SchemaId {
+        SchemaId(self.versions.len() as u32 + 1)
+    }
+
+    /// Every version, in id order.
+    pub fn all(&self) -> Vec<Arc<TableSchema>> {
+        self.versions.clone()
+    }
+}
+
 /// A lookup that holds no schema: for events encoded with their column names only (test
 /// sources, benchmarks).
 #[derive(Debug, Clone, Copy, Default)]

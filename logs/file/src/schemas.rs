@@ -1,14 +1,12 @@
 //! The file log's schema store: every version registered in one log, in one append-only file
 //! beside its segments.
 
-use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use siphon_core::TableName;
-use siphon_core::schema::{SchemaId, SchemaLookup, SchemaStore, TableSchema};
+use siphon_core::schema::{SchemaId, SchemaLookup, SchemaStore, SchemaVersions, TableSchema};
 use siphon_core::{Error, Result};
 
 /// The schema versions of one log, kept in one append-only file beside its segments.
@@ -28,10 +26,7 @@ pub struct SchemaRegistry {
 #[derive(Debug)]
 struct Registry {
     path: PathBuf,
-    /// Every version, by id: `versions[i]` has id `i + 1`.
-    versions: Vec<Arc<TableSchema>>,
-    /// Versions by table (`qualified`), to find an equal one on registration.
-    by_table: HashMap<TableName, Vec<usize>>,
+    versions: SchemaVersions,
     /// `None` when opened read-only.
     file: Option<File>,
     /// Bytes of whole entries read from the file.
@@ -56,8 +51,7 @@ impl SchemaRegistry {
     fn open_in(dir: &Path, writable: bool) -> Result<Self> {
         let mut registry = Registry {
             path: dir.join(FILE_NAME),
-            versions: Vec::new(),
-            by_table: HashMap::new(),
+            versions: SchemaVersions::default(),
             file: None,
             read_len: 0,
         };
@@ -90,21 +84,11 @@ impl SchemaStore for SchemaRegistry {
             return Err(Error::Codec(reason));
         }
         let mut registry = self.inner.lock().unwrap();
-        if let Some(found) = registry.by_table.get(&schema.name()).and_then(|ids| {
-            ids.iter()
-                .map(|&i| &registry.versions[i])
-                .find(|v| v.same_shape(schema))
-        }) {
-            return Ok(found.clone());
+        if let Some(found) = registry.versions.find(schema) {
+            return Ok(found);
         }
-        let id = SchemaId(
-            u32::try_from(registry.versions.len() + 1)
-                .map_err(|_| Error::Config("the schema registry is full".into()))?,
-        );
-        let registered = Arc::new(TableSchema {
-            id,
-            ..schema.clone()
-        });
+        let registered = registry.versions.next_version(schema)?;
+        let id = registered.id;
         let body = postcard::to_allocvec(&*registered).map_err(|e| Error::Codec(e.to_string()))?;
         let mut entry = Vec::with_capacity(body.len() + 8);
         entry.extend_from_slice(&(body.len() as u32).to_le_bytes());
@@ -118,37 +102,30 @@ impl SchemaStore for SchemaRegistry {
         file.write_all(&entry).map_err(Error::io("write", &path))?;
         file.sync_data().map_err(Error::io("fsync", &path))?;
         registry.read_len += entry.len() as u64;
-        registry.add(registered.clone());
+        registry.versions.add(registered.clone());
         tracing::debug!(table = %registered.name(), id = id.0, "registered a table schema");
         Ok(registered)
     }
 
     fn all(&self) -> Vec<Arc<TableSchema>> {
-        self.inner.lock().unwrap().versions.clone()
+        self.inner.lock().unwrap().versions.all()
     }
 }
 
 impl SchemaLookup for SchemaRegistry {
     fn schema(&self, id: SchemaId) -> Option<Arc<TableSchema>> {
         let mut registry = self.inner.lock().unwrap();
-        let index = (id.0 as usize).checked_sub(1)?;
-        if index >= registry.versions.len() && registry.file.is_none() {
+        if id >= registry.versions.next_id() && registry.file.is_none() {
             // Read-only: the writing process may have registered it since.
             if let Err(e) = registry.read_new() {
                 tracing::warn!(error = %e, "reading the schema registry");
             }
         }
-        registry.versions.get(index).cloned()
+        registry.versions.get(id)
     }
 }
 
 impl Registry {
-    fn add(&mut self, schema: Arc<TableSchema>) {
-        let index = self.versions.len();
-        self.by_table.entry(schema.name()).or_default().push(index);
-        self.versions.push(schema);
-    }
-
     /// Reads the entries past `read_len`, stopping at a torn or damaged one.
     fn read_new(&mut self) -> Result<()> {
         let bytes = match fs::read(&self.path) {
@@ -178,18 +155,18 @@ impl Registry {
                     reason,
                 });
             }
-            if schema.id.0 as usize != self.versions.len() + 1 {
+            if schema.id != self.versions.next_id() {
                 return Err(Error::Corrupt {
                     path: self.path.clone(),
                     position: at as u64,
                     reason: format!(
                         "schema {} where {} was expected",
                         schema.id.0,
-                        self.versions.len() + 1
+                        self.versions.next_id().0
                     ),
                 });
             }
-            self.add(Arc::new(schema));
+            self.versions.add(Arc::new(schema));
             at += 8 + len;
         }
         self.read_len = at as u64;

@@ -8,14 +8,13 @@
 //! the first record that needs it. A reader that meets a schema id it does not hold reads the
 //! topic on to its end.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rdkafka::Offset;
 use rdkafka::message::Message;
-use siphon_core::TableName;
-use siphon_core::schema::{SchemaId, SchemaLookup, SchemaStore, TableSchema};
+use siphon_core::schema::{SchemaId, SchemaLookup, SchemaStore, SchemaVersions, TableSchema};
 use siphon_core::{Error, Result};
 use siphon_kafka::OutRecord;
 use siphon_kafka::headers::RecordHeaders;
@@ -43,9 +42,7 @@ impl std::fmt::Debug for KafkaSchemas {
 
 #[derive(Debug, Default)]
 struct Registry {
-    /// `versions[i]` has id `i + 1`.
-    versions: Vec<Arc<TableSchema>>,
-    by_table: HashMap<TableName, Vec<usize>>,
+    versions: SchemaVersions,
     /// The topics the log's records are in.
     topics: BTreeSet<String>,
     /// Registered, not yet sent in a committed transaction (the writer's).
@@ -59,16 +56,6 @@ struct Registry {
 enum Entry {
     Schema(Arc<TableSchema>),
     Topic(String),
-}
-
-impl Registry {
-    fn add(&mut self, schema: Arc<TableSchema>) {
-        self.by_table
-            .entry(schema.name())
-            .or_default()
-            .push(self.versions.len());
-        self.versions.push(schema);
-    }
 }
 
 const SCHEMA_KEY: &str = "schema/";
@@ -144,18 +131,14 @@ impl KafkaSchemas {
         registry.read_to = registry.read_to.max(next);
         registry.topics.extend(topics);
         for schema in found {
-            let index = schema.id.0 as usize;
-            if index == registry.versions.len() + 1 {
-                registry.add(Arc::new(schema));
-            } else if index > registry.versions.len() + 1 {
+            let next = registry.versions.next_id();
+            if schema.id == next {
+                registry.versions.add(Arc::new(schema));
+            } else if schema.id > next {
                 return Err(Error::Corrupt {
                     path: self.topic.clone().into(),
                     position: 0,
-                    reason: format!(
-                        "schema {} where {} was expected",
-                        index,
-                        registry.versions.len() + 1
-                    ),
+                    reason: format!("schema {} where {} was expected", schema.id.0, next.0),
                 });
             }
             // An id already held: the same version, sent again after an abort.
@@ -229,42 +212,31 @@ impl SchemaStore for KafkaSchemas {
             ));
         }
         let mut registry = self.inner.lock().unwrap();
-        if let Some(found) = registry.by_table.get(&schema.name()).and_then(|ids| {
-            ids.iter()
-                .map(|&i| &registry.versions[i])
-                .find(|v| v.same_shape(schema))
-        }) {
-            return Ok(found.clone());
+        if let Some(found) = registry.versions.find(schema) {
+            return Ok(found);
         }
-        let id = SchemaId(
-            u32::try_from(registry.versions.len() + 1)
-                .map_err(|_| Error::Config("the schema registry is full".into()))?,
-        );
-        let registered = Arc::new(TableSchema {
-            id,
-            ..schema.clone()
-        });
-        registry.add(registered.clone());
+        let registered = registry.versions.next_version(schema)?;
+        let id = registered.id;
+        registry.versions.add(registered.clone());
         registry.pending.push(Entry::Schema(registered.clone()));
         tracing::debug!(table = %registered.name(), id = id.0, "registered a table schema");
         Ok(registered)
     }
 
     fn all(&self) -> Vec<Arc<TableSchema>> {
-        self.inner.lock().unwrap().versions.clone()
+        self.inner.lock().unwrap().versions.all()
     }
 }
 
 impl SchemaLookup for KafkaSchemas {
     fn schema(&self, id: SchemaId) -> Option<Arc<TableSchema>> {
-        let index = (id.0 as usize).checked_sub(1)?;
-        if let Some(found) = self.inner.lock().unwrap().versions.get(index) {
-            return Some(found.clone());
+        if let Some(found) = self.inner.lock().unwrap().versions.get(id) {
+            return Some(found);
         }
         // Another process writes: it may have registered it since.
         if let Err(e) = self.read_new() {
             tracing::warn!(error = %e, topic = %self.topic, "reading the schemas topic");
         }
-        self.inner.lock().unwrap().versions.get(index).cloned()
+        self.inner.lock().unwrap().versions.get(id)
     }
 }
