@@ -4,7 +4,7 @@ use crate::common;
 
 use std::process::Command;
 
-use common::{BIN, Setup};
+use common::{Setup, bin};
 
 fn stderr(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
@@ -21,7 +21,7 @@ fn bad_config_exits_2_naming_the_key() {
         stderr(&out)
     );
 
-    let out = Command::new(BIN)
+    let out = Command::new(bin())
         .args(["run", "--config", "/nonexistent/siphon.toml"])
         .output()
         .unwrap();
@@ -37,7 +37,7 @@ fn bad_config_exits_2_naming_the_key() {
 /// from another directory (its rpath finds DuckDB's library).
 #[test]
 fn the_version_names_the_build_and_needs_no_environment() {
-    let out = Command::new(BIN)
+    let out = Command::new(bin())
         .arg("--version")
         .env_clear()
         .current_dir("/")
@@ -61,7 +61,7 @@ fn environment_overrides_any_key() {
     let out = setup.cli(&["check"]);
     assert!(out.status.success(), "{}", stderr(&out));
     // A bad value from the environment is refused like one from the file: the override applies.
-    let out = Command::new(BIN)
+    let out = Command::new(bin())
         .args(["check", "--config"])
         .arg(&setup.config)
         .env("SIPHON__PIPELINES__DEMO__LOG__FSYNC", "sometimes")
@@ -74,7 +74,7 @@ fn environment_overrides_any_key() {
         stderr(&out)
     );
     // A good one changes the configuration.
-    let out = Command::new(BIN)
+    let out = Command::new(bin())
         .args(["check", "--config"])
         .arg(&setup.config)
         .env("SIPHON__DATA_DIR", "/tmp/elsewhere")
@@ -123,7 +123,7 @@ async fn an_admin_port_beyond_loopback_needs_a_token_or_words() {
     let setup = Setup::new(10, "1ms", "");
     let listen = format!("0.0.0.0:{}", setup.admin_port);
     for command in ["check", "run"] {
-        let out = Command::new(BIN)
+        let out = Command::new(bin())
             .args([command, "--config"])
             .arg(&setup.config)
             .env("SIPHON__ADMIN__LISTEN", &listen)

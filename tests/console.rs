@@ -329,7 +329,7 @@ attempts = 1
     )
     .unwrap();
     let daemon = Daemon::start(
-        Path::new(common::BIN),
+        common::bin(),
         &config,
         admin_port,
         &dir.path().join("daemon.log"),

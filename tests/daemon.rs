@@ -671,7 +671,9 @@ async fn a_stuck_sink_s_lag_grows_and_its_error_says_where_and_why() {
     })
     .await;
     let first = lag_ms(&stuck);
+    // Its error stays readable between its attempts (it was cleared at each reopening).
     let later = wait_status(&d, Duration::from_secs(60), "the lag to grow", |s| {
+        assert!(hook(s)["last_error"].is_string(), "the error went: {s:#}");
         lag_ms(s) >= first + 2000
     })
     .await;

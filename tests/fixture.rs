@@ -39,7 +39,7 @@ fn copy_of_fixture() -> tempfile::TempDir {
 
 /// `siphon ARGS --config siphon.toml`, run in `dir`; its standard output.
 fn cli(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new(common::BIN)
+    let out = Command::new(common::bin())
         .args(args)
         .args(["--config", "siphon.toml"])
         .current_dir(dir)
@@ -133,7 +133,7 @@ async fn an_earlier_builds_generator_pipeline_resumes_where_it_stopped() {
     std::fs::write(dir.path().join("siphon.toml"), gen_only).unwrap();
 
     let mut daemon = Daemon::start(
-        Path::new(common::BIN),
+        common::bin(),
         &dir.path().join("siphon.toml"),
         admin_port,
         &dir.path().join("daemon.log"),

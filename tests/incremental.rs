@@ -468,6 +468,24 @@ async fn a_postgres_commit_not_yet_visible_at_the_low_watermark_is_not_undone() 
         .await
         .unwrap()
         .get(0);
+    // A backend reads a reloaded setting between two commands once the postmaster's signal
+    // has reached it: the delete's session must see the standby before it deletes.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let standby: String = deleter
+            .query_one("select current_setting('synchronous_standby_names')", &[])
+            .await
+            .unwrap()
+            .get(0);
+        if standby == "ghost" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the delete's session never saw synchronous_standby_names = 'ghost'"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let delete = tokio::spawn(async move {
         deleter
             .batch_execute("set synchronous_commit = on; delete from items where id = 50")
@@ -477,12 +495,13 @@ async fn a_postgres_commit_not_yet_visible_at_the_low_watermark_is_not_undone() 
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
         let waiting: Option<String> = client
-            .query_one(
+            .query_opt(
                 "select wait_event from pg_stat_activity where pid = $1",
                 &[&pid],
             )
             .await
             .unwrap()
+            .expect("the delete's session ended: it committed without waiting for the standby")
             .get(0);
         if waiting.as_deref() == Some("SyncRep") {
             break;

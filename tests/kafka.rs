@@ -436,7 +436,7 @@ async fn a_second_daemon_for_the_pipeline_fences_the_first() {
     let second_config = second_dir.path().join("siphon.toml");
     std::fs::write(&second_config, config).unwrap();
     let b = siphon_test_support::Daemon::start(
-        std::path::Path::new(common::BIN),
+        common::bin(),
         &second_config,
         second_port,
         &second_dir.path().join("daemon.log"),
@@ -622,7 +622,7 @@ consumer_group = true
 
     fn start(&self) -> siphon_test_support::Daemon {
         siphon_test_support::Daemon::start(
-            std::path::Path::new(common::BIN),
+            common::bin(),
             &self.config,
             self.port,
             &self.dir.path().join("daemon.log"),
@@ -1174,7 +1174,7 @@ async fn a_group_member_replays_from_a_time() {
     )
     .unwrap();
     let member = siphon_test_support::Daemon::start(
-        std::path::Path::new(common::BIN),
+        common::bin(),
         &config,
         port,
         &dir.path().join("daemon.log"),
@@ -1203,7 +1203,7 @@ async fn a_group_member_replays_from_a_time() {
     wait_for(100, "the member's first reading").await;
 
     let at = humantime::format_rfc3339_millis(cut).to_string();
-    let replay = std::process::Command::new(common::BIN)
+    let replay = std::process::Command::new(common::bin())
         .args(["replay", "demo", "events", "--from-time", &at, "--config"])
         .arg(&config)
         .output()

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::Setup;
-use common::debezium::{self, records, slot_active};
+use common::debezium::{self, End, records, slot_active};
 use common::pg::current_lsn;
 use rdkafka::Message as _;
 use rdkafka::message::Headers as _;
@@ -65,6 +65,10 @@ const STREAM: &[&str] = &[
         'OrderNoted', null)",
 ];
 
+/// The records the EventRouter emits for [`STREAM`]: one per inserted event; updates and
+/// deletes route nothing.
+const STREAM_RECORDS: usize = 3;
+
 const TOPICS: [&str; 2] = ["outbox.event.order", "outbox.event.customer"];
 
 /// Debezium's outbox EventRouter with the `type` column as the `eventType` header.
@@ -75,8 +79,8 @@ const EVENT_ROUTER: &[&str] = &[
     "converter.schemas.enable=true",
 ];
 
-fn dump(db: &PgDatabase, slot: &str, mode: &str, out: &Path, idle_s: u32) -> Command {
-    let mut cmd = debezium::dump(db, "public.outbox", slot, mode, out, idle_s);
+fn dump(db: &PgDatabase, slot: &str, mode: &str, out: &Path, end: End) -> Command {
+    let mut cmd = debezium::dump(db, "public.outbox", slot, mode, out, end);
     cmd.args(EVENT_ROUTER);
     cmd
 }
@@ -172,15 +176,21 @@ async fn outbox_rows_route_as_debeziums_event_router_routes_them_through_a_kill(
 
     // Debezium's snapshot run to its end, then its stream run beside siphon.
     let slot = format!("{}_dbz_snap", db.name);
-    let status = dump(&db, &slot, "initial", &snapshot_out, 5)
+    let status = dump(&db, &slot, "initial", &snapshot_out, End::Snapshot)
         .status()
         .expect("scripts/debezium/dump runs (java and javac are needed: scripts/services installs them)");
     assert!(status.success(), "Debezium's snapshot run failed: {status}");
     db.drop_slot(&slot).await.unwrap();
     let stream_slot = format!("{}_dbz_stream", db.name);
-    let mut stream = dump(&db, &stream_slot, "no_data", &stream_out, 10)
-        .spawn()
-        .unwrap();
+    let mut stream = dump(
+        &db,
+        &stream_slot,
+        "no_data",
+        &stream_out,
+        End::After(STREAM_RECORDS),
+    )
+    .spawn()
+    .unwrap();
     wait_active(
         &db,
         &stream_slot,

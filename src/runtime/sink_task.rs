@@ -255,12 +255,12 @@ impl SinkTask {
             replay_until,
         });
         self.update(|s| {
+            keep_error_while_retrying(s, from.is_some());
             s.component.state = if replay_until.is_some() {
                 State::Replaying
             } else {
                 State::Running
             };
-            s.component.last_error = None;
             // A replay's first batch says how old its records are.
             if from.is_some() {
                 s.oldest_unapplied_ms = None;
@@ -524,12 +524,12 @@ impl SinkTask {
         self.group_positions = Some(reader.positions.clone());
         self.damaged_cursor = None;
         self.update(|s| {
+            keep_error_while_retrying(s, from.is_some());
             s.component.state = if from.is_some() {
                 State::Replaying
             } else {
                 State::Running
             };
-            s.component.last_error = None;
         });
         tracing::info!(sink = %self.name, group, replay = from.is_some(), "sink reading the log as a member of a consumer group");
         Ok(self.prefetch(reader.reader, false))
@@ -846,6 +846,7 @@ impl SinkTask {
                 s.applied_commit_ms = Some(commit_ms);
             }
             s.records_applied += next - first_offset;
+            s.component.last_error = None;
             s.batches += 1;
             s.last_batch_records = batch.records.len();
             s.last_batch_ms = elapsed.as_secs_f64() * 1000.0;
@@ -963,11 +964,21 @@ impl SinkTask {
             s.last_applied_append_ms = last_append_ms;
             s.oldest_unapplied_ms = None;
             s.records_applied += batch.records.len() as u64;
+            s.component.last_error = None;
             s.batches += 1;
             s.last_batch_records = batch.records.len();
             s.last_batch_ms = elapsed.as_secs_f64() * 1000.0;
             s.component.state = State::Running;
         });
         Ok(())
+    }
+}
+
+/// At the sink's (re)opening: the error of a sink that opens again to retry stays until a
+/// batch goes in, so that a stuck sink's error stays readable between its attempts; any
+/// other opening (the first, or a `replay` asked for) starts with none.
+fn keep_error_while_retrying(status: &mut SinkStatus, replay: bool) {
+    if replay || status.component.state != State::Retrying {
+        status.component.last_error = None;
     }
 }

@@ -17,10 +17,10 @@
 //! commit order. It prints the faults by kind, the events and the mismatches, with the seed
 //! that replays the run's workload and faults.
 //!
-//! Short mode (`cargo test --test chaos`, in CI): 20 faults a run, PostgreSQL on the file log
-//! and MariaDB on the Kafka log. Long mode: `scripts/chaos` (`SIPHON_CHAOS_FAULTS`, default 200
-//! there). `SIPHON_CHAOS_SEED=N` replays seed N. `the_harness_sees_a_planted_loss` proves it
-//! can see a loss: the daemon's debug build drops one record in 2,000 with
+//! Short mode (`cargo test --test e2e chaos::`, in CI): 20 faults a run, PostgreSQL on the
+//! file log and MariaDB on the Kafka log. Long mode: `scripts/chaos` (`SIPHON_CHAOS_FAULTS`,
+//! default 200 there). `SIPHON_CHAOS_SEED=N` replays seed N. `the_harness_sees_a_planted_loss`
+//! proves it can see a loss: the daemon's debug build drops one record in 2,000 with
 //! `SIPHON_TEST_LOSE_ONE_IN` set, and the harness reports it.
 #![cfg(feature = "duckdb")]
 

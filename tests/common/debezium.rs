@@ -8,19 +8,35 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use serde_json::Value as Json;
 use siphon_test_support::PgDatabase;
 
+/// How a Debezium run ends.
+#[derive(Clone, Copy)]
+pub enum End {
+    /// An `initial` snapshot: when the engine completes it (or 5 s after its last record).
+    Snapshot,
+    /// A stream: at this many records, the number the workload makes. A minute after its
+    /// last record if fewer come, so that a loaded machine's pause between two records does
+    /// not end it early.
+    After(usize),
+}
+
 /// Debezium's run over `tables` of `db` from slot `slot` (`snapshot_mode`: "initial",
-/// "no_data", …), writing its records to `out` and ending `idle_s` seconds after its last;
-/// the caller adds Debezium's properties as arguments.
+/// "no_data", …), writing its records to `out` and ending as `end` says; the caller adds
+/// Debezium's properties as arguments.
 pub fn dump(
     db: &PgDatabase,
     tables: &str,
     slot: &str,
     snapshot_mode: &str,
     out: &Path,
-    idle_s: u32,
+    end: End,
 ) -> Command {
+    let (records, idle_s) = match end {
+        End::Snapshot => (1000, 5),
+        End::After(records) => (records, 60),
+    };
     let mut cmd = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/debezium/dump"));
-    cmd.args([&db.name, tables, slot, snapshot_mode, "1000"])
+    cmd.args([&db.name, tables, slot, snapshot_mode])
+        .arg(records.to_string())
         .arg(out)
         .env("DBZ_IDLE_S", idle_s.to_string())
         .stdout(Stdio::null());

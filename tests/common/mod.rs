@@ -10,13 +10,22 @@ pub mod stores;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use serde_json::Value as Json;
 use siphon_source_generator::{GeneratorConfig, GeneratorSource};
 use siphon_test_support::{Daemon, free_port};
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_siphon");
+/// The daemon the tests run: `SIPHON_BIN` if set (scripts/test gives them an optimized build
+/// of the same code, with its debug checks), else the debug build cargo made beside them.
+pub fn bin() -> &'static Path {
+    static BIN: LazyLock<PathBuf> = LazyLock::new(|| {
+        std::env::var_os("SIPHON_BIN")
+            .map_or_else(|| env!("CARGO_BIN_EXE_siphon").into(), PathBuf::from)
+    });
+    &BIN
+}
 
 /// A data directory and a config for one test: a generator pipeline `demo` into a file sink
 /// `out`.
@@ -97,7 +106,7 @@ batch_size = 50
     /// [`Setup::start`] with variables `env` set in the daemon's environment.
     pub fn start_with_env(&self, env: &[(&str, &str)]) -> Daemon {
         let d = Daemon::start_with_env(
-            Path::new(BIN),
+            bin(),
             &self.config,
             self.admin_port,
             &self.dir.path().join("daemon.log"),
@@ -176,7 +185,7 @@ batch_size = 50
 
     /// Runs `siphon ARGS --config <config>`.
     pub fn cli(&self, args: &[&str]) -> std::process::Output {
-        std::process::Command::new(BIN)
+        std::process::Command::new(bin())
             .args(args)
             .arg("--config")
             .arg(&self.config)

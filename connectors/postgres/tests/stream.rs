@@ -243,6 +243,12 @@ async fn snapshot_then_stream_reproduces_the_tables() {
     let snapshot = h.events();
     assert_eq!(snapshot.len(), 550);
     assert!(snapshot.iter().all(|(_, _, e)| e.op == Op::Read));
+    // The gauges say the snapshot is done just after its last rows are in the log.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while h.ctx.metrics.values()["snapshot_running"] != 0.0 && std::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
     let metrics = h.ctx.metrics.values();
     assert_eq!(
         (metrics["snapshot_rows"], metrics["snapshot_running"]),

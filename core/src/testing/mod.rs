@@ -685,24 +685,26 @@ pub fn key_change(from: i64, to: i64, name: &str) -> (Event, Event) {
     (delete, create)
 }
 
+/// Record `offset`: row `id` created with name "old" and `note`.
+fn created(offset: u64, id: i64, note: &str) -> SinkRecord {
+    record(
+        offset,
+        event(
+            TABLE,
+            Op::Create,
+            id,
+            None,
+            Some(row(id, "old", Value::Text(note.into()))),
+        ),
+    )
+}
+
 async fn a_row_whose_key_changed_keeps_its_unchanged_columns(h: &mut impl SinkHarness) {
     let big = "toasted ".repeat(2000);
     // The old row in an earlier batch: the sink takes the column from the store.
-    apply(
-        h.sink(),
-        &[record(
-            0,
-            event(
-                TABLE,
-                Op::Create,
-                5,
-                None,
-                Some(row(5, "old", Value::Text(big.clone()))),
-            ),
-        )],
-    )
-    .await
-    .expect("apply the old row");
+    apply(h.sink(), &[created(0, 5, &big)])
+        .await
+        .expect("apply the old row");
     if let StoreState::Rows(rows) = h.state().await {
         assert!(rows.contains_key(&5), "row 5 was not stored: {rows:?}");
     }
@@ -714,51 +716,14 @@ async fn a_row_whose_key_changed_keeps_its_unchanged_columns(h: &mut impl SinkHa
     let (delete, create) = key_change(7, 8, "moved too");
     apply(
         h.sink(),
-        &[
-            record(
-                3,
-                event(
-                    TABLE,
-                    Op::Create,
-                    7,
-                    None,
-                    Some(row(7, "old", Value::Text(big.clone()))),
-                ),
-            ),
-            record(4, delete),
-            record(5, create),
-        ],
+        &[created(3, 7, &big), record(4, delete), record(5, create)],
     )
     .await
     .expect("apply the row and its key change");
     // Moved and updated again in one batch, and moved twice in one batch, from stored rows.
-    apply(
-        h.sink(),
-        &[
-            record(
-                6,
-                event(
-                    TABLE,
-                    Op::Create,
-                    20,
-                    None,
-                    Some(row(20, "old", Value::Text(big.clone()))),
-                ),
-            ),
-            record(
-                7,
-                event(
-                    TABLE,
-                    Op::Create,
-                    30,
-                    None,
-                    Some(row(30, "old", Value::Text(big.clone()))),
-                ),
-            ),
-        ],
-    )
-    .await
-    .expect("apply two rows");
+    apply(h.sink(), &[created(6, 20, &big), created(7, 30, &big)])
+        .await
+        .expect("apply two rows");
     let (delete, create) = key_change(20, 21, "moved");
     let (first_delete, first_create) = key_change(30, 31, "moved");
     let (second_delete, second_create) = key_change(31, 32, "moved twice");
