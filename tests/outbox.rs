@@ -210,6 +210,9 @@ kind = "kafka"
 brokers = "{brokers}"
 value = "outbox"
 batch_size = 20
+# As in the other Kafka tests with kills: the test broker's read_committed fetch from the
+# middle of a partition mishandles the aborted transactions kills leave (README, Kafka).
+seek = "beginning"
 
 [pipelines.demo.sinks.events.outbox]
 headers = {{ eventType = "type" }}

@@ -208,10 +208,13 @@ impl SinkTask {
         reset: bool,
     ) -> Result<Prefetch, (Stop, String)> {
         let mut backoff = Backoff::new(self.delivery.max_backoff.0);
-        self.set_state(if from.is_some() {
-            State::Replaying
-        } else {
-            State::Starting
+        self.update(|s| {
+            keep_error_while_retrying(s, from.is_some());
+            s.component.state = if from.is_some() {
+                State::Replaying
+            } else {
+                State::Starting
+            };
         });
         if let Some(group) = self.group.clone() {
             return self
@@ -255,7 +258,6 @@ impl SinkTask {
             replay_until,
         });
         self.update(|s| {
-            keep_error_while_retrying(s, from.is_some());
             s.component.state = if replay_until.is_some() {
                 State::Replaying
             } else {
@@ -524,7 +526,6 @@ impl SinkTask {
         self.group_positions = Some(reader.positions.clone());
         self.damaged_cursor = None;
         self.update(|s| {
-            keep_error_while_retrying(s, from.is_some());
             s.component.state = if from.is_some() {
                 State::Replaying
             } else {
