@@ -65,7 +65,12 @@ public class DbzDump {
             : engine(Json.class, p, Function.identity(), w, seen, last);
         ExecutorService ex = Executors.newSingleThreadExecutor();
         ex.execute(engine);
-        while (seen.get() < n && (last.get() == 0 || System.currentTimeMillis() - last.get() < idleMs)) Thread.sleep(100);
+        // With no record at all, it ends after ten idle times (five minutes at least), so that
+        // a connector that gets nothing fails its test rather than hanging it.
+        long started = System.currentTimeMillis(), firstMs = Math.max(10 * idleMs, 300_000);
+        while (seen.get() < n && (last.get() == 0
+                ? System.currentTimeMillis() - started < firstMs
+                : System.currentTimeMillis() - last.get() < idleMs)) Thread.sleep(100);
         synchronized (w) { w.close(); }
         System.out.printf("debezium: %d records written to %s%n", seen.get(), out);
         engine.close();
