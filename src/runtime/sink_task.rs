@@ -209,12 +209,12 @@ impl SinkTask {
     ) -> Result<Prefetch, (Stop, String)> {
         let mut backoff = Backoff::new(self.delivery.max_backoff.0);
         self.update(|s| {
-            keep_error_while_retrying(s, from.is_some());
-            s.component.state = if from.is_some() {
+            let state = if from.is_some() {
                 State::Replaying
             } else {
                 State::Starting
             };
+            s.component.opening(state, from.is_some());
         });
         if let Some(group) = self.group.clone() {
             return self
@@ -847,13 +847,15 @@ impl SinkTask {
                 s.applied_commit_ms = Some(commit_ms);
             }
             s.records_applied += next - first_offset;
-            s.component.last_error = None;
             s.batches += 1;
             s.last_batch_records = batch.records.len();
             s.last_batch_ms = elapsed.as_secs_f64() * 1000.0;
-            if !replaying {
-                s.component.state = State::Running;
-            }
+            let state = if replaying {
+                s.component.state
+            } else {
+                State::Running
+            };
+            s.component.progressed(state);
         });
         Ok(())
     }
@@ -965,21 +967,11 @@ impl SinkTask {
             s.last_applied_append_ms = last_append_ms;
             s.oldest_unapplied_ms = None;
             s.records_applied += batch.records.len() as u64;
-            s.component.last_error = None;
             s.batches += 1;
             s.last_batch_records = batch.records.len();
             s.last_batch_ms = elapsed.as_secs_f64() * 1000.0;
-            s.component.state = State::Running;
+            s.component.progressed(State::Running);
         });
         Ok(())
-    }
-}
-
-/// At the sink's (re)opening: the error of a sink that opens again to retry stays until a
-/// batch goes in, so that a stuck sink's error stays readable between its attempts; any
-/// other opening (the first, or a `replay` asked for) starts with none.
-fn keep_error_while_retrying(status: &mut SinkStatus, replay: bool) {
-    if replay || status.component.state != State::Retrying {
-        status.component.last_error = None;
     }
 }

@@ -69,6 +69,22 @@ impl ComponentStatus {
         self.last_error = Some(error.to_string());
         self.errors += 1;
     }
+
+    /// Notes an opening in `state`: one that retries keeps the error until work goes in (so a
+    /// stuck component's error stays readable between its attempts); any other (the first,
+    /// or a replay asked for, `fresh`) starts with none.
+    pub fn opening(&mut self, state: State, fresh: bool) {
+        if fresh || self.state != State::Retrying {
+            self.last_error = None;
+        }
+        self.state = state;
+    }
+
+    /// Notes work that went in: the error, if any, is over.
+    pub fn progressed(&mut self, state: State) {
+        self.state = state;
+        self.last_error = None;
+    }
 }
 
 /// What status says of a sink that lost records to the log's `max_size` cap.
