@@ -28,7 +28,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::debezium::{self, End, records, slot_active};
+use common::debezium::{self, End, Run, records, slot_active};
 use rdkafka::Message as _;
 use rdkafka::message::Headers as _;
 use serde_json::Value as Json;
@@ -501,11 +501,16 @@ async fn siphon_emits_what_debezium_emits_in_every_mode() {
     // Debezium's snapshots, one per run, each to its end.
     for (i, (modes, avro)) in runs.iter().enumerate() {
         let slot = format!("{}_dbz_snap_{i}", db.name);
-        let status = dump(&db, &slot, "initial", &out("snapshot", i), modes, End::Snapshot, *avro)
-            .status()
-            .expect(
-                "scripts/debezium/dump runs (java and javac are needed: scripts/services installs them)",
-            );
+        let status = Run::spawn(dump(
+            &db,
+            &slot,
+            "initial",
+            &out("snapshot", i),
+            modes,
+            End::Snapshot,
+            *avro,
+        ))
+        .wait();
         assert!(status.success(), "Debezium's snapshot run failed: {status}");
         // Its slot is left behind; slots are few (max_replication_slots).
         db.drop_slot(&slot).await.unwrap();
@@ -516,21 +521,17 @@ async fn siphon_emits_what_debezium_emits_in_every_mode() {
         .map(|i| format!("{}_dbz_stream_{i}", db.name))
         .collect();
     // One after the other, each waited for: JVMs starting together on two cores are slow.
-    let mut streams: Vec<std::process::Child> = Vec::new();
+    let mut streams: Vec<Run> = Vec::new();
     for (i, (modes, avro)) in runs.iter().enumerate() {
-        streams.push(
-            dump(
-                &db,
-                &stream_slots[i],
-                "no_data",
-                &out("stream", i),
-                modes,
-                End::After(STREAM_RECORDS),
-                *avro,
-            )
-            .spawn()
-            .unwrap(),
-        );
+        streams.push(Run::spawn(dump(
+            &db,
+            &stream_slots[i],
+            "no_data",
+            &out("stream", i),
+            modes,
+            End::After(STREAM_RECORDS),
+            *avro,
+        )));
         let deadline = Instant::now() + Duration::from_secs(120);
         while !slot_active(&db, &stream_slots[i]).await {
             assert!(
@@ -601,8 +602,8 @@ debezium = {{ decimal = "precise", time = "adaptive", interval = "numeric", bina
     for statement in STREAM.split(";\n").filter(|s| !s.trim().is_empty()) {
         client.execute(statement, &[]).await.unwrap();
     }
-    for stream in &mut streams {
-        let status = stream.wait().unwrap();
+    for stream in streams {
+        let status = stream.wait();
         assert!(status.success(), "Debezium's stream run failed: {status}");
     }
 

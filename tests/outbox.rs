@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::Setup;
-use common::debezium::{self, End, records, slot_active};
+use common::debezium::{self, End, Run, records, slot_active};
 use common::pg::current_lsn;
 use rdkafka::Message as _;
 use rdkafka::message::Headers as _;
@@ -176,21 +176,17 @@ async fn outbox_rows_route_as_debeziums_event_router_routes_them_through_a_kill(
 
     // Debezium's snapshot run to its end, then its stream run beside siphon.
     let slot = format!("{}_dbz_snap", db.name);
-    let status = dump(&db, &slot, "initial", &snapshot_out, End::Snapshot)
-        .status()
-        .expect("scripts/debezium/dump runs (java and javac are needed: scripts/services installs them)");
+    let status = Run::spawn(dump(&db, &slot, "initial", &snapshot_out, End::Snapshot)).wait();
     assert!(status.success(), "Debezium's snapshot run failed: {status}");
     db.drop_slot(&slot).await.unwrap();
     let stream_slot = format!("{}_dbz_stream", db.name);
-    let mut stream = dump(
+    let stream = Run::spawn(dump(
         &db,
         &stream_slot,
         "no_data",
         &stream_out,
         End::After(STREAM_RECORDS),
-    )
-    .spawn()
-    .unwrap();
+    ));
     wait_active(
         &db,
         &stream_slot,
@@ -226,7 +222,7 @@ headers = {{ eventType = "type" }}
     for statement in STREAM {
         client.batch_execute(statement).await.unwrap();
     }
-    let status = stream.wait().unwrap();
+    let status = stream.wait();
     assert!(status.success(), "Debezium's stream run failed: {status}");
     // Its slot is left behind; slots are few (max_replication_slots).
     db.drop_slot(&stream_slot).await.unwrap();

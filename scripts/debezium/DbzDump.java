@@ -12,6 +12,7 @@ import java.util.function.Function;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.AtomicReference;
 
 /**
  * Runs Debezium's embedded PostgreSQL connector and writes every record it emits, as one JSON
@@ -19,7 +20,8 @@ import java.util.concurrent.atomic.AtomicLong;
  * is a tombstone), and "headers":{name: JSON, …} where the record has headers (a transform's,
  * such as the outbox EventRouter's; each value as Kafka Connect's JsonConverter writes it). It
  * stops after N records, or once no record has come for IDLE seconds (env DBZ_IDLE_S, default
- * 15) after the first one.
+ * 15) after the first one, or when the engine stops (a connector that cannot start, e.g. with
+ * every replication slot taken, stops it): then with exit status 1 if it stopped on an error.
  * Arguments: DB TABLE_INCLUDE_LIST SLOT SNAPSHOT_MODE N OUT_FILE [key=value ...]
  * Extra key=value pairs are Debezium connector properties, e.g. decimal.handling.mode=string
  * time.precision.mode=isostring interval.handling.mode=string converter.schemas.enable=true.
@@ -59,28 +61,37 @@ public class DbzDump {
         p.setProperty("value.converter.schemas.enable", schemas);
         AtomicLong seen = new AtomicLong();
         AtomicLong last = new AtomicLong(0);
+        // Set when the engine stops: whether it stopped without an error.
+        AtomicReference<Boolean> stopped = new AtomicReference<>();
         BufferedWriter w = new BufferedWriter(new FileWriter(out));
         DebeziumEngine<?> engine = "avro".equals(System.getenv("DBZ_FORMAT"))
-            ? engine(Avro.class, p, DbzDump::hex, w, seen, last)
-            : engine(Json.class, p, Function.identity(), w, seen, last);
+            ? engine(Avro.class, p, DbzDump::hex, w, seen, last, stopped)
+            : engine(Json.class, p, Function.identity(), w, seen, last, stopped);
         ExecutorService ex = Executors.newSingleThreadExecutor();
         ex.execute(engine);
         // With no record at all, it ends after ten idle times (five minutes at least), so that
         // a connector that gets nothing fails its test rather than hanging it.
         long started = System.currentTimeMillis(), firstMs = Math.max(10 * idleMs, 300_000);
-        while (seen.get() < n && (last.get() == 0
+        while (seen.get() < n && stopped.get() == null && (last.get() == 0
                 ? System.currentTimeMillis() - started < firstMs
                 : System.currentTimeMillis() - last.get() < idleMs)) Thread.sleep(100);
         synchronized (w) { w.close(); }
         System.out.printf("debezium: %d records written to %s%n", seen.get(), out);
-        engine.close();
-        ex.shutdown();
-        System.exit(0);
+        // The engine's close waits on its connector's threads, which a connector stuck
+        // reconnecting never ends: a minute at most, then the process ends anyway.
+        Thread closer = new Thread(() -> {
+            try { engine.close(); } catch (Exception e) { e.printStackTrace(); }
+        });
+        closer.setDaemon(true);
+        closer.start();
+        closer.join(60_000);
+        ex.shutdownNow();
+        System.exit(Boolean.FALSE.equals(stopped.get()) ? 1 : 0);
     }
 
     /** The engine writing its records in `format`, each key and value shown as `show` says. */
     static <T> DebeziumEngine<ChangeEvent<T, T>> engine(Class<? extends SerializationFormat<T>> format, Properties p,
-            Function<T, String> show, BufferedWriter w, AtomicLong seen, AtomicLong last) {
+            Function<T, String> show, BufferedWriter w, AtomicLong seen, AtomicLong last, AtomicReference<Boolean> stopped) {
         // Headers through Kafka Connect's JsonConverter (the embedded engine takes no
         // SimpleHeaderConverter, Kafka Connect's default on a worker).
         return DebeziumEngine.create(format, format, Json.class).using(p)
@@ -100,6 +111,7 @@ public class DbzDump {
             }).using((boolean ok, String message, Throwable error) -> {
                 System.err.println("debezium: engine stopped: " + message);
                 if (error != null) error.printStackTrace();
+                stopped.set(ok);
             }).build();
     }
 

@@ -2,7 +2,7 @@
 //! the replication slots its runs and siphon's make active.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use serde_json::Value as Json;
@@ -41,6 +41,34 @@ pub fn dump(
         .env("DBZ_IDLE_S", idle_s.to_string())
         .stdout(Stdio::null());
     cmd
+}
+
+/// A Debezium run under way, killed if dropped before its end: a test that fails leaves no
+/// JVM behind it holding a replication slot (slots are few; the next tests would find none).
+pub struct Run(Child);
+
+impl Run {
+    /// Starts `dump`'s command.
+    pub fn spawn(mut dump: Command) -> Run {
+        Run(dump.spawn().expect(
+            "scripts/debezium/dump runs (java and javac are needed: scripts/services installs them)",
+        ))
+    }
+
+    /// Its exit status. It ends by itself (at its record count, when idle, or when its engine
+    /// stops; scripts/debezium/DbzDump.java).
+    pub fn wait(mut self) -> ExitStatus {
+        self.0.wait().unwrap()
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
 }
 
 /// A `read_committed` consumer in group `group` of partition 0 of each of `topics`, from its
