@@ -19,6 +19,19 @@ use siphon_core::{Error, Result};
 /// A topic and partition.
 pub type Tp = (std::sync::Arc<str>, i32);
 
+/// A message's topic and partition, its topic's name shared with the earlier messages of that
+/// topic in `names` (one allocation a topic, not one a record).
+pub fn message_tp(
+    names: &mut std::collections::HashMap<String, std::sync::Arc<str>>,
+    message: &BorrowedMessage<'_>,
+) -> Tp {
+    let topic = names
+        .entry(message.topic().to_owned())
+        .or_insert_with(|| message.topic().into())
+        .clone();
+    (topic, message.partition())
+}
+
 /// A consumer of chosen partitions.
 pub type PartitionConsumer = BaseConsumer<Quiet>;
 

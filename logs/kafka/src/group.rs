@@ -28,7 +28,7 @@ use tokio::sync::Notify;
 
 use crate::reader::locate;
 use crate::schemas::KafkaSchemas;
-use siphon_kafka::consume::{Tp, log_record};
+use siphon_kafka::consume::{Tp, log_record, message_tp};
 
 /// How often a member looks for tables (topics) that appeared.
 const TOPIC_REFRESH: Duration = Duration::from_secs(5);
@@ -385,17 +385,11 @@ fn poll_loop(
         }
         let polled = match polled {
             None => continue,
-            Some(Ok(message)) => {
-                let topic = names
-                    .entry(message.topic().to_owned())
-                    .or_insert_with(|| message.topic().into())
-                    .clone();
-                Polled::Record {
-                    tp: (topic, message.partition()),
-                    offset: message.offset(),
-                    record: log_record(&message, &membership.records_topic),
-                }
-            }
+            Some(Ok(message)) => Polled::Record {
+                tp: message_tp(&mut names, &message),
+                offset: message.offset(),
+                record: log_record(&message, &membership.records_topic),
+            },
             Some(Err(KafkaError::PartitionEOF(_))) => continue,
             Some(Err(e)) => {
                 let error = kafka_error("reading the change log in a consumer group", &e);

@@ -30,7 +30,6 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use rdkafka::consumer::Consumer;
-use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use siphon_core::log::{LogReader, LogRecord};
 use siphon_core::source::now_ms;
@@ -39,7 +38,7 @@ use siphon_kafka::kafka_error;
 use tokio::sync::{Notify, watch};
 
 use crate::schemas::KafkaSchemas;
-use siphon_kafka::consume::{PartitionConsumer, Tp, first_at_or_after, log_record};
+use siphon_kafka::consume::{PartitionConsumer, Tp, first_at_or_after, log_record, message_tp};
 
 /// How long a transaction can stay open, and then some for clocks that differ: a record
 /// older than this before a check was committed before it.
@@ -657,17 +656,11 @@ fn read_loop(
         }
         let fetched_one = match consumer.poll(Duration::from_millis(50)) {
             None => continue,
-            Some(Ok(message)) => {
-                let topic = names
-                    .entry(message.topic().to_owned())
-                    .or_insert_with(|| message.topic().into())
-                    .clone();
-                Fetched::Record {
-                    tp: (topic, message.partition()),
-                    record: log_record(&message, &topology.records_topic),
-                    polled: Instant::now(),
-                }
-            }
+            Some(Ok(message)) => Fetched::Record {
+                tp: message_tp(&mut names, &message),
+                record: log_record(&message, &topology.records_topic),
+                polled: Instant::now(),
+            },
             // The ends of partitions: the checks find those themselves.
             Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => continue,
             Some(Err(e)) => Fetched::Failed(kafka_error("reading the change log", &e)),
