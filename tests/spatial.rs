@@ -318,8 +318,13 @@ fn assert_debezium_lines(setup: &Setup, want: &Shapes) {
     assert_eq!(&lines, want, "the Debezium JSON lines");
     for (id, after) in documents {
         if let Some(point) = after["p"].as_object() {
-            let (x, y) = (point["x"].as_f64().unwrap(), point["y"].as_f64().unwrap());
-            let wkb = BASE64.decode(point["wkb"].as_str().unwrap()).unwrap();
+            let field = |name: &str| {
+                point
+                    .get(name)
+                    .unwrap_or_else(|| panic!("row {id}'s point has no {name}: {point:?}"))
+            };
+            let (x, y) = (field("x").as_f64().unwrap(), field("y").as_f64().unwrap());
+            let wkb = BASE64.decode(field("wkb").as_str().unwrap()).unwrap();
             let at = |i: usize| f64::from_le_bytes(wkb[i..i + 8].try_into().unwrap());
             assert_eq!((x, y), (at(5), at(13)), "row {id}'s point: {point:?}");
         }
