@@ -467,7 +467,7 @@ fn parse_interval(s: &str) -> Option<(i32, i32, i64)> {
 /// `:` escaped by `\`.
 pub fn key_text(key: &Row) -> String {
     match key.0.as_slice() {
-        [(_, value)] => value_text(value).into_owned(),
+        [(_, value)] => with_value_text(value, str::to_owned),
         columns => {
             let mut out = String::new();
             for (i, (_, value)) in columns.iter().enumerate() {
@@ -497,6 +497,15 @@ pub fn value_text(value: &Value) -> Cow<'_, str> {
             serde_json::Value::String(s) => Cow::Owned(s),
             json => Cow::Owned(json.to_string()),
         },
+    }
+}
+
+/// Calls `f` with the value's text (as [`value_text`]), an integer's formatted on the stack:
+/// for encoders that copy the text straight into their output.
+pub fn with_value_text<R>(value: &Value, f: impl FnOnce(&str) -> R) -> R {
+    match value {
+        Value::Int(i) => f(itoa::Buffer::new().format(*i)),
+        other => f(&value_text(other)),
     }
 }
 
