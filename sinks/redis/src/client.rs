@@ -3,8 +3,18 @@
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, IntoConnectionInfo, RedisError};
+use redis::{AsyncConnectionConfig, ConnectionInfo, IntoConnectionInfo, RedisError};
 use siphon_core::{ConnectionUrl, Error, Result, Secret};
+
+/// The error codes of a server that cannot answer now but will: retrying helps.
+pub(crate) const BUSY: [&str; 6] = [
+    "LOADING",
+    "BUSY",
+    "TRYAGAIN",
+    "MASTERDOWN",
+    "READONLY",
+    "CLUSTERDOWN",
+];
 
 /// A connection to one Redis server, made on first use and again after a connection error.
 #[derive(Debug)]
@@ -26,11 +36,8 @@ impl RedisClient {
         }
     }
 
-    /// The connection, made on first use and after a connection error.
-    pub async fn conn(&mut self) -> Result<MultiplexedConnection> {
-        if let Some(conn) = &self.conn {
-            return Ok(conn.clone());
-        }
+    /// Where and how to connect: the URL, with `password` if one was given.
+    pub fn connection_info(&self) -> Result<ConnectionInfo> {
         let mut info = self
             .url
             .expose()
@@ -43,6 +50,15 @@ impl RedisClient {
                 .set_password(password.expose());
             info = info.set_redis_settings(settings);
         }
+        Ok(info)
+    }
+
+    /// The connection, made on first use and after a connection error.
+    pub async fn conn(&mut self) -> Result<MultiplexedConnection> {
+        if let Some(conn) = &self.conn {
+            return Ok(conn.clone());
+        }
+        let info = self.connection_info()?;
         let client = redis::Client::open(info).map_err(|e| self.error(&e, "connecting"))?;
         let conn = client
             .get_multiplexed_async_connection_with_config(
@@ -69,14 +85,6 @@ impl RedisClient {
             || e.is_connection_dropped()
             || e.is_timeout()
             || e.is_unrecoverable_error();
-        const BUSY: [&str; 6] = [
-            "LOADING",
-            "BUSY",
-            "TRYAGAIN",
-            "MASTERDOWN",
-            "READONLY",
-            "CLUSTERDOWN",
-        ];
         // A MULTI whose commands a busy server refused as they were queued ends EXECABORT.
         let busy = e.code().is_some_and(|code| BUSY.contains(&code))
             || (e.code() == Some("EXECABORT")

@@ -1,6 +1,5 @@
 //! From net changes to Redis commands.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 
 use siphon_core::event::{Row, Value};
@@ -8,9 +7,10 @@ use siphon_core::sink::changes::Change;
 use siphon_core::sink::routing::NameTemplate;
 use siphon_core::{Event, SourceInfo};
 use siphon_format::json::field_json;
-use siphon_format::json::{key_text, value_text};
+use siphon_format::json::{key_text, with_value_text};
 
 use crate::config::{RedisFormat, RedisMode};
+use crate::resp::Commands;
 
 /// Names keys and encodes rows for one sink.
 #[derive(Debug, Clone)]
@@ -66,13 +66,13 @@ impl Encoder {
         out
     }
 
-    /// Adds the commands of one change (not a truncate) to the row `key` to `pipe`; returns how
+    /// Adds the commands of one change (not a truncate) to the row `key` to `out`; returns how
     /// many. A row is always written whole: the columns the change left unchanged come from
     /// `stored`, the row [`Change::unchanged_from`] names, and without it the key is deleted
     /// (a cache may lack a row, never serve part of one as the whole).
     pub fn push(
         &self,
-        pipe: &mut redis::Pipeline,
+        out: &mut Commands,
         key: &str,
         change: &Change<'_>,
         stored: Option<&StoredRow>,
@@ -81,68 +81,83 @@ impl Encoder {
         let row = match change {
             Change::Upsert { row, .. } if self.mode == RedisMode::Upsert => row,
             _ => {
-                pipe.del(key);
+                out.command(2).arg("DEL").arg(key);
                 return 1;
             }
         };
         if change.unchanged_from().is_some() && stored.is_none() {
-            pipe.del(key);
+            out.command(2).arg("DEL").arg(key);
             return 1;
         }
         let mut commands = 1;
         match self.format {
             RedisFormat::Json => {
-                pipe.set(
-                    key,
-                    json_document(row, stored, change.event().is_document()),
-                );
+                let document = json_document(row, stored, change.event().is_document());
+                out.command(3).arg("SET").arg(key).arg(document);
             }
             // The row's fields set and its null columns' removed, in place: half the work of
             // deleting the hash and making it anew, for Redis as for the sink. (A column
             // dropped from the table keeps its field in rows written before.)
-            RedisFormat::Hash => {
-                let (set, nulls) = hash_fields(row, stored);
-                if set.is_empty() {
-                    pipe.del(key);
-                } else {
-                    pipe.hset_multiple(key, &set);
-                    if !nulls.is_empty() {
-                        pipe.hdel(key, nulls);
-                        commands += 1;
-                    }
-                }
-            }
+            RedisFormat::Hash => commands += push_hash(out, key, row, stored),
         }
         if ttl_ms > 0 {
-            pipe.pexpire(key, i64::try_from(ttl_ms).unwrap_or(i64::MAX));
+            let ttl = i64::try_from(ttl_ms).unwrap_or(i64::MAX);
+            out.command(3)
+                .arg("PEXPIRE")
+                .arg(key)
+                .arg(itoa::Buffer::new().format(ttl));
             commands += 1;
         }
         commands
     }
 }
 
-/// The hash's fields — every non-null column, an unchanged one from the stored hash — and
-/// the null columns, whose fields go.
-fn hash_fields<'r>(
-    row: &'r Row,
-    stored: Option<&'r StoredRow>,
-) -> (Vec<(&'r str, Cow<'r, str>)>, Vec<&'r str>) {
-    let mut set = Vec::with_capacity(row.len());
-    let mut nulls = Vec::new();
+/// Adds the row's hash commands to `out`: every non-null column (an unchanged one from the
+/// stored hash) set, the null columns' fields removed; the key deleted where no field is
+/// left. Returns how many commands beyond the first.
+fn push_hash(out: &mut Commands, key: &str, row: &Row, stored: Option<&StoredRow>) -> usize {
+    let stored_text = |column: &str| match stored {
+        Some(StoredRow::Hash(fields)) => fields.get(column),
+        _ => None,
+    };
+    // A RESP command gives its length first: the fields are counted before they are written.
+    let (mut fields, mut nulls) = (0, 0);
     for (column, value) in row.iter() {
         match value {
-            Value::Null => nulls.push(column),
-            Value::Unchanged => {
-                if let Some(StoredRow::Hash(fields)) = stored
-                    && let Some(text) = fields.get(column)
-                {
-                    set.push((column, Cow::Borrowed(text.as_str())));
-                }
-            }
-            v => set.push((column, value_text(v))),
+            Value::Null => nulls += 1,
+            Value::Unchanged => fields += usize::from(stored_text(column).is_some()),
+            _ => fields += 1,
         }
     }
-    (set, nulls)
+    if fields == 0 {
+        out.command(2).arg("DEL").arg(key);
+        return 0;
+    }
+    out.command(2 + 2 * fields).arg("HSET").arg(key);
+    for (column, value) in row.iter() {
+        match value {
+            Value::Null => {}
+            Value::Unchanged => {
+                if let Some(text) = stored_text(column) {
+                    out.arg(column).arg(text);
+                }
+            }
+            v => {
+                out.arg(column);
+                with_value_text(v, |text| out.arg(text));
+            }
+        }
+    }
+    if nulls == 0 {
+        return 0;
+    }
+    out.command(2 + nulls).arg("HDEL").arg(key);
+    for (column, value) in row.iter() {
+        if let Value::Null = value {
+            out.arg(column);
+        }
+    }
+    1
 }
 
 /// The row as a JSON object; an unchanged column takes its value from `stored`.

@@ -12,6 +12,7 @@
 mod client;
 mod config;
 mod encode;
+mod resp;
 mod sink;
 
 pub use client::RedisClient;

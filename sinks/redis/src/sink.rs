@@ -12,9 +12,10 @@ use siphon_core::sink::{Sink, SinkBatch, StoreCursor};
 use siphon_core::source::TableInfo;
 use siphon_core::{Error, Result};
 
-use crate::client::RedisClient;
+use crate::client::{BUSY, RedisClient};
 use crate::config::{KEY_PLACEHOLDERS, RedisFormat, RedisMode, RedisSinkConfig};
 use crate::encode::{Encoder, StoredRow};
+use crate::resp::{Commands, RespConnection, RespError};
 
 /// Stored rows read back for a batch, by Redis key, and the keys Redis refused to read.
 #[derive(Debug, Default)]
@@ -34,10 +35,11 @@ pub struct RedisSink {
     /// The log its cursor is a position in (given at open).
     log: Option<LogId>,
     client: RedisClient,
+    /// The connection batches are written on (made on first use and after a failure).
+    writer: Option<RespConnection>,
+    /// Its name in `CLIENT LIST`: `siphon:<pipeline>:<sink>`.
+    client_name: String,
 }
-
-/// Changes per MULTI/EXEC transaction.
-const CHUNK: usize = 500;
 
 impl RedisSink {
     /// A sink for sink `sink` of pipeline `pipeline` (they name its cursor key).
@@ -56,6 +58,12 @@ impl RedisSink {
             encoder,
             cursor: None,
             log: None,
+            writer: None,
+            // A client name has no spaces or newlines.
+            client_name: format!("siphon:{pipeline}:{sink}")
+                .chars()
+                .map(|c| if c.is_ascii_graphic() { c } else { '_' })
+                .collect(),
         })
     }
 
@@ -68,62 +76,76 @@ impl RedisSink {
     }
 
     /// Applies `changes`, then sets the cursor to `next_cursor` once Redis has acknowledged
-    /// them all. The changes go in pipelines of [`CHUNK`] changes; a chunk is sent as soon as
-    /// it is built, so that Redis works while the next one is encoded. After a failure the
-    /// cursor has not moved and the whole batch is applied again (idempotently: each key gets
-    /// its last value). A command Redis refuses (WRONGTYPE) does not stop the others: the
-    /// cursor is then set to the refused change, which is reported as rejected.
+    /// them all. The changes are encoded into one buffer of commands, written to Redis while
+    /// its replies are read. After a failure the cursor has not moved and the whole batch is
+    /// applied again (idempotently: each key gets its last value). A command Redis refuses
+    /// (WRONGTYPE) does not stop the others: the cursor is then set to the refused change,
+    /// which is reported as rejected.
     async fn write(
         &mut self,
         changes: &[Change<'_>],
         stored: &HashMap<String, StoredRow>,
         next_cursor: u64,
     ) -> Result<()> {
-        let conn = self.conn().await?;
-        let mut sent = Vec::with_capacity(changes.len() / CHUNK + 1);
-        for (n, chunk) in changes.chunks(CHUNK).enumerate() {
-            let mut pipe = redis::pipe();
-            pipe.ignore_errors();
-            let mut owner = Vec::with_capacity(chunk.len() * 2);
-            for (i, change) in chunk.iter().enumerate() {
-                let key = self.encoder.row_key(change.event()).ok_or_else(|| {
-                    change.rejected("the table has no primary key, so its rows have no Redis key")
-                })?;
-                let base = change
-                    .unchanged_from()
-                    .and_then(|from| stored.get(&self.encoder.key_of(change.event(), from)));
-                let commands = self
-                    .encoder
-                    .push(&mut pipe, &key, change, base, self.ttl_ms());
-                owner.extend(std::iter::repeat_n(n * CHUNK + i, commands));
-            }
-            let mut conn = conn.clone();
-            let reply = tokio::spawn(async move {
-                let results: redis::RedisResult<Vec<redis::RedisResult<redis::Value>>> =
-                    pipe.query_async(&mut conn).await;
-                results
-            });
-            sent.push((reply, owner));
+        let ttl_ms = self.ttl_ms();
+        let mut commands = Commands::with_capacity(changes.len() * 160);
+        // The change each command comes from.
+        let mut owner = Vec::with_capacity(changes.len());
+        for (i, change) in changes.iter().enumerate() {
+            let key = self.encoder.row_key(change.event()).ok_or_else(|| {
+                change.rejected("the table has no primary key, so its rows have no Redis key")
+            })?;
+            let base = change
+                .unchanged_from()
+                .and_then(|from| stored.get(&self.encoder.key_of(change.event(), from)));
+            let n = self.encoder.push(&mut commands, &key, change, base, ttl_ms);
+            owner.extend(std::iter::repeat_n(i, n));
         }
-        let mut refused = None;
-        for (reply, owner) in sent {
-            let results = reply
-                .await
-                .map_err(|e| Error::transient(format!("redis write task: {e}")))?
-                .map_err(|e| self.error(&e, "applying a batch"))?;
-            if refused.is_none() {
-                refused = results.iter().enumerate().find_map(|(i, r)| {
-                    Some((owner.get(i).copied()?, r.as_ref().err()?.to_string()))
-                });
-            }
-        }
-        match refused {
+        match self.send(&commands).await? {
             Some((at, e)) => {
-                let change = &changes[at];
+                let change = &changes[owner[at]];
                 self.set_cursor(change.offset()).await?;
                 Err(change.rejected(e))
             }
             None => self.set_cursor(next_cursor).await,
+        }
+    }
+
+    /// Sends `commands` on the write connection (made on first use and after a failure);
+    /// returns the first command Redis refused, and why.
+    async fn send(&mut self, commands: &Commands) -> Result<Option<(usize, String)>> {
+        if commands.len() == 0 {
+            return Ok(None);
+        }
+        let timeout = self.config.timeout.0;
+        let conn = match &mut self.writer {
+            Some(conn) => conn,
+            None => {
+                let info = self.client.connection_info()?;
+                let conn = RespConnection::connect(&info, &self.client_name, timeout)
+                    .await
+                    .map_err(|e| self.write_error(e, "connecting"))?;
+                self.writer.insert(conn)
+            }
+        };
+        match conn.send(commands, timeout).await {
+            Ok(refused) => Ok(refused),
+            Err(e) => {
+                self.writer = None;
+                Err(self.write_error(e, "applying a batch"))
+            }
+        }
+    }
+
+    /// A failure of the write connection: transient, but for a setup the server refused for
+    /// good (a wrong password).
+    fn write_error(&self, e: RespError, what: &str) -> Error {
+        let message = format!("redis {} {what}: {e}", self.client.url());
+        match e {
+            RespError::Refused(why) if !BUSY.iter().any(|code| why.starts_with(code)) => {
+                Error::permanent(message)
+            }
+            _ => Error::transient(message),
         }
     }
 

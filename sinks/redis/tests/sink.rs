@@ -342,3 +342,60 @@ async fn tables_of_one_name_in_two_schemas_need_the_schema_in_the_key() {
         .unwrap_err();
     assert!(err.to_string().contains("{schema}"), "{err}");
 }
+
+/// The connection batches are written on, closed by Redis between two batches (a restart, a
+/// `CLIENT KILL`, an idle timeout): the next batch fails as retryable, and applied again after
+/// the sink is opened again (what the runtime does) lands whole, next to the first.
+#[tokio::test]
+async fn a_write_connection_redis_closes_is_made_again_and_the_batch_lands_whole() {
+    let mut h = harness(RedisFormat::Hash).await;
+    // A pipeline name of its own: the test kills only this sink's write connection.
+    let pipeline = h.keyspace.prefix.trim_end_matches(':').to_owned();
+    h.sink = RedisSink::new(config(&h.keyspace, RedisFormat::Hash), &pipeline, "s").unwrap();
+    h.sink.open(&[compliance_table()], &log_id()).await.unwrap();
+    let create = |offset: u64, id: i64, name: &str| {
+        record(
+            offset,
+            event(
+                TABLE,
+                Op::Create,
+                id,
+                None,
+                Some(row(id, name, Value::Null)),
+            ),
+        )
+    };
+    apply(&mut h.sink, &[create(0, 1, "a")]).await.unwrap();
+    let mut conn = h.keyspace.conn().await.unwrap();
+    let clients: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let name = format!("name=siphon:{pipeline}:s ");
+    let ids: Vec<&str> = clients
+        .lines()
+        .filter(|line| line.contains(&name))
+        .filter_map(|line| line.strip_prefix("id=")?.split(' ').next())
+        .collect();
+    assert_eq!(ids.len(), 1, "the sink's write connection in {clients}");
+    let _: () = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("ID")
+        .arg(ids[0])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let batch = [create(1, 2, "b"), create(2, 3, "c")];
+    match apply(&mut h.sink, &batch).await {
+        Err(e) => assert!(e.is_transient(), "{e}"),
+        Ok(()) => panic!("a batch on a closed connection was taken as written"),
+    }
+    assert_eq!(
+        h.sink.open(&[compliance_table()], &log_id()).await.unwrap(),
+        Some(cursor(1))
+    );
+    apply(&mut h.sink, &batch).await.unwrap();
+    let state = h.state_of(TABLE).await;
+    assert_eq!(state.ids(), Some(vec![1, 2, 3]), "{state:?}");
+}
