@@ -41,6 +41,12 @@ impl Commands {
         self
     }
 
+    /// Forgets the commands, keeping the buffer.
+    pub fn clear(&mut self) {
+        self.out.clear();
+        self.count = 0;
+    }
+
     /// How many commands.
     pub fn len(&self) -> usize {
         self.count
@@ -81,6 +87,8 @@ pub(crate) struct RespConnection {
     /// Replies read and not scanned yet: `replies[at..]`.
     replies: Vec<u8>,
     at: usize,
+    /// Commands written whose replies are not read yet.
+    unanswered: usize,
 }
 
 impl RespConnection {
@@ -105,6 +113,7 @@ impl RespConnection {
             stream,
             replies: Vec::with_capacity(64 << 10),
             at: 0,
+            unanswered: 0,
         };
         let settings = info.redis_settings();
         let mut setup = Commands::default();
@@ -125,34 +134,48 @@ impl RespConnection {
         Ok(conn)
     }
 
-    /// Sends `commands` and reads their replies, waiting at most `timeout` for each step of
-    /// progress; returns the first error reply, with the index of the command it answers. An
-    /// `Err` leaves the connection unusable.
+    /// Sends `commands` and reads their replies: [`RespConnection::write`], then
+    /// [`RespConnection::replies`].
     pub async fn send(
         &mut self,
         commands: &Commands,
         timeout: Duration,
     ) -> Result<Option<(usize, String)>, RespError> {
-        let (mut read, mut write) = self.stream.split();
-        let writing = async {
-            let mut bytes = commands.bytes();
-            while !bytes.is_empty() {
-                match within(timeout, write.write(bytes)).await? {
-                    0 => return Err(std::io::Error::from(std::io::ErrorKind::WriteZero).into()),
-                    n => bytes = &bytes[n..],
-                }
+        self.write(commands, timeout).await?;
+        self.replies(timeout).await
+    }
+
+    /// Writes `commands`, waiting at most `timeout` for each step of progress, without
+    /// reading their replies: Redis works on them while the caller encodes the next ones
+    /// (their replies, a few bytes each, wait in the socket and Redis' output buffer).
+    pub async fn write(&mut self, commands: &Commands, timeout: Duration) -> Result<(), RespError> {
+        let mut bytes = commands.bytes();
+        while !bytes.is_empty() {
+            match within(timeout, self.stream.write(bytes)).await? {
+                0 => return Err(std::io::Error::from(std::io::ErrorKind::WriteZero).into()),
+                n => bytes = &bytes[n..],
             }
-            Ok(())
-        };
-        let reading = read_replies(
-            &mut read,
+        }
+        self.unanswered += commands.len();
+        Ok(())
+    }
+
+    /// Reads the replies of every command written since the last call, waiting at most
+    /// `timeout` for each read; returns the first error reply, with the index of the command
+    /// it answers among them. An `Err` leaves the connection unusable.
+    pub async fn replies(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<Option<(usize, String)>, RespError> {
+        let count = std::mem::take(&mut self.unanswered);
+        read_replies(
+            &mut self.stream,
             &mut self.replies,
             &mut self.at,
-            commands.len(),
+            count,
             timeout,
-        );
-        let ((), refused) = tokio::try_join!(writing, reading)?;
-        Ok(refused)
+        )
+        .await
     }
 }
 

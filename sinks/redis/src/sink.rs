@@ -17,6 +17,10 @@ use crate::config::{KEY_PLACEHOLDERS, RedisFormat, RedisMode, RedisSinkConfig};
 use crate::encode::{Encoder, StoredRow};
 use crate::resp::{Commands, RespConnection, RespError};
 
+/// Bytes of commands encoded before they are written (Redis applies them while the next
+/// are encoded).
+const CHUNK_BYTES: usize = 64 << 10;
+
 /// Stored rows read back for a batch, by Redis key, and the keys Redis refused to read.
 #[derive(Debug, Default)]
 struct StoredRows {
@@ -76,34 +80,40 @@ impl RedisSink {
     }
 
     /// Applies `changes`, then sets the cursor to `next_cursor` once Redis has acknowledged
-    /// them all. The changes are encoded into one buffer of commands, written to Redis while
-    /// its replies are read. After a failure the cursor has not moved and the whole batch is
-    /// applied again (idempotently: each key gets its last value). A command Redis refuses
-    /// (WRONGTYPE) does not stop the others: the cursor is then set to the refused change,
-    /// which is reported as rejected.
+    /// them all. The changes are encoded into RESP a chunk at a time, each chunk written as
+    /// soon as it is full, so that Redis applies one while the next is encoded; the replies
+    /// are read at the end. After a failure the cursor has not moved and the whole batch is
+    /// applied again (idempotently: each key gets its last value). A change Redis refuses
+    /// (WRONGTYPE), or one without a key, does not stop the changes before it: the cursor is
+    /// then set to it, and it is reported as rejected.
     async fn write(
         &mut self,
         changes: &[Change<'_>],
         stored: &HashMap<String, StoredRow>,
         next_cursor: u64,
     ) -> Result<()> {
-        let ttl_ms = self.ttl_ms();
-        let mut commands = Commands::with_capacity(changes.len() * 160);
-        // The change each command comes from.
-        let mut owner = Vec::with_capacity(changes.len());
-        for (i, change) in changes.iter().enumerate() {
-            let key = self.encoder.row_key(change.event()).ok_or_else(|| {
-                change.rejected("the table has no primary key, so its rows have no Redis key")
-            })?;
-            let base = change
-                .unchanged_from()
-                .and_then(|from| stored.get(&self.encoder.key_of(change.event(), from)));
-            let n = self.encoder.push(&mut commands, &key, change, base, ttl_ms);
-            owner.extend(std::iter::repeat_n(i, n));
+        let keyless = changes.iter().position(|c| c.event().key.is_none());
+        let keyed = &changes[..keyless.unwrap_or(changes.len())];
+        let mut refused = None;
+        if !keyed.is_empty() {
+            let mut conn = match self.writer.take() {
+                Some(conn) => conn,
+                None => self.connect_writer().await?,
+            };
+            let (sent, owner) = self.send(&mut conn, keyed, stored).await;
+            let first = sent.map_err(|e| self.write_error(e, "applying a batch"))?;
+            self.writer = Some(conn);
+            refused = first.map(|(at, e)| (owner[at], e));
         }
-        match self.send(&commands).await? {
+        if refused.is_none()
+            && let Some(at) = keyless
+        {
+            let e = "the table has no primary key, so its rows have no Redis key";
+            refused = Some((at, e.to_owned()));
+        }
+        match refused {
             Some((at, e)) => {
-                let change = &changes[owner[at]];
+                let change = &changes[at];
                 self.set_cursor(change.offset()).await?;
                 Err(change.rejected(e))
             }
@@ -111,30 +121,48 @@ impl RedisSink {
         }
     }
 
-    /// Sends `commands` on the write connection (made on first use and after a failure);
-    /// returns the first command Redis refused, and why.
-    async fn send(&mut self, commands: &Commands) -> Result<Option<(usize, String)>> {
-        if commands.len() == 0 {
-            return Ok(None);
-        }
-        let timeout = self.config.timeout.0;
-        let conn = match &mut self.writer {
-            Some(conn) => conn,
-            None => {
-                let info = self.client.connection_info()?;
-                let conn = RespConnection::connect(&info, &self.client_name, timeout)
-                    .await
-                    .map_err(|e| self.write_error(e, "connecting"))?;
-                self.writer.insert(conn)
+    /// Encodes and writes `changes` (each with a key) on `conn`, then reads the replies;
+    /// returns the first command Redis refused and why, and the change each command came
+    /// from.
+    async fn send(
+        &self,
+        conn: &mut RespConnection,
+        changes: &[Change<'_>],
+        stored: &HashMap<String, StoredRow>,
+    ) -> (
+        std::result::Result<Option<(usize, String)>, RespError>,
+        Vec<usize>,
+    ) {
+        let (ttl_ms, timeout) = (self.ttl_ms(), self.config.timeout.0);
+        let mut commands = Commands::with_capacity(CHUNK_BYTES + 4096);
+        let mut owner = Vec::with_capacity(changes.len());
+        for (i, change) in changes.iter().enumerate() {
+            let base = change
+                .unchanged_from()
+                .and_then(|from| stored.get(&self.encoder.key_of(change.event(), from)));
+            let key = self.encoder.row_key(change.event()).unwrap_or_default();
+            let n = self.encoder.push(&mut commands, &key, change, base, ttl_ms);
+            owner.extend(std::iter::repeat_n(i, n));
+            if commands.bytes().len() >= CHUNK_BYTES {
+                if let Err(e) = conn.write(&commands, timeout).await {
+                    return (Err(e), owner);
+                }
+                commands.clear();
             }
+        }
+        let sent = match conn.write(&commands, timeout).await {
+            Ok(()) => conn.replies(timeout).await,
+            Err(e) => Err(e),
         };
-        match conn.send(commands, timeout).await {
-            Ok(refused) => Ok(refused),
-            Err(e) => {
-                self.writer = None;
-                Err(self.write_error(e, "applying a batch"))
-            }
-        }
+        (sent, owner)
+    }
+
+    /// A new write connection.
+    async fn connect_writer(&self) -> Result<RespConnection> {
+        let info = self.client.connection_info()?;
+        RespConnection::connect(&info, &self.client_name, self.config.timeout.0)
+            .await
+            .map_err(|e| self.write_error(e, "connecting"))
     }
 
     /// A failure of the write connection: transient, but for a setup the server refused for
