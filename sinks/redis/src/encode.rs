@@ -121,6 +121,7 @@ fn push_hash(out: &mut Commands, key: &str, row: &Row, stored: Option<&StoredRow
         _ => None,
     };
     // A RESP command gives its length first: the fields are counted before they are written.
+    // HMSET, as redis-rs sent it (Redis before 4.0 has no HSET of several fields).
     let (mut fields, mut nulls) = (0, 0);
     for (column, value) in row.iter() {
         match value {
@@ -133,7 +134,7 @@ fn push_hash(out: &mut Commands, key: &str, row: &Row, stored: Option<&StoredRow
         out.command(2).arg("DEL").arg(key);
         return 0;
     }
-    out.command(2 + 2 * fields).arg("HSET").arg(key);
+    out.command(2 + 2 * fields).arg("HMSET").arg(key);
     for (column, value) in row.iter() {
         match value {
             Value::Null => {}
@@ -189,4 +190,95 @@ fn glob_escape(text: &str) -> String {
         out.push(c);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+
+    use proptest::prelude::*;
+    use siphon_format::json::value_text;
+
+    use super::*;
+
+    /// The hash's commands as the sink built them through redis-rs before it wrote RESP
+    /// itself: the oracle the direct encoding is held to.
+    fn through_redis_rs(key: &str, row: &Row, stored: Option<&StoredRow>) -> Vec<u8> {
+        let mut set: Vec<(&str, Cow<'_, str>)> = Vec::new();
+        let mut nulls = Vec::new();
+        for (column, value) in row.iter() {
+            match value {
+                Value::Null => nulls.push(column),
+                Value::Unchanged => {
+                    if let Some(StoredRow::Hash(fields)) = stored
+                        && let Some(text) = fields.get(column)
+                    {
+                        set.push((column, Cow::Borrowed(text.as_str())));
+                    }
+                }
+                v => set.push((column, value_text(v))),
+            }
+        }
+        let mut pipe = redis::pipe();
+        if set.is_empty() {
+            pipe.del(key);
+        } else {
+            pipe.hset_multiple(key, &set);
+            if !nulls.is_empty() {
+                pipe.hdel(key, nulls);
+            }
+        }
+        pipe.get_packed_pipeline()
+    }
+
+    fn value() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            Just(Value::Null),
+            Just(Value::Unchanged),
+            any::<i64>().prop_map(Value::Int),
+            any::<bool>().prop_map(Value::Bool),
+            ".*".prop_map(Value::Text),
+            "-?[0-9]{1,20}\\.[0-9]{0,6}".prop_map(Value::Decimal),
+        ]
+    }
+
+    proptest! {
+        /// Any row, with or without a stored hash to fill its unchanged columns from: the
+        /// same commands, byte for byte, as redis-rs packed them.
+        #[test]
+        fn a_hash_is_encoded_as_redis_rs_encoded_it(
+            values in proptest::collection::vec(value(), 1..8),
+            stored in proptest::option::of(proptest::collection::hash_map("c[0-9]", ".*", 0..8)),
+            key in ".{0,40}",
+        ) {
+            let row = Row(values
+                .into_iter()
+                .enumerate()
+                .map(|(i, v)| (format!("c{i}").into(), v))
+                .collect());
+            let stored = stored.map(StoredRow::Hash);
+            let mut direct = Commands::default();
+            let more = push_hash(&mut direct, &key, &row, stored.as_ref());
+            prop_assert_eq!(direct.len(), 1 + more);
+            let oracle = through_redis_rs(&key, &row, stored.as_ref());
+            prop_assert_eq!(direct.bytes(), oracle.as_slice());
+        }
+    }
+
+    #[test]
+    fn the_other_commands_are_encoded_as_redis_rs_encoded_them() {
+        let mut direct = Commands::default();
+        direct.command(2).arg("DEL").arg("k:1");
+        direct.command(3).arg("SET").arg("k:1").arg("{\"id\":1}");
+        direct
+            .command(3)
+            .arg("PEXPIRE")
+            .arg("k:1")
+            .arg(itoa::Buffer::new().format(i64::MAX));
+        let mut pipe = redis::pipe();
+        pipe.del("k:1")
+            .set("k:1", "{\"id\":1}")
+            .pexpire("k:1", i64::MAX);
+        assert_eq!(direct.bytes(), pipe.get_packed_pipeline().as_slice());
+    }
 }

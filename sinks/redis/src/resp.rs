@@ -70,7 +70,7 @@ impl Commands {
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum RespError {
     /// The connection failed or timed out: a new one may succeed.
-    #[error("{0}")]
+    #[error(transparent)]
     Io(#[from] std::io::Error),
     /// The server refused the connection's setup (AUTH, SELECT).
     #[error("{0}")]
@@ -87,8 +87,12 @@ pub(crate) struct RespConnection {
     /// Replies read and not scanned yet: `replies[at..]`.
     replies: Vec<u8>,
     at: usize,
-    /// Commands written whose replies are not read yet.
-    unanswered: usize,
+    /// Commands written since the last [`RespConnection::replies`], and how many of their
+    /// replies are scanned.
+    written: usize,
+    answered: usize,
+    /// The first error among those replies, with its command's index.
+    refused: Option<(usize, String)>,
 }
 
 impl RespConnection {
@@ -113,7 +117,9 @@ impl RespConnection {
             stream,
             replies: Vec::with_capacity(64 << 10),
             at: 0,
-            unanswered: 0,
+            written: 0,
+            answered: 0,
+            refused: None,
         };
         let settings = info.redis_settings();
         let mut setup = Commands::default();
@@ -127,11 +133,14 @@ impl RespConnection {
             let db = settings.db().to_string();
             setup.command(2).arg("SELECT").arg(db);
         }
+        // The name is a courtesy: a user without the right to set it (ACL), or a proxy that
+        // does not know the command, still writes.
+        let named = setup.len();
         setup.command(3).arg("CLIENT").arg("SETNAME").arg(name);
-        if let Some((_, refused)) = conn.send(&setup, timeout).await? {
-            return Err(RespError::Refused(refused));
+        match conn.send(&setup, timeout).await? {
+            Some((at, refused)) if at < named => Err(RespError::Refused(refused)),
+            _ => Ok(conn),
         }
-        Ok(conn)
     }
 
     /// Sends `commands` and reads their replies: [`RespConnection::write`], then
@@ -145,9 +154,10 @@ impl RespConnection {
         self.replies(timeout).await
     }
 
-    /// Writes `commands`, waiting at most `timeout` for each step of progress, without
-    /// reading their replies: Redis works on them while the caller encodes the next ones
-    /// (their replies, a few bytes each, wait in the socket and Redis' output buffer).
+    /// Writes `commands`, waiting at most `timeout` for each step of progress, and takes
+    /// the replies already there without waiting for more: Redis works on the commands while
+    /// the caller encodes the next ones, and replies never pile up (a proxy or an output
+    /// buffer limit could stop taking commands until they are read).
     pub async fn write(&mut self, commands: &Commands, timeout: Duration) -> Result<(), RespError> {
         let mut bytes = commands.bytes();
         while !bytes.is_empty() {
@@ -156,8 +166,17 @@ impl RespConnection {
                 n => bytes = &bytes[n..],
             }
         }
-        self.unanswered += commands.len();
-        Ok(())
+        self.written += commands.len();
+        loop {
+            self.take_replies()?;
+            self.make_room();
+            match self.stream.try_read_buf(&mut self.replies) {
+                Ok(0) => return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into()),
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
 
     /// Reads the replies of every command written since the last call, waiting at most
@@ -167,15 +186,43 @@ impl RespConnection {
         &mut self,
         timeout: Duration,
     ) -> Result<Option<(usize, String)>, RespError> {
-        let count = std::mem::take(&mut self.unanswered);
-        read_replies(
-            &mut self.stream,
-            &mut self.replies,
-            &mut self.at,
-            count,
-            timeout,
-        )
-        .await
+        loop {
+            self.take_replies()?;
+            if self.answered == self.written {
+                (self.written, self.answered) = (0, 0);
+                return Ok(self.refused.take());
+            }
+            self.make_room();
+            if within(timeout, self.stream.read_buf(&mut self.replies)).await? == 0 {
+                return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
+            }
+        }
+    }
+
+    /// Scans the whole replies buffered, keeping the first error.
+    fn take_replies(&mut self) -> Result<(), RespError> {
+        while self.answered < self.written {
+            let Some((len, error)) = scan(&self.replies[self.at..])? else {
+                break;
+            };
+            if let Some(error) = error
+                && self.refused.is_none()
+            {
+                self.refused = Some((self.answered, error));
+            }
+            self.at += len;
+            self.answered += 1;
+        }
+        Ok(())
+    }
+
+    /// Moves the replies not scanned yet to the buffer's start, with room to read more.
+    fn make_room(&mut self) {
+        self.replies.drain(..self.at);
+        self.at = 0;
+        if self.replies.capacity() - self.replies.len() < 16 << 10 {
+            self.replies.reserve(64 << 10);
+        }
     }
 }
 
@@ -190,49 +237,15 @@ async fn within<T>(
     }
 }
 
-/// Reads until `count` replies are scanned, each read waiting at most `timeout`; returns the
-/// first error among them.
-async fn read_replies(
-    read: &mut (impl AsyncReadExt + Unpin),
-    replies: &mut Vec<u8>,
-    at: &mut usize,
-    count: usize,
-    timeout: Duration,
-) -> Result<Option<(usize, String)>, RespError> {
-    let mut refused = None;
-    let mut seen = 0;
-    while seen < count {
-        match scan(&replies[*at..])? {
-            Some((len, error)) => {
-                if refused.is_none()
-                    && let Some(error) = error
-                {
-                    refused = Some((seen, error));
-                }
-                *at += len;
-                seen += 1;
-            }
-            None => {
-                replies.drain(..*at);
-                *at = 0;
-                if replies.capacity() - replies.len() < 16 << 10 {
-                    replies.reserve(64 << 10);
-                }
-                if within(timeout, read.read_buf(replies)).await? == 0 {
-                    return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
-                }
-            }
-        }
-    }
-    Ok(refused)
-}
-
 /// The length of the reply `buf` starts with and its error text if it is an error; `None`
 /// if `buf` does not hold all of it yet.
 fn scan(buf: &[u8]) -> Result<Option<(usize, Option<String>)>, RespError> {
     let Some(line_end) = buf.windows(2).position(|w| w == b"\r\n") else {
         return Ok(None);
     };
+    if line_end == 0 {
+        return Err(RespError::Protocol("a reply without a type"));
+    }
     let line = &buf[1..line_end];
     let after = line_end + 2;
     match buf[0] {
@@ -245,7 +258,11 @@ fn scan(buf: &[u8]) -> Result<Option<(usize, Option<String>)>, RespError> {
             n if n < 0 => Ok(Some((after, None))),
             n => {
                 let end = after + n as usize + 2;
-                Ok((buf.len() >= end).then_some((end, None)))
+                match buf.get(end - 2..end) {
+                    None => Ok(None),
+                    Some(b"\r\n") => Ok(Some((end, None))),
+                    Some(_) => Err(RespError::Protocol("a bulk string longer than its length")),
+                }
             }
         },
         b'*' => {
@@ -316,5 +333,7 @@ mod tests {
             assert!(at <= cut && scan(&replies[at..cut]).unwrap().is_none());
         }
         assert!(scan(b"?what\r\n").is_err());
+        assert!(scan(b"\r\n:1\r\n").is_err());
+        assert!(scan(b"$1\r\nabc\r\n").is_err());
     }
 }

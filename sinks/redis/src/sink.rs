@@ -81,61 +81,67 @@ impl RedisSink {
 
     /// Applies `changes`, then sets the cursor to `next_cursor` once Redis has acknowledged
     /// them all. The changes are encoded into RESP a chunk at a time, each chunk written as
-    /// soon as it is full, so that Redis applies one while the next is encoded; the replies
-    /// are read at the end. After a failure the cursor has not moved and the whole batch is
-    /// applied again (idempotently: each key gets its last value). A change Redis refuses
-    /// (WRONGTYPE), or one without a key, does not stop the changes before it: the cursor is
-    /// then set to it, and it is reported as rejected.
+    /// soon as it is full, so that Redis applies one while the next is encoded. After a
+    /// failure the cursor has not moved and the whole batch is applied again (idempotently:
+    /// each key gets its last value). A command Redis refuses for good (WRONGTYPE) does not
+    /// stop the others: the cursor is then set to the refused change, which is reported as
+    /// rejected; a refusal of a server that cannot write now (READONLY after a failover,
+    /// LOADING, OOM) is transient.
     async fn write(
         &mut self,
         changes: &[Change<'_>],
         stored: &HashMap<String, StoredRow>,
         next_cursor: u64,
     ) -> Result<()> {
-        let keyless = changes.iter().position(|c| c.event().key.is_none());
-        let keyed = &changes[..keyless.unwrap_or(changes.len())];
+        // Rejected before anything is written, the cursor unmoved: applying the batch again
+        // without it redoes the changes before it.
+        if let Some(keyless) = changes.iter().find(|c| c.event().key.is_none()) {
+            return Err(
+                keyless.rejected("the table has no primary key, so its rows have no Redis key")
+            );
+        }
         let mut refused = None;
-        if !keyed.is_empty() {
+        if !changes.is_empty() {
             let mut conn = match self.writer.take() {
                 Some(conn) => conn,
                 None => self.connect_writer().await?,
             };
-            let (sent, owner) = self.send(&mut conn, keyed, stored).await;
-            let first = sent.map_err(|e| self.write_error(e, "applying a batch"))?;
+            let mut owner = Vec::with_capacity(changes.len());
+            let sent = self.send(&mut conn, changes, stored, &mut owner).await;
+            refused = sent.map_err(|e| self.write_error(e, "applying a batch"))?;
+            if let Some((_, why)) = &refused
+                && (why.starts_with("OOM") || BUSY.iter().any(|code| why.starts_with(code)))
+            {
+                return Err(Error::transient(format!(
+                    "redis {} applying a batch: {why}",
+                    self.client.url()
+                )));
+            }
             self.writer = Some(conn);
-            refused = first.map(|(at, e)| (owner[at], e));
-        }
-        if refused.is_none()
-            && let Some(at) = keyless
-        {
-            let e = "the table has no primary key, so its rows have no Redis key";
-            refused = Some((at, e.to_owned()));
+            refused = refused.map(|(at, why)| (owner[at], why));
         }
         match refused {
-            Some((at, e)) => {
+            Some((at, why)) => {
                 let change = &changes[at];
                 self.set_cursor(change.offset()).await?;
-                Err(change.rejected(e))
+                Err(change.rejected(why))
             }
             None => self.set_cursor(next_cursor).await,
         }
     }
 
-    /// Encodes and writes `changes` (each with a key) on `conn`, then reads the replies;
-    /// returns the first command Redis refused and why, and the change each command came
-    /// from.
+    /// Encodes and writes `changes` (each with a key) on `conn`, noting in `owner` the change
+    /// each command comes from, then reads the replies; returns the first command Redis
+    /// refused, and why.
     async fn send(
         &self,
         conn: &mut RespConnection,
         changes: &[Change<'_>],
         stored: &HashMap<String, StoredRow>,
-    ) -> (
-        std::result::Result<Option<(usize, String)>, RespError>,
-        Vec<usize>,
-    ) {
+        owner: &mut Vec<usize>,
+    ) -> std::result::Result<Option<(usize, String)>, RespError> {
         let (ttl_ms, timeout) = (self.ttl_ms(), self.config.timeout.0);
         let mut commands = Commands::with_capacity(CHUNK_BYTES + 4096);
-        let mut owner = Vec::with_capacity(changes.len());
         for (i, change) in changes.iter().enumerate() {
             let base = change
                 .unchanged_from()
@@ -144,17 +150,12 @@ impl RedisSink {
             let n = self.encoder.push(&mut commands, &key, change, base, ttl_ms);
             owner.extend(std::iter::repeat_n(i, n));
             if commands.bytes().len() >= CHUNK_BYTES {
-                if let Err(e) = conn.write(&commands, timeout).await {
-                    return (Err(e), owner);
-                }
+                conn.write(&commands, timeout).await?;
                 commands.clear();
             }
         }
-        let sent = match conn.write(&commands, timeout).await {
-            Ok(()) => conn.replies(timeout).await,
-            Err(e) => Err(e),
-        };
-        (sent, owner)
+        conn.write(&commands, timeout).await?;
+        conn.replies(timeout).await
     }
 
     /// A new write connection.
@@ -168,7 +169,11 @@ impl RedisSink {
     /// A failure of the write connection: transient, but for a setup the server refused for
     /// good (a wrong password).
     fn write_error(&self, e: RespError, what: &str) -> Error {
-        let message = format!("redis {} {what}: {e}", self.client.url());
+        let message = format!(
+            "redis {} {what}: {}",
+            self.client.url(),
+            siphon_core::error::with_causes(&e)
+        );
         match e {
             RespError::Refused(why) if !BUSY.iter().any(|code| why.starts_with(code)) => {
                 Error::permanent(message)
