@@ -486,3 +486,32 @@ impl PrivateRabbitmq {
         self.server.log()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found in a full run: the node's distribution port, free at its start, was another
+    /// process's by its restart, and the node did not boot ("could not bind to distribution
+    /// port"). The restart now chooses that port again.
+    #[test]
+    fn a_rabbitmq_node_restarts_when_its_distribution_port_was_taken() {
+        let mut node = PrivateRabbitmq::start().unwrap();
+        let dist: u16 = node
+            .server
+            .env("RABBITMQ_DIST_PORT")
+            .and_then(|port| port.to_str()?.parse().ok())
+            .expect("the node's distribution port");
+        node.server.kill().unwrap();
+        // What another test's connection did with it.
+        let _taken = std::net::TcpListener::bind(("0.0.0.0", dist)).unwrap();
+        node.restart().unwrap_or_else(|e| panic!("{e:#}"));
+        assert_ne!(
+            node.server
+                .env("RABBITMQ_DIST_PORT")
+                .and_then(|p| p.to_str()),
+            Some(dist.to_string().as_str())
+        );
+        std::net::TcpStream::connect(("127.0.0.1", node.server.port)).expect("AMQP listens");
+    }
+}

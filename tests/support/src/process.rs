@@ -14,6 +14,18 @@ use anyhow::{Context, bail};
 
 use crate::free_port;
 
+/// What a server is started with, made of its data directory and port.
+type Setup = dyn Fn(&Path, u16) -> (Vec<OsString>, Vec<(OsString, OsString)>) + Send + Sync;
+
+/// A server's [`Setup`], kept to choose its other ports again at a restart.
+struct SetupFn(Box<Setup>);
+
+impl std::fmt::Debug for SetupFn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SetupFn")
+    }
+}
+
 /// A server process on 127.0.0.1.
 #[derive(Debug)]
 pub struct ServerProcess {
@@ -25,6 +37,7 @@ pub struct ServerProcess {
     child: Option<Child>,
     /// Its port.
     pub port: u16,
+    setup: std::sync::Arc<SetupFn>,
 }
 
 /// Whether a server's log says it could not bind a port someone else holds.
@@ -46,9 +59,11 @@ impl ServerProcess {
     pub fn start(
         name: &'static str,
         program: impl Into<OsString>,
-        args: impl Fn(&Path, u16) -> Vec<OsString>,
+        args: impl Fn(&Path, u16) -> Vec<OsString> + Send + Sync + 'static,
     ) -> anyhow::Result<ServerProcess> {
-        Self::start_with_env(name, program, |data, port| (args(data, port), Vec::new()))
+        Self::start_with_env(name, program, move |data, port| {
+            (args(data, port), Vec::new())
+        })
     }
 
     /// [`ServerProcess::start`] for a server that takes its settings from the environment
@@ -61,16 +76,17 @@ impl ServerProcess {
     pub fn start_with_env(
         name: &'static str,
         program: impl Into<OsString>,
-        setup: impl Fn(&Path, u16) -> (Vec<OsString>, Vec<(OsString, OsString)>),
+        setup: impl Fn(&Path, u16) -> (Vec<OsString>, Vec<(OsString, OsString)>) + Send + Sync + 'static,
     ) -> anyhow::Result<ServerProcess> {
         let program = program.into();
+        let setup = std::sync::Arc::new(SetupFn(Box::new(setup)));
         let mut tries = 0;
         loop {
             let dir = tempfile::tempdir()?;
             let port = free_port();
             let data = dir.path().join("data");
             std::fs::create_dir_all(&data)?;
-            let (args, env) = setup(&data, port);
+            let (args, env) = (setup.0)(&data, port);
             let mut server = ServerProcess {
                 name,
                 program: program.clone(),
@@ -79,6 +95,7 @@ impl ServerProcess {
                 dir,
                 child: None,
                 port,
+                setup: setup.clone(),
             };
             match server.run() {
                 Ok(()) => return Ok(server),
@@ -172,10 +189,34 @@ impl ServerProcess {
         self.run()
     }
 
-    /// Starts it again on the same port and data after [`ServerProcess::kill`].
+    /// kill -9, and a start on the same port and data. Its other ports (a RabbitMQ node's
+    /// distribution port) were free at its first start only: one another process took
+    /// meanwhile is chosen again, a few times.
     pub fn restart(&mut self) -> anyhow::Result<()> {
         self.kill()?;
-        self.run()
+        let mut tries = 0;
+        loop {
+            let before = self.log().len();
+            match self.run() {
+                Ok(()) => return Ok(()),
+                Err(e) if tries < 3 && port_taken(&self.log()[before..]) => {
+                    tries += 1;
+                    eprintln!(
+                        "{}: a port was taken at its restart; starting it on new ports but its own ({e:#})",
+                        self.name
+                    );
+                    self.kill()?;
+                    (self.args, self.env) =
+                        (self.setup.0)(&self.dir.path().join("data"), self.port);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The value of `name` in the environment it was started with.
+    pub fn env(&self, name: &str) -> Option<&OsString> {
+        self.env.iter().find(|(k, _)| k == name).map(|(_, v)| v)
     }
 }
 
