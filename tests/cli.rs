@@ -3,6 +3,7 @@
 use crate::common;
 
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use common::{Setup, bin};
 
@@ -139,6 +140,11 @@ async fn an_admin_port_beyond_loopback_needs_a_token_or_words() {
         ("SIPHON__ADMIN__LISTEN", &listen),
         ("SIPHON__ADMIN__ALLOW_UNAUTHENTICATED", "true"),
     ]);
+    // The log is written by a thread of its own: the line may follow the port by a moment.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !d.log().contains("without a token") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert!(d.log().contains("without a token"), "{}", d.log());
     drop(d);
 

@@ -1132,8 +1132,10 @@ fn file_events(dir: &std::path::Path) -> Vec<serde_json::Value> {
     files
         .iter()
         .flat_map(|f| {
-            std::fs::read_to_string(f)
-                .unwrap_or_default()
+            // Whole lines only: the sink may be writing the last one.
+            let text = std::fs::read_to_string(f).unwrap_or_default();
+            let whole = text.rfind('\n').map_or("", |end| &text[..end]);
+            whole
                 .lines()
                 .map(|l| serde_json::from_str(l).unwrap())
                 .collect::<Vec<_>>()
