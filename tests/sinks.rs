@@ -146,7 +146,7 @@ max_backoff = "500ms"
 }
 
 /// Transactions of inserts, updates (some leaving `big` unchanged), deletes and NULLs, and
-/// one truncate, until stopped; returns how many ran. Rows with a `big` value stay, so that
+/// one truncate, until stopped (and at least 131, the truncate among them); returns how many ran. Rows with a `big` value stay, so that
 /// the log holds many whole rows followed by updates that leave `big` unchanged, which
 /// compaction must keep together for a replay from offset 0.
 fn writer(db: &PgDatabase, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<u64> {
@@ -157,7 +157,8 @@ fn writer(db: &PgDatabase, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<u64
             .unwrap();
         tokio::spawn(conn);
         let mut n = 0u64;
-        while !stop.load(Ordering::Relaxed) {
+        // Past the truncate (the 121st) and some after it, however fast the faults went.
+        while n <= 130 || !stop.load(Ordering::Relaxed) {
             let new = 1000 + n;
             let sql = if n == 120 {
                 "truncate shop.items".to_owned()
