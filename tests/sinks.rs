@@ -146,9 +146,10 @@ max_backoff = "500ms"
 }
 
 /// Transactions of inserts, updates (some leaving `big` unchanged), deletes and NULLs, and
-/// one truncate, until stopped (and at least 131, the truncate among them); returns how many ran. Rows with a `big` value stay, so that
-/// the log holds many whole rows followed by updates that leave `big` unchanged, which
-/// compaction must keep together for a replay from offset 0.
+/// one truncate, until stopped (and at least 131, the truncate among them); returns how many
+/// ran. Rows with a `big` value stay, so that the log holds many whole rows followed by
+/// updates that leave `big` unchanged, which compaction must keep together for a replay from
+/// offset 0.
 fn writer(db: &PgDatabase, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<u64> {
     let url = db.url.clone();
     tokio::spawn(async move {
