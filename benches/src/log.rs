@@ -84,7 +84,7 @@ pub fn measure(
         let raw = median(runs, || raw_read(dir))?;
         let checked = median(runs, || checked_read(&dir.join("log"), records))?;
         let replay = median(runs, || log_replay(dir, records))?;
-        replays.push(LogFigure {
+        let replay_beside = |reference: &str, reference_time, target| LogFigure {
             size,
             fsync: None,
             figure: Figure {
@@ -92,34 +92,29 @@ pub fn measure(
                 workload: format!("{} records of {size} B", thousands(records)),
                 measure: Measure::Rates(Rates::timed(
                     "records",
-                    "raw sequential read (1 MiB reads)",
+                    reference,
                     records,
                     &[replay],
-                    &[raw],
+                    &[reference_time],
                 )),
-                target: if size == 200 {
-                    Target::new(0.5, 22)
-                } else {
-                    None
-                },
+                target,
             },
-        });
-        replays.push(LogFigure {
-            size,
-            fsync: None,
-            figure: Figure {
-                what: "log replay".into(),
-                workload: format!("{} records of {size} B", thousands(records)),
-                measure: Measure::Rates(Rates::timed(
-                    "records",
-                    "the segment read raw, each frame's CRC32C checked",
-                    records,
-                    &[replay],
-                    &[checked],
-                )),
-                target: None,
-            },
-        });
+        };
+        let target = if size == 200 {
+            Target::new(0.5, 22)
+        } else {
+            None
+        };
+        replays.push(replay_beside(
+            "raw sequential read (1 MiB reads)",
+            raw,
+            target,
+        ));
+        replays.push(replay_beside(
+            "the segment read raw, each frame's CRC32C checked",
+            checked,
+            None,
+        ));
     }
     appends.extend(replays);
     Ok(appends)
